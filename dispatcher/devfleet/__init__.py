@@ -1,0 +1,1 @@
+"""Devfleet: real local control planes (one etcd, N kube-apiservers) for tests and demos."""

@@ -1,0 +1,102 @@
+"""What a workload asks of a cluster: gangs of pods with their GPU shapes.
+
+This is the boundary between ``workloads`` (which resolves an object through its definition
+into a ``Demand``) and ``placement`` (which fits a ``Demand`` onto a cluster's nodes). Plain,
+frozen data: no jq, no Kubernetes client, cheap to hash and compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = ["Demand", "Gang", "PodShape", "Toleration"]
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toleration:
+    """A pod toleration, as in ``core/v1`` (empty strings where the pod left a field out)."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: TaintEffect = ""
+
+    def tolerates(self, *, key: str, value: str, effect: str) -> bool:
+        """Whether this toleration matches a taint, with the scheduler's rules.
+
+        An empty key with ``Exists`` matches every taint; an empty effect matches every effect.
+        """
+        if self.effect and self.effect != effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != key:
+            return False
+        return self.operator == "Exists" or self.value == value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodShape:
+    """``count`` identical pods: what each needs from one node.
+
+    ``gpus`` follows DESIGN.md: max(sum over containers, max over init containers) of
+    ``nvidia.com/gpu`` (limits, else requests). ``gpu_product`` is the required
+    ``nvidia.com/gpu.product`` (node selector or single-valued required affinity), or None for
+    any product. ``node_selector`` holds the other required node labels (product excluded).
+    ``cpu``/``memory`` are the pod's requests as Kubernetes quantity strings, for display.
+    """
+
+    count: int
+    gpus: int
+    gpu_product: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    node_selector: Mapping[str, str] = field(default=_EMPTY)
+    tolerations: tuple[Toleration, ...] = ()
+
+    def __hash__(self) -> int:
+        return hash((self.count, self.gpus, self.gpu_product, self.cpu, self.memory,
+                     tuple(sorted(self.node_selector.items())), self.tolerations))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gang:
+    """Pods that must run together: all ``pods`` are placed at once on one cluster.
+
+    ``min_pods`` is the gang minimum the framework's own gang scheduler would use (for
+    elastic jobs it can be below ``pods``); placement still places every pod.
+    """
+
+    name: str
+    pods: int
+    min_pods: int
+    pod_shapes: tuple[PodShape, ...]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of every pod of the gang together."""
+        return sum(shape.count * shape.gpus for shape in self.pod_shapes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Demand:
+    """Everything one workload needs at once: its gangs (all on the same cluster)."""
+
+    gangs: tuple[Gang, ...]
+
+    @property
+    def pods(self) -> int:
+        """Pods of all gangs."""
+        return sum(gang.pods for gang in self.gangs)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of all gangs."""
+        return sum(gang.gpus for gang in self.gangs)
