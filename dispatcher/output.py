@@ -21,7 +21,9 @@ Format = Literal["table", "wide", "json", "yaml"]
 FORMATS: tuple[str, ...] = ("table", "wide", "json", "yaml")
 
 
-def table(*, columns: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+def table(
+    *, columns: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None
+) -> None:
     """Print rows under upper-case headers, kubectl style (no borders, two-space gaps)."""
     grid = Table(box=None, show_edge=False, pad_edge=False,
                  padding=(0, 2, 0, 0), header_style="bold")
