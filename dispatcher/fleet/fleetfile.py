@@ -1,0 +1,213 @@
+"""Fleet files: member clusters described as node pools (``clusters/*.yaml``).
+
+One format serves three consumers: ``dispatcher dev up`` creates these Nodes on real
+apiservers, ``dispatcher explain --fleet`` and ``dispatcher simulate`` build capacity from
+them offline. Pools expand into real ``v1.Node`` objects (``node_manifests``), so offline
+capacity goes through the same code path as Nodes read from a live cluster.
+
+Format::
+
+    apiVersion: dispatcher.io/v1alpha1
+    kind: Fleet
+    members:
+    - name: member-1
+      labels: {region: us-east}          # MemberCluster labels (selectors match these)
+      nodePools:
+      - name: h100                       # node names: <member>-<pool>-<index>
+        count: 4
+        gpus: 8                          # nvidia.com/gpu allocatable per node
+        gpuProduct: NVIDIA-H100-80GB-HBM3   # nvidia.com/gpu.product label (optional)
+        cpu: "96"                        # optional, default "64"
+        memory: 1Ti                      # optional, default "512Gi"
+        labels: {topology.kubernetes.io/zone: a}
+        taints: [{key: dedicated, value: infer, effect: NoSchedule}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "FleetFileError",
+    "FleetSpec",
+    "MemberSpec",
+    "NodePool",
+    "Taint",
+    "load_fleet",
+    "node_manifests",
+    "parse_fleet",
+]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+class FleetFileError(ValueError):
+    """A fleet file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    """A node taint (``core/v1``)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodePool:
+    """``count`` identical nodes."""
+
+    name: str
+    count: int
+    gpus: int
+    gpu_product: str | None = None
+    cpu: str = "64"
+    memory: str = "512Gi"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberSpec:
+    """One member cluster: its labels and node pools."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_pools: tuple[NodePool, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetSpec:
+    """A whole fleet, in file order."""
+
+    members: tuple[MemberSpec, ...]
+
+    def member(self, name: str) -> MemberSpec:
+        """The member called ``name``; KeyError names the known members."""
+        for member in self.members:
+            if member.name == name:
+                return member
+        known = ", ".join(m.name for m in self.members)
+        raise KeyError(f"no member {name!r} in the fleet (members: {known})")
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], *, where: str) -> Any:
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise FleetFileError(f"{where}: expected {names}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _str_map(value: Any, *, where: str) -> dict[str, str]:
+    mapping = _expect(value if value is not None else {}, dict, where=where)
+    return {str(k): str(v) for k, v in mapping.items()}
+
+
+def _int(value: Any, *, where: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FleetFileError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _pool(raw: Any, *, where: str) -> NodePool:
+    raw = _expect(raw, dict, where=where)
+    unknown = set(raw) - {"name", "count", "gpus", "gpuProduct", "cpu", "memory", "labels",
+                          "taints"}
+    if unknown:
+        raise FleetFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    name = _expect(raw.get("name"), str, where=f"{where}.name")
+    taints = []
+    for i, taint in enumerate(_expect(raw.get("taints") or [], list, where=f"{where}.taints")):
+        taint = _expect(taint, dict, where=f"{where}.taints[{i}]")
+        effect = taint.get("effect", "NoSchedule")
+        if effect not in TAINT_EFFECTS:
+            raise FleetFileError(
+                f"{where}.taints[{i}].effect: {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        taints.append(Taint(key=_expect(taint.get("key"), str, where=f"{where}.taints[{i}].key"),
+                            value=str(taint.get("value", "")), effect=effect))
+    product = raw.get("gpuProduct")
+    return NodePool(
+        name=name,
+        count=_int(raw.get("count", 1), where=f"{where}.count"),
+        gpus=_int(raw.get("gpus", 0), where=f"{where}.gpus"),
+        gpu_product=None if product is None else str(product),
+        cpu=str(raw.get("cpu", "64")),
+        memory=str(raw.get("memory", "512Gi")),
+        labels=_str_map(raw.get("labels"), where=f"{where}.labels"),
+        taints=tuple(taints),
+    )
+
+
+def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
+    """Validate a parsed fleet document; errors name ``source`` and the key path."""
+    data = _expect(data, dict, where=source)
+    kind = data.get("kind", "Fleet")
+    if kind != "Fleet":
+        raise FleetFileError(f"{source}: kind: expected Fleet, got {kind!r}")
+    members = []
+    seen: set[str] = set()
+    raw_members = _expect(data.get("members"), list, where=f"{source}: members")
+    for i, raw in enumerate(raw_members):
+        where = f"{source}: members[{i}]"
+        raw = _expect(raw, dict, where=where)
+        name = _expect(raw.get("name"), str, where=f"{where}.name")
+        if name in seen:
+            raise FleetFileError(f"{where}.name: duplicate member {name!r}")
+        seen.add(name)
+        pools = tuple(
+            _pool(pool, where=f"{where}.nodePools[{j}]")
+            for j, pool in enumerate(_expect(raw.get("nodePools") or [], list,
+                                             where=f"{where}.nodePools")))
+        members.append(MemberSpec(name=name, labels=_str_map(raw.get("labels"),
+                                                             where=f"{where}.labels"),
+                                  node_pools=pools))
+    return FleetSpec(members=tuple(members))
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    """Read and validate a fleet file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise FleetFileError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise FleetFileError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_fleet(data, source=str(path))
+
+
+def node_manifests(member: MemberSpec) -> list[dict[str, Any]]:
+    """The ``v1.Node`` objects of a member's pools: Ready, schedulable, GPU capacity set.
+
+    ``status`` is accepted on Node create, so one POST makes a usable node (no kubelet).
+    """
+    nodes = []
+    for pool in member.node_pools:
+        for index in range(pool.count):
+            name = f"{member.name}-{pool.name}-{index}"
+            labels = {"kubernetes.io/hostname": name, "dispatcher.io/pool": pool.name,
+                      **pool.labels}
+            if pool.gpu_product:
+                labels[GPU_PRODUCT_LABEL] = pool.gpu_product
+            resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110",
+                         GPU_RESOURCE: str(pool.gpus)}
+            nodes.append({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect}
+                                    for t in pool.taints]},
+                "status": {
+                    "capacity": dict(resources), "allocatable": dict(resources),
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                    "message": "dispatcher dev fleet node"}],
+                },
+            })
+    return nodes
