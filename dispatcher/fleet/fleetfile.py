@@ -125,8 +125,8 @@ def _pool(raw: Any, *, where: str) -> NodePool:
         raise FleetFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     name = _expect(raw.get("name"), str, where=f"{where}.name")
     taints = []
-    for i, taint in enumerate(_expect(raw.get("taints") or [], list, where=f"{where}.taints")):
-        taint = _expect(taint, dict, where=f"{where}.taints[{i}]")
+    for i, item in enumerate(_expect(raw.get("taints") or [], list, where=f"{where}.taints")):
+        taint = _expect(item, dict, where=f"{where}.taints[{i}]")
         effect = taint.get("effect", "NoSchedule")
         if effect not in TAINT_EFFECTS:
             raise FleetFileError(
@@ -155,9 +155,9 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
     members = []
     seen: set[str] = set()
     raw_members = _expect(data.get("members"), list, where=f"{source}: members")
-    for i, raw in enumerate(raw_members):
+    for i, item in enumerate(raw_members):
         where = f"{source}: members[{i}]"
-        raw = _expect(raw, dict, where=where)
+        raw = _expect(item, dict, where=where)
         name = _expect(raw.get("name"), str, where=f"{where}.name")
         if name in seen:
             raise FleetFileError(f"{where}.name: duplicate member {name!r}")
