@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,6 +17,7 @@ __all__ = ["build_parser", "main"]
 
 # Order is the order in --help.
 COMMANDS: tuple[str, ...] = (
+    "dev",
 )
 
 DESCRIPTION = """\
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
+    # Like any Unix tool: `dispatcher ... | head` ends quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)

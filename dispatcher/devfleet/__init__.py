@@ -1,1 +1,5 @@
-"""Devfleet: real local control planes (one etcd, N kube-apiservers) for tests and demos."""
+"""Devfleet: real local control planes (one etcd, N kube-apiservers) for tests and demos.
+
+binaries (build + cache) -> controlplane (processes, certs, kubeconfigs) -> provision (CRDs,
+GPU Nodes) -> devfleet (the whole thing as one call).
+"""

@@ -1,0 +1,52 @@
+"""Stand-in CRDs for the workload kinds of the catalog, for local control planes.
+
+The dev fleet has no framework operators, only apiservers: these CRDs give each workload kind
+its real group, version, kind, plural and scope, with an open schema and a status
+subresource, so objects can be created, watched and status-patched as on a real cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["WORKLOAD_KINDS", "crd_manifest"]
+
+# (group, version, kind, plural)
+WORKLOAD_KINDS: tuple[tuple[str, str, str, str], ...] = (
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+    ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+    ("kubeflow.org", "v1", "TFJob", "tfjobs"),
+    ("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
+    ("ray.io", "v1", "RayCluster", "rayclusters"),
+    ("ray.io", "v1", "RayJob", "rayjobs"),
+    ("ray.io", "v1", "RayService", "rayservices"),
+    ("serving.kserve.io", "v1beta1", "InferenceService", "inferenceservices"),
+    ("serving.knative.dev", "v1", "Service", "services"),
+    ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"),
+    ("apps.nvidia.com", "v1alpha1", "NIMService", "nimservices"),
+    ("milvus.io", "v1beta1", "Milvus", "milvuses"),
+    ("grove.io", "v1alpha1", "PodCliqueSet", "podcliquesets"),
+    ("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"),
+)
+
+
+def crd_manifest(*, group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
+    """An open-schema, namespaced CRD with a status subresource."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}",
+                     "labels": {"dispatcher.io/devfleet-standin": "true"}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
+                      "listKind": f"{kind}List"},
+            "versions": [{
+                "name": version, "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            }],
+        },
+    }
