@@ -1,0 +1,249 @@
+"""Bounded, batched jq evaluation (libjq through the PyPI ``jq`` binding).
+
+libjq has no timeout, so safety comes from three things: definitions are loop-free (the
+safety check rejects ``def``, ``range``, ``recurse``, ``until``, ``..``, ...), objects are
+bounded in size and depth before any jq runs, and every expression is capped at 1000
+results. Speed comes from batching: all expressions of a definition are compiled into ONE
+program that evaluates each of them with its own ``try`` and returns one list, so an object
+is serialized and parsed once per resolve, not once per path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jq
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_RESULTS",
+    "Batch",
+    "JqFailure",
+    "Limits",
+    "canonical_text",
+    "check_safety",
+    "compile_error",
+]
+
+MAX_RESULTS = 1000
+"""An expression yielding this many results or more fails (upstream's rule, checked with >=)."""
+
+_FORBIDDEN_NAMES = frozenset({
+    "del", "range", "paths", "recurse", "walk", "repeat", "until", "while", "def",
+    "env", "$ENV", "input", "inputs", "debug", "stderr", "input_filename", "$__loc__",
+    "halt", "halt_error", "now", "import", "include", "$__prog_args", "input_line_number",
+    "get_search_list", "modulemeta", "get_jq_origin", "get_prog_origin", "combinations",
+    "recurse_down", "$__prog_name",
+})
+_ASSIGNMENTS = ("|=", "+=", "-=", "*=", "/=", "%=", "//=")
+_WORD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Bounds on the object evaluated: checked before jq runs, so jq always terminates."""
+
+    max_bytes: int = 2 * 1024 * 1024
+    max_depth: int = 100
+    max_nodes: int = 200_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class JqFailure:
+    """One expression of a batch failed (jq error or too many results)."""
+
+    message: str
+
+
+def check_safety(expression: str) -> list[str]:
+    """Problems with ``expression``: forbidden builtins/operators outside string literals.
+
+    Stricter than upstream (which does not look inside parentheses or constructors): every
+    code token is checked, including code inside string interpolation ``"\\(...)"``.
+    """
+    problems: list[str] = []
+    for token in _code_tokens(expression):
+        if token in _FORBIDDEN_NAMES:
+            problems.append(f"{token!r} is not allowed in definitions")
+        elif token == "..":
+            problems.append("'..' (recursive descent) is not allowed in definitions")
+        elif token in _ASSIGNMENTS or token == "=":
+            problems.append(f"assignment operator {token!r} is not allowed in definitions")
+    return problems
+
+
+def _code_tokens(text: str) -> list[str]:
+    """Identifiers and operators of ``text``, skipping string literals and comments."""
+    tokens: list[str] = []
+    stack: list[int] = []  # paren depth at each open string interpolation
+    depth = 0
+    i, n = 0, len(text)
+    in_string = False
+    while i < n:
+        ch = text[i]
+        if in_string:
+            if ch == "\\" and i + 1 < n and text[i + 1] == "(":
+                stack.append(depth)
+                depth += 1
+                in_string = False
+                i += 2
+            elif ch == "\\":
+                i += 2
+            elif ch == '"':
+                in_string = False
+                i += 1
+            else:
+                i += 1
+            continue
+        if ch == '"':
+            in_string = True
+            i += 1
+        elif ch == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+        elif ch == "(":
+            depth += 1
+            i += 1
+        elif ch == ")":
+            depth -= 1
+            if stack and depth == stack[-1]:
+                stack.pop()
+                in_string = True
+            i += 1
+        elif ch == "." and i + 1 < n and text[i + 1] == ".":
+            tokens.append("..")
+            i += 2
+        elif ch == ".":
+            # `.name` is a field access, never a builtin call: skip the name.
+            match = _WORD.match(text, i + 1)
+            i = match.end() if match and not text[i + 1].startswith("$") else i + 1
+        elif ch == "$" or ch.isalpha() or ch == "_":
+            match = _WORD.match(text, i)
+            word = match.group(0) if match else ch
+            tokens.append(word)
+            i += len(word)
+        elif ch in "|+-*/%=<>!":
+            op = _operator_at(text, i)
+            tokens.append(op)
+            i += len(op)
+        else:
+            i += 1
+    return tokens
+
+
+def _operator_at(text: str, i: int) -> str:
+    for op in ("//=", "|=", "+=", "-=", "*=", "/=", "%=", "==", "!=", "<=", ">=", "//"):
+        if text.startswith(op, i):
+            return op
+    return text[i]
+
+
+def compile_error(expression: str) -> str | None:
+    """libjq's compile error for ``expression`` alone, or None when it compiles."""
+    try:
+        jq.compile(expression)
+    except ValueError as error:
+        return " ".join(str(error).split())
+    return None
+
+
+def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
+    """JSON text of ``obj`` with keys sorted recursively and integral floats as integers.
+
+    This is what every expression sees: gojq's map order (so ``.[]`` and ``keys`` agree) and
+    Go's number printing (``1.0`` is ``1``). Raises ValueError when the object is deeper,
+    larger or has more nodes than ``limits`` allow, or is not JSON data.
+    """
+    has_float = _check_shape(obj, limits=limits)
+    if has_float:
+        obj = _normalize_floats(obj)
+    try:
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"not JSON data: {error}") from error
+    if len(text) > limits.max_bytes:
+        raise ValueError(f"object is {len(text)} bytes as JSON, more than the "
+                         f"{limits.max_bytes} allowed")
+    return text
+
+
+def _check_shape(obj: Any, *, limits: Limits) -> bool:
+    """Depth and node-count check without recursion; returns whether any float occurs."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    nodes = 0
+    has_float = False
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if isinstance(value, dict):
+            if depth > limits.max_depth:
+                raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            if depth > limits.max_depth:
+                raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, float):
+            has_float = True
+        if nodes > limits.max_nodes:
+            raise ValueError(f"object has more than {limits.max_nodes} values")
+    return has_float
+
+
+def _normalize_floats(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+    if isinstance(value, dict):
+        return {key: _normalize_floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normalize_floats(item) for item in value]
+    return value
+
+
+class Batch:
+    """Many jq expressions compiled into one program; ``run`` gives one result per expression.
+
+    Each result is the list of that expression's outputs, or a ``JqFailure`` (a jq error or
+    ``MAX_RESULTS`` outputs or more). One expression failing never affects the others.
+    """
+
+    def __init__(self, expressions: Sequence[str]) -> None:
+        self.expressions = tuple(expressions)
+        parts = [
+            f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
+            for expression in self.expressions
+        ]
+        self._program = jq.compile("[" + ",\n".join(parts) + "]") if parts else None
+
+    def run(self, text: str) -> list[list[Any] | JqFailure]:
+        """Evaluate every expression on the JSON ``text`` (from ``canonical_text``)."""
+        if self._program is None:
+            return []
+        try:
+            raw = self._program.input_text(text).first()
+        except ValueError as error:  # only for input that is not JSON
+            message = " ".join(str(error).split())
+            return [JqFailure(message) for _ in self.expressions]
+        out: list[list[Any] | JqFailure] = []
+        for item in raw:
+            if isinstance(item, list):
+                if len(item) >= MAX_RESULTS:
+                    out.append(JqFailure(
+                        f"query results exceed the allowed number {MAX_RESULTS}"))
+                else:
+                    out.append(item)
+            else:
+                out.append(JqFailure(_error_text(item)))
+        return out
+
+
+def _error_text(item: Mapping[str, Any] | Any) -> str:
+    message = item.get("jqerror") if isinstance(item, Mapping) else item
+    return message if isinstance(message, str) else json.dumps(message)

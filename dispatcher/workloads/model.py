@@ -1,0 +1,197 @@
+"""A loaded definition as frozen values: components, paths, status rules, gang rules.
+
+Produced by ``definitions.py`` (the loader/validator), consumed by ``resolve.py`` and
+``mutate.py``. Every jq path is an ``Expr`` that knows its field path (for error messages)
+and its slot in the definition's compiled batch (for evaluation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dispatcher.workloads.jqrun import Batch
+
+__all__ = [
+    "DEFAULT_PRECEDENCE",
+    "FRAGMENT_FIELDS",
+    "GENERIC_OF_KEY",
+    "Component",
+    "Condition",
+    "Definition",
+    "Expr",
+    "GangGroup",
+    "GangScheduling",
+    "Matcher",
+    "Scale",
+    "SpecSource",
+    "StatusRules",
+]
+
+# statusMappings key -> generic status (DESIGN.md names)
+GENERIC_OF_KEY: dict[str, str] = {
+    "resuming": "initializing", "suspending": "suspended", "suspended": "suspended",
+    "running": "running", "failed": "failed", "completed": "completed",
+    "initializing": "initializing", "pending": "pending", "degraded": "degraded",
+}
+DEFAULT_PRECEDENCE: tuple[str, ...] = (
+    "resuming", "suspending", "suspended", "running", "failed", "completed",
+    "initializing", "pending", "degraded",
+)
+GENERIC_STATUSES: tuple[str, ...] = (
+    "pending", "initializing", "running", "degraded", "completed", "failed", "suspended",
+    "unknown",
+)
+
+# fragmentedPodSpecDefinition fields (upstream + dispatcher extensions at the end)
+FRAGMENT_FIELDS: tuple[str, ...] = (
+    "schedulerNamePath", "labelsPath", "annotationsPath", "resourcesPath",
+    "resourceClaimsPath", "podAffinityPath", "nodeAffinityPath", "containersPath",
+    "containerPath", "priorityClassNamePath", "imagePath",
+    "nodeSelectorPath", "tolerationsPath", "initContainersPath",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expr:
+    """One jq path of a definition: its text, where it is, and its slot in the batch."""
+
+    text: str
+    field: str
+    slot: int
+    section: Literal["demand", "status"] = "demand"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecSource:
+    """Where a component's pods are described: one of the three upstream patterns."""
+
+    pattern: Literal["template", "podspec", "fragmented"]
+    path: Expr | None = None  # podTemplateSpecPath or podSpecPath
+    metadata: Expr | None = None
+    fragments: tuple[tuple[str, Expr], ...] = ()
+
+    def fragment(self, name: str) -> Expr | None:
+        """The fragment path called ``name`` (e.g. ``containersPath``), if defined."""
+        for key, expr in self.fragments:
+            if key == name:
+                return expr
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scale:
+    """Replica paths; ``pods_per_replica`` is the dispatcher's extension."""
+
+    replicas: Expr | None = None
+    min_replicas: Expr | None = None
+    max_replicas: Expr | None = None
+    pods_per_replica: Expr | None = None
+
+    def exprs(self) -> tuple[Expr, ...]:
+        """The defined paths, in a fixed order."""
+        return tuple(e for e in (self.replicas, self.min_replicas, self.max_replicas,
+                                 self.pods_per_replica) if e is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """A node of the structure: the root object or a logical view into it."""
+
+    name: str
+    kind: tuple[str, str, str] | None  # group, version, kind
+    owner: str | None
+    instance_ids: Expr | None
+    spec: SpecSource | None
+    scale: Scale | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Condition:
+    """An expected condition of a matcher (upstream + ``absent``/``statusNot``)."""
+
+    type: str
+    status: str = ""
+    reason: str = ""
+    absent: bool = False
+    status_not: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matcher:
+    """All present parts must hold; an empty matcher always matches."""
+
+    phase: str = ""
+    conditions: tuple[Condition, ...] = ()
+    expression: Expr | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusRules:
+    """The root's statusDefinition: where phase/conditions are and how they map."""
+
+    phase: Expr | None
+    conditions: Expr | None
+    type_field: str = "type"
+    status_field: str = "status"
+    reason_field: str = "reason"
+    message_field: str = "message"
+    # (mapping key, matchers) in precedence order
+    mappings: tuple[tuple[str, tuple[Matcher, ...]], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class GangGroup:
+    """One gang rule: a ``podGroups`` entry or the ``podGroup``."""
+
+    name: str
+    members: tuple[str, ...]
+    per: Literal["workload", "instance", "replica"] = "workload"
+    min_pods: Expr | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GangScheduling:
+    """``optimizationInstructions.gangScheduling`` in either upstream form."""
+
+    form: Literal["podGroup", "podGroups"]
+    groups: tuple[GangGroup, ...]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Definition:
+    """A validated definition, ready to evaluate objects of one apiVersion/kind."""
+
+    name: str
+    source: str
+    format: str  # apiVersion/kind of the definition document
+    group: str
+    version: str
+    kind: str
+    components: tuple[Component, ...]  # root first, then children in definition order
+    status: StatusRules | None
+    gangs: GangScheduling | None
+    demand_batch: Batch
+    status_batch: Batch
+    document: dict[str, Any] = field(repr=False)
+
+    @property
+    def api_version(self) -> str:
+        """The apiVersion of the objects this definition describes."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def root(self) -> Component:
+        """The root component (the workload object itself)."""
+        return self.components[0]
+
+    def component(self, name: str) -> Component | None:
+        """The component called ``name``, if any."""
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        return None
+
+    def children_of(self, name: str) -> tuple[Component, ...]:
+        """Direct children of a component, in definition order."""
+        return tuple(c for c in self.components if c.owner == name)

@@ -1,0 +1,179 @@
+"""What one pod needs from a node, read from its pod spec (plain dict, core/v1 shape).
+
+GPUs follow DESIGN.md: max(sum over containers, max over init containers) of
+``nvidia.com/gpu`` (limits, else requests); restartable init containers ("sidecars") are
+counted like the kubelet does. CPU and memory use the same rule on requests (else limits).
+Raises ValueError with a field path for anything of the wrong type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any, cast
+
+from dispatcher.workloads.demand import TaintEffect, Toleration
+from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity
+
+__all__ = ["GPU", "GPU_PRODUCT", "PodNeeds", "pod_needs"]
+
+GPU = "nvidia.com/gpu"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodNeeds:
+    """One pod's requirements: the fields of a ``PodShape`` except the count."""
+
+    gpus: int = 0
+    gpu_product: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    node_selector: Mapping[str, str] = field(default=_EMPTY)
+    tolerations: tuple[Toleration, ...] = ()
+
+    def key(self) -> tuple[Any, ...]:
+        """Identity for grouping identical pods into one shape."""
+        return (self.gpus, self.gpu_product, self.cpu, self.memory,
+                tuple(sorted(self.node_selector.items())), self.tolerations)
+
+
+def pod_needs(spec: Any) -> PodNeeds:
+    """Requirements of a pod whose spec is ``spec`` (None or {} -> nothing needed)."""
+    if spec is None:
+        return PodNeeds()
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"pod spec must be an object, not {_type(spec)}")
+    containers = _containers(spec.get("containers"), "containers")
+    inits = _containers(spec.get("initContainers"), "initContainers")
+    gpus = _effective(containers, inits, resource=GPU, prefer="limits")
+    cpu = _effective(containers, inits, resource="cpu", prefer="requests")
+    memory = _effective(containers, inits, resource="memory", prefer="requests")
+    if gpus.denominator != 1:
+        raise ValueError(f"{GPU} must be a whole number, not {float(gpus):g}")
+    selector = _string_map(spec.get("nodeSelector"), "nodeSelector")
+    product = selector.get(GPU_PRODUCT) or _affinity_product(spec.get("affinity"))
+    others = {k: v for k, v in selector.items() if k != GPU_PRODUCT}
+    return PodNeeds(
+        gpus=int(gpus), gpu_product=product,
+        cpu=format_cpu(cpu) if cpu else None,
+        memory=format_memory(memory) if memory else None,
+        node_selector=MappingProxyType(others) if others else _EMPTY,
+        tolerations=_tolerations(spec.get("tolerations")))
+
+
+def _type(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean",
+            int: "number", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _containers(value: Any, where: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list, not {_type(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}[{i}] must be an object, not {_type(item)}")
+    return cast(list[Mapping[str, Any]], value)
+
+
+def _amount(container: Mapping[str, Any], *, resource: str, prefer: str, where: str
+            ) -> Fraction:
+    """One container's amount of ``resource``: the preferred block, else the other."""
+    resources = container.get("resources")
+    if resources is None:
+        return Fraction(0)
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"{where}.resources must be an object, not {_type(resources)}")
+    other = "requests" if prefer == "limits" else "limits"
+    for block in (prefer, other):
+        values = resources.get(block)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{where}.resources.{block} must be an object")
+        if resource in values:
+            try:
+                return parse_quantity(values[resource])
+            except ValueError as error:
+                raise ValueError(f"{where}.resources.{block}[{resource!r}]: {error}") from None
+    return Fraction(0)
+
+
+def _effective(containers: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[str, Any]],
+               *, resource: str, prefer: str) -> Fraction:
+    """The kubelet's effective request: containers + sidecars vs. the largest init step."""
+    total = sum((_amount(c, resource=resource, prefer=prefer, where=f"containers[{i}]")
+                 for i, c in enumerate(containers)), Fraction(0))
+    sidecars = Fraction(0)
+    peak = Fraction(0)
+    for i, init in enumerate(inits):
+        amount = _amount(init, resource=resource, prefer=prefer, where=f"initContainers[{i}]")
+        if init.get("restartPolicy") == "Always":
+            sidecars += amount
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, sidecars + amount)
+    return max(total + sidecars, peak)
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be an object, not {_type(value)}")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ValueError(f"{where}[{key!r}] must be a string, not {_type(item)}")
+        out[str(key)] = item
+    return out
+
+
+def _affinity_product(affinity: Any) -> str | None:
+    """The GPU product when every required node-affinity term pins one and the same value."""
+    if not isinstance(affinity, Mapping):
+        return None
+    node = affinity.get("nodeAffinity")
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list) or not terms:
+        return None
+    found: set[str] = set()
+    for term in terms:
+        expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        pinned = [e.get("values") for e in expressions or []
+                  if isinstance(e, Mapping) and e.get("key") == GPU_PRODUCT
+                  and e.get("operator") == "In"]
+        if len(pinned) != 1 or not isinstance(pinned[0], list) or len(pinned[0]) != 1 \
+                or not isinstance(pinned[0][0], str):
+            return None
+        found.add(pinned[0][0])
+    return found.pop() if len(found) == 1 else None
+
+
+def _tolerations(value: Any) -> tuple[Toleration, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"tolerations must be a list, not {_type(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"tolerations[{i}] must be an object, not {_type(item)}")
+        operator = item.get("operator") or "Equal"
+        effect = item.get("effect") or ""
+        if operator not in ("Exists", "Equal"):
+            raise ValueError(f"tolerations[{i}].operator must be Exists or Equal")
+        if effect not in _EFFECTS:
+            raise ValueError(f"tolerations[{i}].effect {effect!r} is not a taint effect")
+        out.append(Toleration(key=str(item.get("key") or ""), operator=operator,
+                              value=str(item.get("value") or ""),
+                              effect=cast(TaintEffect, effect)))
+    return tuple(out)

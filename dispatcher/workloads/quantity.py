@@ -1,0 +1,69 @@
+"""Kubernetes resource quantities (``"500m"``, ``"128Gi"``, ``4``) as exact fractions.
+
+Only what pod resource sums need: parse, add, compare, and print back in a readable
+canonical form. Exact arithmetic (Fraction), so ``"0.5" + "500m"`` is exactly ``"1"``.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+__all__ = ["format_cpu", "format_memory", "parse_quantity"]
+
+_SUFFIX = {
+    "": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+
+
+def parse_quantity(value: object) -> Fraction:
+    """A quantity as an exact number; ValueError for anything Kubernetes would reject."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    if not isinstance(value, str):
+        raise ValueError(f"not a quantity: {value!r}")
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = match.groups()
+    return Fraction(number) * _SUFFIX[suffix]
+
+
+def format_cpu(value: Fraction) -> str:
+    """CPU cores: whole numbers plain (``"16"``), else millicores (``"1500m"``)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{float(value):g}"
+
+
+def format_memory(value: Fraction) -> str:
+    """Bytes with the largest exact suffix, binary first (``"128Gi"``, ``"1G"``, ``"1536Mi"``)."""
+    if value.denominator != 1:
+        return format_cpu(value)
+    number = value.numerator
+    if number == 0:
+        return "0"
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi"):
+        unit = _SUFFIX[suffix].numerator
+        if number % unit == 0:
+            return f"{number // unit}{suffix}"
+    for suffix in ("E", "P", "T", "G", "M", "k"):
+        unit = _SUFFIX[suffix].numerator
+        if number % unit == 0:
+            return f"{number // unit}{suffix}"
+    if number % 1024 == 0:
+        return f"{number // 1024}Ki"
+    return str(number)

@@ -1,0 +1,537 @@
+"""One definition document -> a ``Definition``, recording every problem on the way.
+
+The reader walks the document once with typed accessors that note (field path, message)
+instead of raising, so a lint run reports everything wrong with a file. Structural rules
+follow upstream's validator (reference §2.1); the extensions are in docs/definitions.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
+
+from dispatcher.workloads.errors import Issue
+from dispatcher.workloads.jqrun import Batch, check_safety, compile_error
+from dispatcher.workloads.model import (
+    DEFAULT_PRECEDENCE,
+    FRAGMENT_FIELDS,
+    GENERIC_OF_KEY,
+    Component,
+    Condition,
+    Definition,
+    Expr,
+    GangGroup,
+    GangScheduling,
+    Matcher,
+    Scale,
+    SpecSource,
+    StatusRules,
+)
+
+__all__ = ["FORMATS", "DocReader", "structure_issues"]
+
+FORMATS: frozenset[tuple[str, str]] = frozenset({
+    ("optimization.nvidia.com/v1alpha1", "ResourceInterface"),
+    ("run.ai/v1alpha1", "Karta"),
+})
+_GENERIC_PRECEDENCE: tuple[str, ...] = tuple(dict.fromkeys(
+    GENERIC_OF_KEY[key] for key in DEFAULT_PRECEDENCE))
+
+_TOP = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+_SPEC = frozenset({"structureDefinition", "optimizationInstructions"})
+_STRUCTURE = frozenset({"rootComponent", "childComponents", "additionalChildKinds"})
+_COMPONENT = frozenset({"name", "kind", "ownerRef", "specDefinition", "scaleDefinition",
+                        "statusDefinition", "instanceIdPath", "podSelector",
+                        "suspendDefinition"})
+_SPECDEF = frozenset({"podTemplateSpecPath", "podSpecPath", "metadataPath",
+                      "fragmentedPodSpecDefinition"})
+_SCALE = {"replicasPath": "replicas", "minReplicasPath": "min_replicas",
+          "maxReplicasPath": "max_replicas", "podsPerReplicaPath": "pods_per_replica"}
+_STATUSDEF = frozenset({"phaseDefinition", "conditionsDefinition", "statusMappings",
+                        "statusPrecedence"})
+_CONDDEF = {"typeFieldName": "type", "statusFieldName": "status",
+            "messageFieldName": "message", "reasonFieldName": "reason"}
+_MATCHER = frozenset({"byPhase", "byConditions", "byExpression"})
+_EXPECTED = frozenset({"type", "status", "reason", "absent", "statusNot"})
+_SELECTOR = frozenset({"componentTypeSelector", "componentInstanceSelector", "replicaSelector"})
+_GANG_PER = ("workload", "instance", "replica")
+
+
+@lru_cache(maxsize=4096)
+def _jq_problems(text: str) -> tuple[str, ...]:
+    """Safety and compile problems of one expression (cached: catalogs repeat paths)."""
+    problems = check_safety(text)
+    error = compile_error(text)
+    if error is not None:
+        problems.append(error)
+    return tuple(problems)
+
+
+class DocReader:
+    """Reads one document; ``build()`` returns the Definition, ``issues`` every problem."""
+
+    def __init__(self, *, source: str, document: Any, index: int) -> None:
+        self.source = source
+        self.document = document
+        self.index = index
+        self.issues: list[Issue] = []
+        self.name = ""
+        self._texts: dict[str, list[str]] = {"demand": [], "status": []}
+
+    # -- recording -------------------------------------------------------------------------
+
+    def _issue(self, field: str, message: str) -> None:
+        self.issues.append(Issue(source=self.source, definition=self.name, field=field,
+                                 message=message))
+
+    def _mapping(self, value: Any, field: str, *, required: bool = False,
+                 allowed: frozenset[str] | None = None) -> Mapping[str, Any] | None:
+        if value is None:
+            if required:
+                self._issue(field, "is required")
+            return None
+        if not isinstance(value, Mapping):
+            self._issue(field, f"must be a mapping, not {type(value).__name__}")
+            return None
+        if allowed is not None:
+            for key in value:
+                if key not in allowed:
+                    self._issue(f"{field}.{key}", "unknown field")
+        return value
+
+    def _string(self, value: Any, field: str, *, required: bool = False) -> str | None:
+        if value is None:
+            if required:
+                self._issue(field, "is required")
+            return None
+        if not isinstance(value, str):
+            self._issue(field, f"must be a string, not {type(value).__name__}")
+            return None
+        if required and not value:
+            self._issue(field, "must not be empty")
+        text: str = value
+        return text
+
+    def _list(self, value: Any, field: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self._issue(field, f"must be a list, not {type(value).__name__}")
+            return []
+        return value
+
+    def _check_jq(self, text: str, field: str) -> None:
+        for problem in _jq_problems(text):
+            self._issue(field, f"failed to parse JQ expression '{text}': {problem}")
+
+    def _expr(self, value: Any, field: str, *,
+              section: Literal["demand", "status"] | None = "demand") -> Expr | None:
+        """A jq path: checked, and (when ``section`` is set) given a slot in that batch."""
+        text = self._string(value, field)
+        if not text:
+            return None  # upstream: an empty path is "not defined"
+        self._check_jq(text, field)
+        if section is None:
+            return Expr(text=text, field=field, slot=-1)
+        slots = self._texts[section]
+        slots.append(text)
+        return Expr(text=text, field=field, slot=len(slots) - 1, section=section)
+
+    def _pod_side(self, value: Any, field: str) -> None:
+        """A path evaluated against Pods (selectors, gang keys): only checked."""
+        self._expr(value, field, section=None)
+
+    # -- document --------------------------------------------------------------------------
+
+    def build(self) -> Definition | None:
+        """The Definition, or None when the document is too broken to describe one."""
+        where = f"document {self.index}"
+        doc = self._mapping(self.document, where, allowed=_TOP)
+        if doc is None:
+            return None
+        fmt = (doc.get("apiVersion"), doc.get("kind"))
+        if fmt not in FORMATS:
+            self._issue(where, f"apiVersion/kind {fmt[0]!r}/{fmt[1]!r} is not a definition "
+                        "(want optimization.nvidia.com/v1alpha1 ResourceInterface or "
+                        "run.ai/v1alpha1 Karta)")
+            return None
+        meta = self._mapping(doc.get("metadata"), "metadata") or {}
+        spec = self._mapping(doc.get("spec"), "spec", required=True, allowed=_SPEC)
+        structure = self._mapping((spec or {}).get("structureDefinition"),
+                                  "spec.structureDefinition", required=True,
+                                  allowed=_STRUCTURE)
+        if structure is None:
+            return None
+        raw_root = self._mapping(structure.get("rootComponent"),
+                                 "spec.structureDefinition.rootComponent", required=True,
+                                 allowed=_COMPONENT)
+        if raw_root is None:
+            return None
+        name = self._string(meta.get("name"), "metadata.name")
+        root_kind = raw_root.get("kind")
+        if not name and isinstance(root_kind, Mapping) and isinstance(root_kind.get("kind"), str):
+            name = root_kind["kind"].lower()
+        self.name = name or f"#{self.index}"
+        self.issues = [Issue(source=i.source, definition=self.name, field=i.field,
+                             message=i.message) for i in self.issues]
+
+        root = self._component(raw_root, "spec.structureDefinition.rootComponent", root=True)
+        components = [root]
+        for i, raw in enumerate(self._list(structure.get("childComponents"),
+                                           "spec.structureDefinition.childComponents")):
+            field = f"spec.structureDefinition.childComponents[{i}]"
+            child = self._mapping(raw, field, required=True, allowed=_COMPONENT)
+            if child is not None:
+                components.append(self._component(child, field, root=False))
+        self._list(structure.get("additionalChildKinds"),
+                   "spec.structureDefinition.additionalChildKinds")
+        status = self._status(raw_root.get("statusDefinition"),
+                              "spec.structureDefinition.rootComponent.statusDefinition",
+                              used=True)
+        if raw_root.get("statusDefinition") is None:
+            self._issue("spec.structureDefinition.rootComponent",
+                        "root component must have status definition")
+        for field, message in structure_issues(components):
+            self._issue(field, message)
+        instructions = self._mapping((spec or {}).get("optimizationInstructions"),
+                                     "spec.optimizationInstructions",
+                                     allowed=frozenset({"gangScheduling"})) or {}
+        gangs = self._gangs(instructions.get("gangScheduling"),
+                            "spec.optimizationInstructions.gangScheduling",
+                            names={c.name for c in components})
+        if self.issues:
+            return None
+        try:
+            demand_batch = Batch(self._texts["demand"])
+            status_batch = Batch(self._texts["status"])
+        except ValueError as error:
+            self._issue("spec", f"paths do not compile together: {' '.join(str(error).split())}"
+                        " (a comment ending in a backslash?)")
+            return None
+        kind = root.kind or ("", "", "")
+        return Definition(
+            name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
+            group=kind[0], version=kind[1], kind=kind[2], components=tuple(components),
+            status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
+            document=dict(doc))
+
+    # -- components ------------------------------------------------------------------------
+
+    def _component(self, raw: Mapping[str, Any], field: str, *, root: bool) -> Component:
+        name = self._string(raw.get("name"), f"{field}.name") or ""
+        if not name:
+            self._issue(f"{field}.name", "component name is empty")
+        kind = self._gvk(raw.get("kind"), f"{field}.kind")
+        if root:
+            if kind is None or not kind[1] or not kind[2] or (not kind[0] and kind[2] != "Pod"):
+                self._issue(f"{field}.kind",
+                            "root component must have full kind (group, version, kind)")
+            if "ownerRef" in raw:
+                self._issue(f"{field}.ownerRef", "root component cannot have owner ref")
+            owner = None
+        else:
+            owner = self._string(raw.get("ownerRef"), f"{field}.ownerRef")
+        spec = self._spec(raw.get("specDefinition"), f"{field}.specDefinition", name)
+        scale = self._scale(raw.get("scaleDefinition"), f"{field}.scaleDefinition")
+        if not root and raw.get("statusDefinition") is not None:
+            self._status(raw.get("statusDefinition"), f"{field}.statusDefinition", used=False)
+        instance_ids = self._expr(raw.get("instanceIdPath"), f"{field}.instanceIdPath")
+        selector = self._mapping(raw.get("podSelector"), f"{field}.podSelector",
+                                 allowed=_SELECTOR) or {}
+        has_instance_selector = self._selectors(selector, f"{field}.podSelector")
+        if instance_ids is not None and not has_instance_selector:
+            self._issue(f"{field}.podSelector", f"component '{name}' has instance id path "
+                        "but no pod component instance selector")
+        if instance_ids is None and has_instance_selector:
+            self._issue(f"{field}.instanceIdPath", f"component '{name}' has pod component "
+                        "instance selector but no instance id path")
+        self._suspend(raw.get("suspendDefinition"), f"{field}.suspendDefinition")
+        return Component(name=name, kind=kind, owner=owner, instance_ids=instance_ids,
+                         spec=spec, scale=scale)
+
+    def _gvk(self, value: Any, field: str) -> tuple[str, str, str] | None:
+        raw = self._mapping(value, field, allowed=frozenset({"group", "version", "kind"}))
+        if raw is None:
+            return None
+        parts = [self._string(raw.get(k), f"{field}.{k}") or "" for k in
+                 ("group", "version", "kind")]
+        return parts[0], parts[1], parts[2]
+
+    def _spec(self, value: Any, field: str, name: str) -> SpecSource | None:
+        raw = self._mapping(value, field, allowed=_SPECDEF)
+        if raw is None:
+            return None
+        patterns = [k for k in ("podTemplateSpecPath", "podSpecPath",
+                                "fragmentedPodSpecDefinition") if raw.get(k) is not None]
+        if len(patterns) > 1:
+            self._issue(field, f"component '{name}' has multiple pod spec definitions")
+        metadata = self._expr(raw.get("metadataPath"), f"{field}.metadataPath")
+        if "fragmentedPodSpecDefinition" in patterns:
+            frag_field = f"{field}.fragmentedPodSpecDefinition"
+            frag = self._mapping(raw["fragmentedPodSpecDefinition"], frag_field,
+                                 allowed=frozenset(FRAGMENT_FIELDS)) or {}
+            fragments = []
+            for key in FRAGMENT_FIELDS:
+                expr = self._expr(frag.get(key), f"{frag_field}.{key}")
+                if expr is not None:
+                    fragments.append((key, expr))
+            return SpecSource(pattern="fragmented", metadata=metadata,
+                              fragments=tuple(fragments))
+        if "podTemplateSpecPath" in patterns:
+            return SpecSource(pattern="template", metadata=metadata, path=self._expr(
+                raw["podTemplateSpecPath"], f"{field}.podTemplateSpecPath"))
+        if "podSpecPath" in patterns:
+            return SpecSource(pattern="podspec", metadata=metadata, path=self._expr(
+                raw["podSpecPath"], f"{field}.podSpecPath"))
+        return None
+
+    def _scale(self, value: Any, field: str) -> Scale | None:
+        raw = self._mapping(value, field, allowed=frozenset(_SCALE))
+        if raw is None:
+            return None
+        paths = {attr: self._expr(raw.get(key), f"{field}.{key}")
+                 for key, attr in _SCALE.items()}
+        return Scale(**paths)
+
+    def _selectors(self, selector: Mapping[str, Any], field: str) -> bool:
+        type_sel = self._mapping(selector.get("componentTypeSelector"),
+                                 f"{field}.componentTypeSelector",
+                                 allowed=frozenset({"keyPath", "value", "matchLabels"}))
+        if type_sel is not None:
+            self._pod_side(type_sel.get("keyPath"), f"{field}.componentTypeSelector.keyPath")
+            self._string(type_sel.get("value"), f"{field}.componentTypeSelector.value")
+            self._mapping(type_sel.get("matchLabels"),
+                          f"{field}.componentTypeSelector.matchLabels")
+        for key in ("componentInstanceSelector", "replicaSelector"):
+            attr = "idPath" if key == "componentInstanceSelector" else "keyPath"
+            sub = self._mapping(selector.get(key), f"{field}.{key}",
+                                allowed=frozenset({attr}))
+            if sub is not None:
+                self._pod_side(sub.get(attr), f"{field}.{key}.{attr}")
+        return selector.get("componentInstanceSelector") is not None
+
+    def _suspend(self, value: Any, field: str) -> None:
+        raw = self._mapping(value, field,
+                            allowed=frozenset({"suspendActions", "resumeActions"}))
+        if raw is None:
+            return
+        for key in ("suspendActions", "resumeActions"):
+            for i, action in enumerate(self._list(raw.get(key), f"{field}.{key}")):
+                item = self._mapping(action, f"{field}.{key}[{i}]",
+                                     allowed=frozenset({"path", "value"})) or {}
+                self._expr(item.get("path"), f"{field}.{key}[{i}].path", section=None)
+
+    # -- status ----------------------------------------------------------------------------
+
+    def _status(self, value: Any, field: str, *, used: bool) -> StatusRules | None:
+        raw = self._mapping(value, field, allowed=_STATUSDEF)
+        if raw is None:
+            return None
+        section: Literal["status"] | None = "status" if used else None
+        phase_raw = self._mapping(raw.get("phaseDefinition"), f"{field}.phaseDefinition",
+                                  allowed=frozenset({"path"}))
+        phase = None
+        if phase_raw is not None:
+            self._string(phase_raw.get("path"), f"{field}.phaseDefinition.path",
+                         required=True)
+            phase = self._expr(phase_raw.get("path"), f"{field}.phaseDefinition.path",
+                               section=section)
+        cond_raw = self._mapping(raw.get("conditionsDefinition"),
+                                 f"{field}.conditionsDefinition",
+                                 allowed=frozenset({"path", *_CONDDEF}))
+        conditions = None
+        names = dict(_CONDDEF)
+        if cond_raw is not None:
+            self._string(cond_raw.get("path"), f"{field}.conditionsDefinition.path",
+                         required=True)
+            conditions = self._expr(cond_raw.get("path"), f"{field}.conditionsDefinition.path",
+                                    section=section)
+            for key, default in _CONDDEF.items():
+                # CRD default; an explicit null also means the default (as the API server)
+                names[key] = self._string(cond_raw.get(key),
+                                          f"{field}.conditionsDefinition.{key}") or default
+        mappings_raw = self._mapping(raw.get("statusMappings"), f"{field}.statusMappings") or {}
+        mappings: dict[str, tuple[Matcher, ...]] = {}
+        for key, matchers in mappings_raw.items():
+            where = f"{field}.statusMappings.{key}"
+            if key not in GENERIC_OF_KEY:
+                self._issue(where, f"unknown status; use one of {', '.join(GENERIC_OF_KEY)}")
+                continue
+            mappings[key] = tuple(
+                self._matcher(m, f"{where}[{i}]", section=section)
+                for i, m in enumerate(self._list(matchers, where)))
+        precedence = self._precedence(raw.get("statusPrecedence"),
+                                      f"{field}.statusPrecedence")
+        ordered = sorted(mappings, key=lambda k: (precedence.index(GENERIC_OF_KEY[k]),
+                                                  DEFAULT_PRECEDENCE.index(k)))
+        return StatusRules(
+            phase=phase, conditions=conditions, type_field=names["typeFieldName"],
+            status_field=names["statusFieldName"], reason_field=names["reasonFieldName"],
+            message_field=names["messageFieldName"],
+            mappings=tuple((key, mappings[key]) for key in ordered))
+
+    def _precedence(self, value: Any, field: str) -> list[str]:
+        given: list[str] = []
+        for i, item in enumerate(self._list(value, field)):
+            name = self._string(item, f"{field}[{i}]")
+            if name is None:
+                continue
+            generic = GENERIC_OF_KEY.get(name)
+            if generic is None:
+                self._issue(f"{field}[{i}]", f"unknown status {name!r}")
+            elif generic not in given:
+                given.append(generic)
+        return given + [g for g in _GENERIC_PRECEDENCE if g not in given]
+
+    def _matcher(self, value: Any, field: str, *, section: Literal["status"] | None) -> Matcher:
+        raw = self._mapping(value, field, allowed=_MATCHER)
+        if raw is None:
+            return Matcher(phase="\0never")  # already reported
+        phase = self._string(raw.get("byPhase"), f"{field}.byPhase") or ""
+        conditions = tuple(
+            self._expected(c, f"{field}.byConditions[{i}]")
+            for i, c in enumerate(self._list(raw.get("byConditions"), f"{field}.byConditions")))
+        expression = None
+        expr_raw = self._mapping(raw.get("byExpression"), f"{field}.byExpression",
+                                 allowed=frozenset({"expression", "expectedResult"}))
+        if expr_raw is not None:
+            text = self._string(expr_raw.get("expression"),
+                                f"{field}.byExpression.expression", required=True)
+            expected = self._string(expr_raw.get("expectedResult"),
+                                    f"{field}.byExpression.expectedResult", required=True)
+            if text:
+                self._check_jq(text, f"{field}.byExpression.expression")
+                wrapped = f"(({text}\n) | tostring) == {json.dumps(expected or '')}"
+                expression = Expr(text=text, field=f"{field}.byExpression.expression",
+                                  slot=-1, section="status")
+                if section is not None:
+                    slots = self._texts["status"]
+                    slots.append(wrapped)
+                    expression = Expr(text=text, field=expression.field,
+                                      slot=len(slots) - 1, section="status")
+        return Matcher(phase=phase, conditions=conditions, expression=expression)
+
+    def _expected(self, value: Any, field: str) -> Condition:
+        raw = self._mapping(value, field, allowed=_EXPECTED) or {}
+        ctype = self._string(raw.get("type"), f"{field}.type", required=True) or ""
+        status = self._string(raw.get("status"), f"{field}.status") or ""
+        reason = self._string(raw.get("reason"), f"{field}.reason") or ""
+        absent = raw.get("absent", False)
+        if not isinstance(absent, bool):
+            self._issue(f"{field}.absent", "must be true or false")
+            absent = False
+        status_not = self._string(raw.get("statusNot"), f"{field}.statusNot")
+        if absent and (status or reason or status_not is not None):
+            self._issue(field, "absent: true cannot be combined with status, reason or "
+                        "statusNot")
+        if status and status_not is not None:
+            self._issue(field, "status and statusNot cannot be combined")
+        return Condition(type=ctype, status=status, reason=reason, absent=absent,
+                         status_not=status_not)
+
+    # -- gangs -----------------------------------------------------------------------------
+
+    def _gangs(self, value: Any, field: str, *, names: set[str]) -> GangScheduling | None:
+        raw = self._mapping(value, field, allowed=frozenset({"podGroups", "podGroup"}))
+        if raw is None:
+            return None
+        if raw.get("podGroups") is not None and raw.get("podGroup") is not None:
+            self._issue(field, "use podGroups or podGroup, not both")
+        if raw.get("podGroup") is not None:
+            where = f"{field}.podGroup"
+            group = self._mapping(raw["podGroup"], where, allowed=frozenset(
+                {"name", "topology", "subGroups", "minPodsPath"})) or {}
+            members = []
+            for i, sub in enumerate(self._list(group.get("subGroups"), f"{where}.subGroups")):
+                item = self._mapping(sub, f"{where}.subGroups[{i}]", allowed=frozenset(
+                    {"componentName", "topology"})) or {}
+                member = self._member(item, f"{where}.subGroups[{i}]", names=names,
+                                      label="sub-group")
+                if member:
+                    members.append(member)
+            return GangScheduling(form="podGroup", groups=(GangGroup(
+                name=self._string(group.get("name"), f"{where}.name", required=True) or "",
+                members=tuple(members),
+                min_pods=self._expr(group.get("minPodsPath"), f"{where}.minPodsPath")),))
+        groups = []
+        seen: set[str] = set()
+        for i, entry in enumerate(self._list(raw.get("podGroups"), f"{field}.podGroups")):
+            where = f"{field}.podGroups[{i}]"
+            item = self._mapping(entry, where, required=True, allowed=frozenset(
+                {"name", "members", "minPodsPath", "gangPer"})) or {}
+            name = self._string(item.get("name"), f"{where}.name", required=True) or ""
+            if name in seen:
+                self._issue(f"{where}.name", f"pod group {name} is not unique")
+            seen.add(name)
+            members = []
+            for j, raw_member in enumerate(self._list(item.get("members"), f"{where}.members")):
+                mfield = f"{where}.members[{j}]"
+                member_raw = self._mapping(raw_member, mfield, allowed=frozenset(
+                    {"componentName", "groupByKeyPaths", "filters"})) or {}
+                member = self._member(member_raw, mfield, names=names, label="pod-group member")
+                for key in ("groupByKeyPaths", "filters"):
+                    for k, path in enumerate(self._list(member_raw.get(key), f"{mfield}.{key}")):
+                        self._pod_side(path, f"{mfield}.{key}[{k}]")
+                if member:
+                    members.append(member)
+            per = item.get("gangPer", "workload")
+            if per not in _GANG_PER:
+                self._issue(f"{where}.gangPer", f"must be one of {', '.join(_GANG_PER)}")
+                per = "workload"
+            min_pods = self._expr(item.get("minPodsPath"), f"{where}.minPodsPath")
+            if min_pods is not None and per != "workload":
+                self._issue(f"{where}.minPodsPath", "only allowed with gangPer: workload")
+            groups.append(GangGroup(name=name, members=tuple(members), per=per,
+                                    min_pods=min_pods))
+        return GangScheduling(form="podGroups", groups=tuple(groups))
+
+    def _member(self, item: Mapping[str, Any], field: str, *, names: set[str],
+                label: str) -> str | None:
+        name = self._string(item.get("componentName"), f"{field}.componentName",
+                            required=True)
+        if name and name not in names:
+            self._issue(f"{field}.componentName", f"{label} component '{name}' is not "
+                        "defined (should be a root or child component)")
+            return None
+        return name or None
+
+
+def structure_issues(components: list[Component]) -> list[tuple[str, str]]:
+    """Upstream's structural rules over components: (field, message) pairs.
+
+    Unique names first (a duplicate stops the rest, as upstream); then children's owner
+    refs; then ownership cycles (only when the owner refs are fine).
+    """
+    seen: set[str] = set()
+    duplicates: list[tuple[str, str]] = []
+    for comp in [*components[1:], components[0]]:
+        if comp.name and comp.name in seen:
+            duplicates.append(("spec.structureDefinition",
+                               f"component name {comp.name} is not unique"))
+        seen.add(comp.name)
+    if duplicates:
+        return duplicates
+    problems: list[tuple[str, str]] = []
+    names = {c.name for c in components}
+    for index, comp in enumerate(components[1:]):
+        where = f"spec.structureDefinition.childComponents[{index}].ownerRef"
+        if not comp.owner:
+            problems.append((where, f"child component '{comp.name}' has no owner ref"))
+        elif comp.owner not in names:
+            problems.append((where, f"child component '{comp.name}' has owner ref to "
+                                    f"non-existing component '{comp.owner}'"))
+    if problems:
+        return problems
+    owners = {c.name: c.owner for c in components}
+    for comp in components[1:]:
+        visited: set[str] = set()
+        current: str | None = comp.name
+        while current is not None:
+            if current in visited:
+                return [("spec.structureDefinition",
+                         f"ownership cycle detected involving component {current}")]
+            visited.add(current)
+            current = owners.get(current)
+    return problems
