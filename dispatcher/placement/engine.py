@@ -1,0 +1,159 @@
+"""The decision: filter members, fit the gangs, score, choose, explain.
+
+Filters run cheapest first and the first that rejects a member gives its reason: pin,
+cluster selector, Ready, cordoned, served kind, then gang fit at node granularity
+(``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score, name),
+so the same input always gives the same answer.
+
+Policies (score: higher is better):
+
+- ``most-free`` (default): free GPUs the member has left after the placement; spreads load
+  and leaves room for the next large workload on the member with the most headroom.
+- ``best-fit``: minus the free GPUs left after the placement, i.e. the fullest member that
+  still fits wins; ties go to the placement that leaves fewer GPUs stranded on the nodes it
+  uses. Packs members tightly, keeping other members empty for big gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatcher.placement.fit import PackResult, count_fits, explain_misfit, pack, pod_groups
+from dispatcher.placement.model import (
+    Decision,
+    MemberSnapshot,
+    NodeGrant,
+    PlacementError,
+    PlacementRequest,
+    Verdict,
+)
+from dispatcher.placement.selector import Selector, SelectorError, parse_selector
+
+__all__ = ["POLICIES", "decide"]
+
+POLICIES: tuple[str, ...] = ("most-free", "best-fit")
+_SUMMARY_LIMIT = 900
+
+
+def _selector(request: PlacementRequest) -> Selector | None:
+    if not request.selector:
+        return None
+    try:
+        return parse_selector(request.selector)
+    except SelectorError as exc:
+        raise PlacementError(f"annotation dispatcher.io/cluster-selector: {exc}") from exc
+
+
+def _gate(member: MemberSnapshot, request: PlacementRequest,
+          selector: Selector | None) -> str | None:
+    """The reason a member is out before any fitting, or None."""
+    if request.pin is not None and member.name != request.pin:
+        return f"not the pinned member (dispatcher.io/cluster={request.pin})"
+    if selector is not None:
+        failing = selector.failing(member.labels)
+        if failing:
+            shown = ",".join(f"{r.key}={member.labels[r.key]}" for r in failing
+                             if r.key in member.labels)
+            labels = f" (member has {shown})" if shown else ""
+            return f"selector {','.join(str(r) for r in failing)} does not match{labels}"
+    if not member.ready:
+        return "not ready" + (f": {member.not_ready_reason}" if member.not_ready_reason else "")
+    if member.cordoned:
+        return "cordoned"
+    if (request.kind and member.served_kinds is not None
+            and (request.group, request.kind) not in member.served_kinds):
+        group = f" ({request.group})" if request.group else ""
+        return f"kind {request.kind}{group} not served"
+    return None
+
+
+def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Decision:
+    """Choose a member for ``request``; raises PlacementError when the request is invalid."""
+    if request.policy not in POLICIES:
+        raise PlacementError(f"unknown placement policy {request.policy!r} "
+                             f"(known: {', '.join(POLICIES)})")
+    names = {m.name for m in members}
+    if request.pin is not None and request.pin not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise PlacementError(f"pinned member {request.pin!r} (dispatcher.io/cluster) does not "
+                             f"exist; members: {known}")
+    selector = _selector(request)
+    demand = request.demand
+    groups = pod_groups(demand)
+    gpus = demand.gpus
+    best_fit = request.policy == "best-fit"
+    prefer = {name: i for i, name in enumerate(request.prefer)}
+
+    verdicts: list[Verdict] = []
+    packs: dict[str, PackResult] = {}
+    ranks: dict[str, tuple[int, float, int, str]] = {}
+    for member in sorted(members, key=lambda m: m.name):
+        capacity = member.capacity
+        reason = _gate(member, request, selector)
+        if reason is not None:
+            verdicts.append(Verdict(member=member.name, feasible=False, reason=reason,
+                                    free=capacity.free, fits=0 if request.count_fits else None))
+            continue
+        result = pack(capacity, groups)
+        if result is None:
+            verdicts.append(Verdict(member=member.name, feasible=False,
+                                    reason=explain_misfit(capacity, groups), free=capacity.free,
+                                    fits=0 if request.count_fits else None))
+            continue
+        free_after = capacity.free - gpus
+        score = float(-free_after if best_fit else free_after)
+        leftover = result.leftover() if best_fit else 0
+        fits = count_fits(capacity, groups) if request.count_fits else None
+        packs[member.name] = result
+        ranks[member.name] = (prefer.get(member.name, len(prefer)), -score, leftover,
+                              member.name)
+        times = f", fits {fits} time(s)" if fits is not None else ""
+        verdicts.append(Verdict(
+            member=member.name, feasible=True, free=capacity.free, fits=fits,
+            free_after=free_after, score=score,
+            reason=f"fits: {capacity.free} GPUs free, {free_after} left after{times}"))
+
+    ranked = sorted(verdicts, key=lambda v: ranks.get(v.member, (1 << 30, 0.0, 0, v.member)))
+    chosen = ranked[0].member if ranked and ranked[0].feasible else None
+    assignment: tuple[NodeGrant, ...] = ()
+    if chosen is not None:
+        assignment = packs[chosen].assignment()
+        if request.count_fits:
+            ranked = [_with_assignment(v, packs) for v in ranked]
+        else:
+            ranked[0] = _with_assignment(ranked[0], packs)
+    return Decision(policy=request.policy, pods=demand.pods, gpus=gpus,
+                    gangs=len(demand.gangs), verdicts=tuple(ranked), chosen=chosen,
+                    assignment=assignment, summary=_summary(ranked, chosen, request))
+
+
+def _with_assignment(verdict: Verdict, packs: dict[str, PackResult]) -> Verdict:
+    result = packs.get(verdict.member)
+    if result is None:
+        return verdict
+    return Verdict(member=verdict.member, feasible=True, reason=verdict.reason,
+                   free=verdict.free, fits=verdict.fits, free_after=verdict.free_after,
+                   score=verdict.score, assignment=result.assignment())
+
+
+def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest) -> str:
+    """One line for the Pending condition message and logs."""
+    demand = request.demand
+    what = f"{demand.pods} pod(s) / {demand.gpus} GPU(s) in {len(demand.gangs)} gang(s)"
+    if chosen is not None:
+        best = ranked[0]
+        feasible = sum(1 for v in ranked if v.feasible)
+        return (f"placed {what} on {chosen} ({request.policy}, {best.free_after} GPUs free "
+                f"after; {feasible} of {len(ranked)} member(s) feasible)")
+    if not ranked:
+        return f"no member can take {what}: no members"
+    # Group members with the same reason so 100 cordoned members take one clause.
+    by_reason: dict[str, list[str]] = {}
+    for verdict in ranked:
+        by_reason.setdefault(verdict.reason, []).append(verdict.member)
+    clauses = []
+    for reason, names in by_reason.items():
+        who = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+        clauses.append(f"{who}: {reason}")
+    line = f"no member can take {what}: " + "; ".join(clauses)
+    return line if len(line) <= _SUMMARY_LIMIT else line[: _SUMMARY_LIMIT - 3] + "..."

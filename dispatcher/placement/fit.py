@@ -1,0 +1,320 @@
+"""Gang fit at node granularity: can every pod of every gang run on one cluster at once?
+
+The packer works on a cluster's node classes (``fleet.capacity.NodeClass``: nodes with the
+same product, labels and taints, bucketed by free GPUs), so its cost grows with the number
+of distinct (class, free amount) buckets and pod shapes, not with nodes or pods.
+
+Heuristic: best-fit decreasing. Pods are taken largest first; each goes to the eligible node
+with the fewest free GPUs that still holds it (ties: class order, then node name). Pods of one
+shape fill a node before the next is opened, which is exactly per-pod best fit, done in
+batches. If that order fails, a second order is tried that places the most constrained shapes
+first (least eligible free capacity). The answer is sound: "fits" always comes with an
+explicit node assignment that respects every per-node constraint and never over-allocates a
+node. It is not complete: bin packing is NP-hard, and both orders can miss a packing that
+exists when pod sizes are mixed and do not divide node sizes, e.g. two nodes with 10 free
+GPUs and pods of 5, 4, 4, 3, 2, 2 GPUs (5+3+2 and 4+4+2 fit, best-fit decreasing does not
+find it). Such a miss is reported as infeasible, never as a wrong "fits".
+
+Not modelled: CPU and memory (pods without GPUs only need one eligible node to exist), and
+per-node selectors on ``kubernetes.io/hostname`` (classes leave the hostname out, so such a
+pod finds no node; pinning pods to one hostname across clusters is not meaningful anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dispatcher.fleet.capacity import ClusterCapacity, NodeClass
+from dispatcher.placement.model import NodeGrant
+from dispatcher.workloads.demand import Demand, Toleration
+
+__all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups"]
+
+_CACHE_LIMIT = 512
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodGroup:
+    """Identical pods of a demand, merged across gangs: same GPUs and node requirements."""
+
+    gpus: int
+    count: int
+    product: str | None
+    selector: tuple[tuple[str, str], ...]
+    tolerations: tuple[Toleration, ...]
+    gangs: tuple[str, ...]
+    # A string key for the class eligibility memo (hashing a str is cached by Python).
+    requirement: str
+
+    def describe(self) -> str:
+        product = f" of {self.product}" if self.product else ""
+        return f"{self.count} pod(s) x {self.gpus} GPU(s){product}"
+
+
+_ShapeKey = tuple[int, str | None, tuple[tuple[str, str], ...], tuple[Toleration, ...]]
+
+
+def pod_groups(demand: Demand) -> tuple[PodGroup, ...]:
+    """The demand's pods grouped by shape, largest GPU count first (deterministic)."""
+    counts: dict[_ShapeKey, int] = {}
+    gangs: dict[_ShapeKey, list[str]] = {}
+    for gang in demand.gangs:
+        for shape in gang.pod_shapes:
+            if shape.count <= 0:
+                continue
+            tolerations = tuple(sorted(set(shape.tolerations),
+                                       key=lambda t: (t.key, t.operator, t.value, t.effect)))
+            key: _ShapeKey = (shape.gpus, shape.gpu_product,
+                        tuple(sorted(shape.node_selector.items())), tolerations)
+            counts[key] = counts.get(key, 0) + shape.count
+            names = gangs.setdefault(key, [])
+            if gang.name not in names:
+                names.append(gang.name)
+    groups = [
+        PodGroup(gpus=gpus, count=counts[key], product=product, selector=selector,
+                 tolerations=tolerations, gangs=tuple(gangs[key]),
+                 requirement=repr((product, selector, tolerations)))
+        for key in counts
+        for gpus, product, selector, tolerations in (key,)
+    ]
+    groups.sort(key=lambda g: (-g.gpus, g.requirement))
+    return tuple(groups)
+
+
+def eligible(cls: NodeClass, group: PodGroup) -> bool:
+    """May a pod of ``group`` run on nodes of ``cls`` (product, labels, hard taints)?"""
+    cached = cls.fit_cache.get(group.requirement)
+    if cached is not None:
+        return cached
+    answer = _eligible(cls, group)
+    if len(cls.fit_cache) >= _CACHE_LIMIT:
+        cls.fit_cache.clear()
+    cls.fit_cache[group.requirement] = answer
+    return answer
+
+
+def _eligible(cls: NodeClass, group: PodGroup) -> bool:
+    if group.product is not None and cls.product != group.product:
+        return False
+    labels = cls.label_map
+    if any(labels.get(key) != value for key, value in group.selector):
+        return False
+    return all(
+        any(t.tolerates(key=key, value=value, effect=effect) for t in group.tolerations)
+        for key, value, effect in cls.hard_taints)
+
+
+# A bucket of identical nodes in the packer's working state:
+# [free GPUs before this decision, node count, ((group index, pods per node), ...)]
+_Entry = list[object]
+
+
+class _Work:
+    """Copy-on-write packing state of one class: pristine nodes are only counted."""
+
+    __slots__ = ("cls", "rank", "taken", "touched")
+
+    def __init__(self, cls: NodeClass, rank: int) -> None:
+        self.cls = cls
+        self.rank = rank
+        self.taken: dict[int, int] = {}  # free amount -> pristine nodes used
+        self.touched: dict[int, list[_Entry]] = {}  # current free -> partly used nodes
+
+    def sizes(self, minimum: int) -> set[int]:
+        sizes = {f for f, names in self.cls.free_nodes.items()
+                 if f >= minimum and len(names) > self.taken.get(f, 0)}
+        sizes.update(f for f, entries in self.touched.items() if f >= minimum and entries)
+        return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class PackResult:
+    """A successful packing: the abstract placements, materialised on demand."""
+
+    works: tuple[_Work, ...]
+    groups: tuple[PodGroup, ...]
+
+    def leftover(self) -> int:
+        """Free GPUs left on the nodes the placement uses (fragmentation it creates)."""
+        total = 0
+        for work in self.works:
+            for free, entries in work.touched.items():
+                total += free * sum(int(str(e[1])) for e in entries if e[2])
+        return total
+
+    def assignment(self) -> tuple[NodeGrant, ...]:
+        """Explicit node names: per class and free amount, the alphabetically first nodes."""
+        grants: list[NodeGrant] = []
+        for work in self.works:
+            by_origin: dict[int, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
+            for entries in work.touched.values():
+                for origin, count, placed in entries:
+                    assert isinstance(origin, int) and isinstance(count, int)
+                    assert isinstance(placed, tuple)
+                    if placed:
+                        by_origin.setdefault(origin, []).extend([(origin, placed)] * count)
+            for origin in sorted(by_origin):
+                slots = sorted(by_origin[origin], key=lambda item: item[1], reverse=True)
+                names = work.cls.pick(origin, len(slots))
+                for name, (_, placed) in zip(names, slots, strict=True):
+                    gpus = sum(self.groups[i].gpus * pods for i, pods in placed)
+                    grants.append(NodeGrant(name, gpus, sum(p for _, p in placed)))
+        grants.sort(key=lambda g: g.node)
+        return tuple(grants)
+
+
+def _classes_for(capacity: ClusterCapacity,
+                 groups: Sequence[PodGroup]) -> list[list[NodeClass]]:
+    classes = capacity.classes()
+    return [[c for c in classes if eligible(c, g)] for g in groups]
+
+
+def _place_group(index: int, group: PodGroup, works: list[_Work], scale: int) -> bool:
+    remaining = group.count * scale
+    need = group.gpus
+    candidates = sorted(((f, w.rank, w) for w in works for f in w.sizes(need)),
+                        key=lambda c: (c[0], c[1]))
+    for free, _, work in candidates:
+        per = free // need
+        sources: list[_Entry] = work.touched.get(free, [])
+        entries = list(sources)
+        pristine = len(work.cls.free_nodes.get(free, ())) - work.taken.get(free, 0)
+        if pristine > 0:
+            entries.append([free, pristine, ()])
+        for entry in entries:
+            origin, count, placed = entry
+            assert isinstance(count, int) and isinstance(placed, tuple)
+            used = 0
+            full = min(count, remaining // per)
+            if full:
+                after = free - per * need
+                work.touched.setdefault(after, []).append(
+                    [origin, full, (*placed, (index, per))])
+                remaining -= full * per
+                used += full
+            if remaining and count > used:
+                after = free - remaining * need
+                work.touched.setdefault(after, []).append(
+                    [origin, 1, (*placed, (index, remaining))])
+                remaining = 0
+                used += 1
+            if placed:  # a partly used entry: shrink or drop it
+                entry[1] = count - used
+            else:
+                work.taken[free] = work.taken.get(free, 0) + used
+            if not remaining:
+                break
+        work.touched[free] = [e for e in sources if int(str(e[1])) > 0]
+        if not remaining:
+            return True
+    return False
+
+
+def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
+         scale: int = 1) -> PackResult | None:
+    """Place ``scale`` copies of every group at once; None when the heuristic finds no way."""
+    eligible_classes = _classes_for(capacity, groups)
+    orders = [list(range(len(groups)))]
+    if len(groups) > 1:
+        def scarcity(i: int) -> tuple[int, int]:
+            free = sum(f * len(names) for c in eligible_classes[i]
+                       for f, names in c.free_nodes.items() if f >= groups[i].gpus)
+            return (free - groups[i].gpus * groups[i].count * scale, -groups[i].gpus)
+        second = sorted(range(len(groups)), key=scarcity)
+        if second != orders[0]:
+            orders.append(second)
+    for order in orders:
+        result = _pack_once(groups, eligible_classes, order, scale)
+        if result is not None:
+            return result
+    return None
+
+
+def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[list[NodeClass]],
+               order: list[int], scale: int) -> PackResult | None:
+    works: dict[int, _Work] = {}
+    for i in order:
+        group = groups[i]
+        classes = eligible_classes[i]
+        if group.gpus <= 0:
+            if not any(c.eligible for c in classes):
+                return None
+            continue
+        group_works = []
+        for cls in classes:
+            work = works.get(id(cls))
+            if work is None:
+                work = works[id(cls)] = _Work(cls, len(works))
+            group_works.append(work)
+        if not _place_group(i, group, group_works, scale):
+            return None
+    ordered = sorted(works.values(), key=lambda w: w.rank)
+    return PackResult(tuple(ordered), tuple(groups))
+
+
+def count_fits(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
+               limit: int = 1000) -> int:
+    """How many copies of the whole demand the packer can place at once (0..limit).
+
+    Binary search over ``pack(scale=k)``: every answer is backed by a packing, so it is a lower
+    bound on the true number, capped at ``limit``.
+    """
+    gpus = sum(g.gpus * g.count for g in groups)
+    upper = limit if gpus <= 0 else min(limit, capacity.free // gpus)
+    if upper < 1 or pack(capacity, groups) is None:
+        return 0
+    low, high = 1, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        if pack(capacity, groups, scale=mid) is not None:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str:
+    """Why the demand does not fit, with the numbers an operator can act on."""
+    reserved = capacity.reserved
+    suffix = f" ({reserved} GPUs reserved for dispatches in flight)" if reserved else ""
+    classes = capacity.classes()
+    for group in groups:
+        product_classes = [c for c in classes
+                           if group.product is None or c.product == group.product]
+        if not product_classes:
+            if group.product is None:
+                return "no nodes"
+            return f"no nodes with product {group.product}"
+        noun = f"nodes with product {group.product}" if group.product else "nodes"
+        matching = [c for c in product_classes
+                    if all(c.label_map.get(k) == v for k, v in group.selector)]
+        if not matching:
+            wanted = ",".join(f"{k}={v}" for k, v in group.selector)
+            return f"no {noun} match node selector {wanted}"
+        usable = [c for c in matching if eligible(c, group)]
+        if not usable:
+            taints = sorted({f"{k}={v}:{e}" if v else f"{k}:{e}"
+                             for c in matching for k, v, e in c.hard_taints})
+            count = sum(c.nodes for c in matching)
+            return f"{count} {noun} have taints the pods do not tolerate: {', '.join(taints)}"
+        if not any(c.eligible for c in usable):
+            count = sum(c.nodes for c in usable)
+            return f"all {count} {noun} are NotReady or cordoned"
+        if group.gpus <= 0:
+            continue
+        free = sum(f * len(n) for c in usable for f, n in c.free_nodes.items())
+        largest = max((f for c in usable for f in c.free_nodes), default=0)
+        room = sum((f // group.gpus) * len(n) for c in usable for f, n in c.free_nodes.items())
+        where = f" on {noun}" if group.product or group.selector or group.tolerations else ""
+        if largest < group.gpus:
+            return (f"{free} GPUs free{where}, largest free block on one node is {largest}, "
+                    f"a pod needs {group.gpus}: fits 0 times{suffix}")
+        if room < group.count:
+            return (f"{free} GPUs free{where}, room for {room} of {group.count} pods of "
+                    f"{group.gpus} GPUs (gang {', '.join(group.gangs)}): fits 0 times{suffix}")
+    gpus = sum(g.gpus * g.count for g in groups)
+    pods = sum(g.count for g in groups)
+    return (f"{capacity.free} GPUs free, largest free block on one node is "
+            f"{capacity.largest_free_block}; each pod shape fits alone but not all {pods} pods "
+            f"({gpus} GPUs) at once: fits 0 times{suffix}")

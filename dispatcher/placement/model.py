@@ -1,0 +1,157 @@
+"""The values at the placement boundary: what a member looks like, what is asked, what is decided.
+
+``MemberSnapshot`` is built by the controller from live state (MemberCluster status, the
+member's ``ClusterCapacity``) or by ``dispatcher explain`` from a fleet file; placement reads
+nothing else, so both paths decide identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.workloads.demand import Demand
+
+__all__ = [
+    "PIN_ANNOTATION",
+    "POLICY_ANNOTATION",
+    "SELECTOR_ANNOTATION",
+    "Decision",
+    "MemberSnapshot",
+    "NodeGrant",
+    "PlacementError",
+    "PlacementRequest",
+    "Verdict",
+]
+
+PIN_ANNOTATION = "dispatcher.io/cluster"
+SELECTOR_ANNOTATION = "dispatcher.io/cluster-selector"
+POLICY_ANNOTATION = "dispatcher.io/policy"
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class PlacementError(ValueError):
+    """The request itself is wrong (unknown pinned member, bad selector, unknown policy).
+
+    Not "nothing fits": that is a normal ``Decision`` with no choice. The message is meant
+    for the workload's Pending condition.
+    """
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberSnapshot:
+    """One member as placement sees it.
+
+    ``served_kinds`` holds (API group, kind) pairs the member serves (core group ""); None
+    means not known (offline fleet files), which filters nothing. ``capacity`` is read
+    synchronously during a decision and must already have reservations applied (see
+    ``fleet.reservations``).
+    """
+
+    name: str
+    capacity: ClusterCapacity
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    ready: bool = True
+    not_ready_reason: str = ""
+    cordoned: bool = False
+    served_kinds: frozenset[tuple[str, str]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacementRequest:
+    """What to place and under which rules.
+
+    ``api_version``/``kind`` are the workload's; ``pin`` and ``selector`` come from the
+    ``dispatcher.io/cluster`` and ``dispatcher.io/cluster-selector`` annotations; ``prefer``
+    lists members to favour, best first (ahead of the policy score among feasible members).
+    ``count_fits`` also counts how many times the whole demand fits on each feasible member
+    (for explanations; costs a few extra packings per member).
+    """
+
+    demand: Demand
+    api_version: str = ""
+    kind: str = ""
+    pin: str | None = None
+    selector: str | None = None
+    policy: str = "most-free"
+    prefer: tuple[str, ...] = ()
+    count_fits: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0] if "/" in self.api_version else ""
+
+    @classmethod
+    def from_annotations(cls, *, demand: Demand, api_version: str, kind: str,
+                         annotations: Mapping[str, str], default_policy: str = "most-free",
+                         count_fits: bool = False) -> PlacementRequest:
+        """Read pin, selector and policy from a workload's annotations."""
+        return cls(demand=demand, api_version=api_version, kind=kind,
+                   pin=annotations.get(PIN_ANNOTATION) or None,
+                   selector=annotations.get(SELECTOR_ANNOTATION) or None,
+                   policy=annotations.get(POLICY_ANNOTATION) or default_policy,
+                   count_fits=count_fits)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGrant:
+    """GPUs (and pods) the assignment puts on one node."""
+
+    node: str
+    gpus: int
+    pods: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One member's answer. ``fits`` is how many times the whole demand fits at once (a
+    lower bound found by the packer; None when not counted), ``free_after`` the member's free
+    GPUs after placement, ``score`` the policy's number (higher is better)."""
+
+    member: str
+    feasible: bool
+    reason: str
+    free: int
+    fits: int | None = None
+    free_after: int | None = None
+    score: float | None = None
+    assignment: tuple[NodeGrant, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"member": self.member, "feasible": self.feasible, "reason": self.reason,
+                "free": self.free, "fits": self.fits, "freeAfter": self.free_after,
+                "score": self.score}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """Every member's verdict (best first), the choice and its node assignment."""
+
+    policy: str
+    pods: int
+    gpus: int
+    gangs: int
+    verdicts: tuple[Verdict, ...]
+    chosen: str | None
+    assignment: tuple[NodeGrant, ...]
+    summary: str
+
+    def verdict(self, member: str) -> Verdict:
+        for verdict in self.verdicts:
+            if verdict.member == member:
+                return verdict
+        raise KeyError(member)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For one JSON log line per decision and ``dispatcher explain -o json``."""
+        return {
+            "policy": self.policy, "pods": self.pods, "gpus": self.gpus, "gangs": self.gangs,
+            "chosen": self.chosen, "summary": self.summary,
+            "assignment": [{"node": g.node, "gpus": g.gpus, "pods": g.pods}
+                           for g in self.assignment],
+            "members": [v.to_dict() for v in self.verdicts],
+        }
