@@ -31,7 +31,7 @@ from dispatcher.devfleet import pki
 from dispatcher.devfleet.binaries import Binaries
 from dispatcher.devfleet.rest import Rest
 
-__all__ = ["ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo"]
+__all__ = ["ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo", "compact_etcd"]
 
 STATE_FILE = "state.json"
 START_TIMEOUT_S = 120.0
@@ -111,6 +111,9 @@ def free_port() -> int:
 
 def is_alive(proc: ProcessInfo) -> bool:
     """Whether ``proc`` is still the process we started (pid not reused by another binary)."""
+    child = _CHILDREN.get(proc.pid)
+    if child is not None and child.poll() is not None:
+        return False
     try:
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -119,10 +122,16 @@ def is_alive(proc: ProcessInfo) -> bool:
     return cmdline == proc.argv[0] and state != "Z"
 
 
+# Processes this interpreter started, kept so they can be reaped (and so Popen does not warn
+# about dropping a running child: they are meant to outlive the command that started them).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def _spawn(argv: list[str], log: Path) -> ProcessInfo:
     with log.open("ab") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    _CHILDREN[proc.pid] = proc
     return ProcessInfo(pid=proc.pid, argv=argv, log=str(log))
 
 
@@ -140,9 +149,10 @@ def stop_process(proc: ProcessInfo, *, timeout: float = 15.0) -> None:
     else:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    # Reap it if it is our child (tests); harmless otherwise.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(proc.pid, 0)
+    child = _CHILDREN.pop(proc.pid, None)
+    if child is not None:  # our own child: reap it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=5)
 
 
 def _kubeconfig(clusters: list[tuple[str, str, str, bytes]], current: str) -> dict[str, Any]:
@@ -309,6 +319,25 @@ class ControlPlanes:
         if state is None:
             raise RuntimeError(f"no dev fleet runs in {self.root} (run 'dispatcher dev up')")
         return state
+
+
+def compact_etcd(state: FleetState) -> int:
+    """Compact etcd up to its current revision (through its HTTP gateway); returns it.
+
+    Older resourceVersions are then gone for every cluster: watches from them get 410, the
+    situation informers must survive.
+    """
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(f"{state.etcd_url}{path}", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        with opener.open(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    revision = int(post("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
 
 
 def _shallow(state: FleetState) -> dict[str, Any]:

@@ -1,0 +1,172 @@
+"""One connection to one cluster: JSON requests and watch streams over kubernetes_asyncio.
+
+kubernetes_asyncio does the parts worth reusing (kubeconfig parsing: tokens, client
+certificates, exec plugins, TLS; the aiohttp session). Requests go through its ``call_api``
+with ``_preload_content=False`` so this module sees every HTTP status itself and maps it to
+``dispatcher.kube.errors``: the library's DynamicClient silently returns error bodies as
+objects (see reference/test-control-plane.md §5.3), which a controller cannot afford.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from dispatcher.kube.errors import KubeError, Unreachable, error_for_status
+from dispatcher.kube.resources import Discovery
+
+__all__ = ["JSON_MERGE_PATCH", "KubeClient", "KubeconfigError"]
+
+JSON_MERGE_PATCH = "application/merge-patch+json"
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class KubeconfigError(KubeError):
+    """The kubeconfig cannot be used (malformed, missing context, unreadable credentials)."""
+
+
+def _describe(exc: BaseException) -> str:
+    """A short cause without request details (headers could carry credentials)."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"TLS verification failed: {exc.certificate_error}"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "TLS error"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+    return type(exc).__name__
+
+
+class KubeClient:
+    """An authenticated client for one cluster. Create with ``from_kubeconfig``; close it."""
+
+    def __init__(self, api: ApiClient, *, name: str) -> None:
+        self._api = api
+        self.name = name
+        self.server = str(api.configuration.host)
+        self.discovery = Discovery(self)
+
+    @classmethod
+    async def from_kubeconfig(cls, kubeconfig: Mapping[str, Any], *, name: str,
+                              context: str | None = None) -> KubeClient:
+        """Build a client from a parsed kubeconfig; KubeconfigError says what is wrong.
+
+        Inline certificate data is written to files in one private per-process directory
+        (kubernetes_asyncio caches those files by content, process-wide).
+        """
+        try:
+            api = await kube_config.new_client_from_config_dict(
+                config_dict=dict(kubeconfig), context=context, temp_file_path=_credential_dir())
+        except (ConfigException, KeyError, TypeError, ValueError, OSError) as exc:
+            raise KubeconfigError(f"kubeconfig for {name} is not usable: "
+                                  f"{_config_message(exc)}") from None
+        return cls(api, name=name)
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        await self._api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _send(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
+                    body: Any = None, content_type: str = "application/json",
+                    request_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path, method, query_params=list(query),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body, auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=request_timeout)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise Unreachable(f"{self.name}: {method} {path}: {_describe(exc)}") from None
+        if resp.status >= 300:
+            try:
+                raw = await resp.read()
+            except (TimeoutError, aiohttp.ClientError):
+                raw = b""
+            resp.release()
+            message, reason = _status_message(raw)
+            raise error_for_status(
+                status=resp.status, reason=reason,
+                message=f"{self.name}: {method} {path}: HTTP {resp.status}: {message}")
+        return resp
+
+    async def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
+                      body: Any = None, content_type: str = "application/json",
+                      request_timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+        """One JSON request; returns the decoded body. Raises a KubeError subclass."""
+        resp = await self._send(method, path, query=query, body=body,
+                                content_type=content_type,
+                                request_timeout=aiohttp.ClientTimeout(total=request_timeout))
+        try:
+            raw = await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise Unreachable(f"{self.name}: {method} {path}: {_describe(exc)}") from None
+        finally:
+            resp.release()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    async def stream(self, path: str, *, query: Sequence[tuple[str, str]],
+                     read_timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """Yield the JSON lines of a watch response until the server ends it.
+
+        ``read_timeout`` bounds the silence between lines, so a dead connection cannot
+        hang a watch; ask the server for bookmarks to keep a quiet watch talking.
+        """
+        resp = await self._send("GET", path, query=query, request_timeout=aiohttp.ClientTimeout(
+            connect=DEFAULT_TIMEOUT_S, sock_connect=DEFAULT_TIMEOUT_S, sock_read=read_timeout))
+        try:
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except (TimeoutError, aiohttp.ClientError) as exc:
+                    raise Unreachable(f"{self.name}: watch {path}: {_describe(exc)}") from None
+                if not line:
+                    return
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.release()
+
+
+_CREDENTIAL_DIR: tempfile.TemporaryDirectory[str] | None = None
+
+
+def _credential_dir() -> str:
+    """A 0700 directory for certificate files, removed when the process exits."""
+    global _CREDENTIAL_DIR  # noqa: PLW0603 - one per process, like the library's cache
+    if _CREDENTIAL_DIR is None:
+        _CREDENTIAL_DIR = tempfile.TemporaryDirectory(prefix="dispatcher-kube-")
+    return _CREDENTIAL_DIR.name
+
+
+def _status_message(raw: bytes) -> tuple[str, str]:
+    try:
+        status = json.loads(raw)
+        return str(status.get("message", "")), str(status.get("reason", ""))
+    except (ValueError, AttributeError):
+        return raw[:200].decode(errors="replace"), ""
+
+
+def _config_message(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    # Never echo kubeconfig contents: keep the first line, capped.
+    return text.splitlines()[0][:200]

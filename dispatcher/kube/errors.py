@@ -1,0 +1,82 @@
+"""Errors at the Kubernetes boundary, one class per thing a caller reacts to differently.
+
+::
+
+    KubeError                    any failed call; .status is the HTTP code (0: no answer)
+    ├── Unreachable              no answer: connection refused, TLS failure, timeout
+    ├── Unauthorized             401: credentials rejected or expired
+    ├── Forbidden                403: RBAC says no
+    ├── NotFound                 404
+    ├── Conflict                 409: already exists, or stale resourceVersion
+    ├── Gone                     410: resourceVersion too old; re-list
+    ├── Invalid                  422: the object failed validation
+    └── ServerError              5xx and anything else
+
+Messages carry the server's own message, never request headers or credentials.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeError",
+    "NotFound",
+    "ServerError",
+    "Unauthorized",
+    "Unreachable",
+    "error_for_status",
+]
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class Unreachable(KubeError):
+    """The apiserver did not answer (network, TLS, timeout)."""
+
+
+class Unauthorized(KubeError):
+    """401: the credentials were rejected."""
+
+
+class Forbidden(KubeError):
+    """403: the identity may not do this."""
+
+
+class NotFound(KubeError):
+    """404: no such object or resource."""
+
+
+class Conflict(KubeError):
+    """409: the object exists already, or the update raced another writer."""
+
+
+class Gone(KubeError):
+    """410: the resourceVersion is too old (compacted); list again."""
+
+
+class Invalid(KubeError):
+    """422: the object was rejected by validation."""
+
+
+class ServerError(KubeError):
+    """Any other HTTP error, typically 5xx."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid,
+}
+
+
+def error_for_status(*, status: int, message: str, reason: str = "") -> KubeError:
+    """The KubeError subclass for an HTTP status."""
+    return _BY_STATUS.get(status, ServerError)(message, status=status, reason=reason)

@@ -1,0 +1,43 @@
+"""Shared fixtures.
+
+``dev_fleet`` (session) starts real control planes through ``dispatcher.devfleet``: one etcd,
+a hub and two members with GPU Nodes (tests/integration/fleet.yaml). It is started only when
+a test asks for it, so unit tests never pay for it. When the binaries cannot be built the
+fixture fails (never skips): a skipped integration suite would hide a broken set-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dispatcher.devfleet import devfleet
+from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
+
+TEST_FLEET = Path(__file__).parent / "integration" / "fleet.yaml"
+
+# Loopback only: never send control-plane traffic through a proxy from the environment.
+os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
+                                                "localhost"]))
+
+
+@pytest.fixture(scope="session")
+def fleet_spec() -> FleetSpec:
+    """The members and node pools of the integration fleet."""
+    return load_fleet(TEST_FLEET)
+
+
+@pytest.fixture(scope="session")
+def dev_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+              ) -> Iterator[FleetState]:
+    """A running hub + members for the whole session; stopped and removed afterwards."""
+    root = tmp_path_factory.mktemp("devfleet")
+    state = devfleet.up(root=root, fleet=fleet_spec)
+    try:
+        yield state
+    finally:
+        devfleet.down(root=root)
