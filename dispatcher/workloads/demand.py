@@ -58,7 +58,7 @@ class PodShape:
     gpu_product: str | None = None
     cpu: str | None = None
     memory: str | None = None
-    node_selector: Mapping[str, str] = field(default=_EMPTY)
+    node_selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     tolerations: tuple[Toleration, ...] = ()
 
     def __hash__(self) -> int:
