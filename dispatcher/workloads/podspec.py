@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from dispatcher.workloads.demand import TaintEffect, Toleration
 from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity
@@ -33,7 +33,7 @@ class PodNeeds:
     gpu_product: str | None = None
     cpu: str | None = None
     memory: str | None = None
-    node_selector: Mapping[str, str] = field(default=_EMPTY)
+    node_selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     tolerations: tuple[Toleration, ...] = ()
 
     def key(self) -> tuple[Any, ...]:
@@ -173,7 +173,8 @@ def _tolerations(value: Any) -> tuple[Toleration, ...]:
             raise ValueError(f"tolerations[{i}].operator must be Exists or Equal")
         if effect not in _EFFECTS:
             raise ValueError(f"tolerations[{i}].effect {effect!r} is not a taint effect")
-        out.append(Toleration(key=str(item.get("key") or ""), operator=operator,
+        out.append(Toleration(key=str(item.get("key") or ""),
+                              operator=cast(Literal["Exists", "Equal"], operator),
                               value=str(item.get("value") or ""),
                               effect=cast(TaintEffect, effect)))
     return tuple(out)

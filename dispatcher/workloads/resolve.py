@@ -1,0 +1,362 @@
+"""Resolve a workload object through its definition: pods, GPUs, gangs, status.
+
+``resolve(obj, catalog=...)`` finds the definition by apiVersion/kind; ``resolve_with``
+takes one. The object is serialized once (sorted keys, bounded size) and every path of the
+definition runs in one batched jq call (``jqrun.Batch``). Alignment, count and null rules
+are upstream's (reference §2.5, §2.7); pod counts and gangs are the dispatcher's
+(docs/definitions.md §2, §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.errors import EvaluationError, ObjectError
+from dispatcher.workloads.gangs import Member, build_gangs
+from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
+from dispatcher.workloads.model import Component, Definition, Expr
+from dispatcher.workloads.podspec import PodNeeds, pod_needs
+from dispatcher.workloads.status import StatusReading, read_status
+
+if TYPE_CHECKING:
+    from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["ComponentView", "Instance", "Resolution", "demand_of", "resolve", "resolve_with",
+           "status_of"]
+
+_INT32 = 2**31 - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instance:
+    """One instance of a pod-creating component at its desired scale."""
+
+    id: str
+    replicas: int
+    pods_per_replica: int
+    pods: int
+    min_pods: int
+    needs: PodNeeds
+    pod_spec: Mapping[str, Any] | None  # the pod spec as read (assembled when fragmented)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The DESIGN.md ``components[].instances[]`` entry."""
+        return {"id": self.id, "replicas": self.replicas, "pods": self.pods,
+                "gpusPerPod": self.needs.gpus}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentView:
+    """A pod-creating component and its instances."""
+
+    name: str
+    instances: tuple[Instance, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """What one workload object needs and how it is doing, through its definition."""
+
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    definition_name: str
+    components: tuple[ComponentView, ...]
+    demand: Demand
+    reading: StatusReading
+
+    @property
+    def status(self) -> str:
+        """The generic status (first matched by precedence, else ``unknown``)."""
+        return self.reading.status
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """Every matched generic status, in precedence order."""
+        return self.reading.statuses
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``dispatcher inspect -o json`` shape of DESIGN.md."""
+        return {
+            "apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace,
+            "name": self.name, "definition": self.definition_name, "status": self.status,
+            "statuses": list(self.statuses), "pods": self.demand.pods,
+            "gpus": self.demand.gpus,
+            "gangs": [{"name": g.name, "pods": g.pods, "minPods": g.min_pods, "gpus": g.gpus,
+                       "podShapes": [{"count": s.count, "gpus": s.gpus,
+                                      "gpuProduct": s.gpu_product, "cpu": s.cpu,
+                                      "memory": s.memory} for s in g.pod_shapes]}
+                      for g in self.demand.gangs],
+            "components": [{"name": c.name, "instances": [i.to_dict() for i in c.instances]}
+                           for c in self.components],
+        }
+
+
+def resolve(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> Resolution:
+    """Resolve ``obj`` through the catalog's definition for its apiVersion/kind.
+
+    Raises NoDefinitionError (not defined), ObjectError/EvaluationError (broken).
+    """
+    return resolve_with(catalog.require(obj), obj, limits=limits)
+
+
+def demand_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> Demand:
+    """Only the demand (no status paths evaluated): the fast path for placement."""
+    definition = catalog.require(obj)
+    name, _ = _identity(obj)
+    text = _text(obj, name=name, limits=limits)
+    _, demand = _demand(definition, obj, text=text, name=name)
+    return demand
+
+
+def status_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> StatusReading:
+    """Only the status (no pod paths evaluated): the fast path for status mirroring."""
+    definition = catalog.require(obj)
+    name, _ = _identity(obj)
+    text = _text(obj, name=name, limits=limits)
+    return _status(definition, text=text, name=name)
+
+
+def resolve_with(definition: Definition, obj: Any, *,
+                 limits: Limits = DEFAULT_LIMITS) -> Resolution:
+    """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
+    name, namespace = _identity(obj)
+    text = _text(obj, name=name, limits=limits)
+    components, demand = _demand(definition, obj, text=text, name=name)
+    return Resolution(
+        api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
+        definition_name=definition.name, components=components, demand=demand,
+        reading=_status(definition, text=text, name=name))
+
+
+def _identity(obj: Any) -> tuple[str, str | None]:
+    if not isinstance(obj, Mapping):
+        raise ObjectError(f"a workload must be an object, not {type(obj).__name__}")
+    for key in ("apiVersion", "kind"):
+        if not isinstance(obj.get(key), str) or not obj[key]:
+            raise ObjectError(f"{key} is missing or not a string")
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise ObjectError("metadata must be an object")
+    meta = meta or {}
+    name = meta.get("name") or meta.get("generateName") or ""
+    namespace = meta.get("namespace")
+    return (name if isinstance(name, str) else str(name),
+            namespace if isinstance(namespace, str) else None)
+
+
+def _text(obj: Any, *, name: str, limits: Limits) -> str:
+    try:
+        return canonical_text(obj, limits=limits)
+    except (ValueError, RecursionError) as error:
+        raise ObjectError(str(error), name=name) from None
+
+
+def _status(definition: Definition, *, text: str, name: str) -> StatusReading:
+    results = definition.status_batch.run(text)
+    return read_status(definition.status, results, fail=_Fail(definition, name))
+
+
+class _Fail:
+    """Builds the EvaluationError for an expression of one definition and object."""
+
+    def __init__(self, definition: Definition, name: str) -> None:
+        self.definition = definition
+        self.name = name
+
+    def __call__(self, expr: Expr, message: str) -> EvaluationError:
+        return EvaluationError(message, expression=expr.text, field=expr.field,
+                               name=self.name, definition=self.definition.name)
+
+
+class _Values:
+    """Typed access to one batch's results, raising EvaluationError on bad shapes."""
+
+    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail) -> None:
+        self.results = results
+        self.fail = fail
+
+    def all(self, expr: Expr) -> list[Any]:
+        value = self.results[expr.slot]
+        if isinstance(value, JqFailure):
+            raise self.fail(expr, value.message)
+        return value
+
+    def aligned(self, expr: Expr, count: int) -> list[Any]:
+        values = self.all(expr)
+        if len(values) != count:
+            raise self.fail(expr, f"instance ids count ({count}) does not match results "
+                                  f"count ({len(values)})")
+        return values
+
+    def padded(self, exprs: Sequence[Expr], count: int) -> list[list[Any]]:
+        """Upstream's fragmented/scale rule: max count over sub-paths, shorter padded."""
+        lists = [self.all(e) for e in exprs]
+        longest = max((len(v) for v in lists), default=count)
+        if longest != count:
+            worst = next(e for e, v in zip(exprs, lists, strict=True) if len(v) == longest)
+            raise self.fail(worst, f"instance ids count ({count}) does not match results "
+                                   f"count ({longest})")
+        return [v + [None] * (count - len(v)) for v in lists]
+
+    def number(self, expr: Expr, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            hint = " (use | tonumber)" if isinstance(value, str) else ""
+            raise self.fail(expr, f"must be a number, not {type(value).__name__} "
+                                  f"{value!r}{hint}")
+        if isinstance(value, float) and not value.is_integer():
+            raise self.fail(expr, f"must be a whole number, not {value!r}")
+        if abs(value) > _INT32:
+            raise self.fail(expr, f"{value!r} is out of range")
+        return int(value)
+
+
+def _demand(definition: Definition, obj: Mapping[str, Any], *, text: str, name: str
+            ) -> tuple[tuple[ComponentView, ...], Demand]:
+    values = _Values(definition.demand_batch.run(text), _Fail(definition, name))
+    views = []
+    members: list[Member] = []
+    for comp in definition.components:
+        if comp.spec is None:
+            continue
+        instances = _instances(comp, values)
+        views.append(ComponentView(name=comp.name, instances=instances))
+        members.extend(Member(component=comp.name, id=i.id, replicas=i.replicas,
+                              pods_per_replica=i.pods_per_replica, pods=i.pods,
+                              min_pods=i.min_pods, needs=i.needs) for i in instances)
+
+    def min_pods(expr: Expr) -> int | None:
+        found = values.aligned(expr, 1)
+        return values.number(expr, found[0])
+
+    gangs = build_gangs(definition, members, default_name=name or definition.root.name,
+                        min_pods=min_pods)
+    return tuple(views), Demand(gangs=gangs)
+
+
+def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
+    ids = _ids(comp, values)
+    count = len(ids)
+    specs = _specs(comp, values, count)
+    scale = comp.scale
+    exprs = scale.exprs() if scale is not None else ()
+    columns = dict(zip(exprs, values.padded(exprs, count), strict=True)) if exprs else {}
+
+    def column(expr: Expr | None, index: int) -> int | None:
+        return None if expr is None else values.number(expr, columns[expr][index])
+
+    out = []
+    for index, instance_id in enumerate(ids):
+        replicas = column(scale.replicas, index) if scale else None
+        minimum = column(scale.min_replicas, index) if scale else None
+        per = column(scale.pods_per_replica, index) if scale else None
+        if per is not None and per < 0 and scale and scale.pods_per_replica:
+            raise values.fail(scale.pods_per_replica, f"pods per replica {per} is negative")
+        if replicas is None or replicas < 0:
+            replicas = max(minimum, 1) if minimum is not None else 1
+        per = 1 if per is None else per
+        effective = minimum if minimum is not None and minimum > 0 else replicas
+        spec_expr, spec = specs[index]
+        try:
+            needs = pod_needs(spec)
+        except ValueError as error:
+            raise values.fail(spec_expr, str(error)) from None
+        out.append(Instance(id=instance_id, replicas=replicas, pods_per_replica=per,
+                            pods=replicas * per, min_pods=min(effective, replicas) * per,
+                            needs=needs, pod_spec=spec))
+    return tuple(out)
+
+
+def _ids(comp: Component, values: _Values) -> list[str]:
+    if comp.instance_ids is None:
+        return [""]
+    raw = values.all(comp.instance_ids)
+    ids = []
+    for value in raw:
+        if value is not None and not isinstance(value, str):
+            raise values.fail(comp.instance_ids, f"instance ids must be strings, not "
+                                                 f"{type(value).__name__} {value!r}")
+        ids.append(value or "")
+    if "" in ids:
+        raise values.fail(comp.instance_ids,
+                          f"instance id path contained empty string values [{','.join(ids)}]")
+    return ids
+
+
+def _specs(comp: Component, values: _Values, count: int
+           ) -> list[tuple[Expr, Mapping[str, Any] | None]]:
+    """Per instance: the path the spec came from (for errors) and the pod spec."""
+    spec = comp.spec
+    assert spec is not None
+    if spec.pattern == "fragmented":
+        frags = spec.fragments
+        if not frags:
+            return [(Expr(text="", field="fragmentedPodSpecDefinition", slot=-1), None)] * count
+        columns = values.padded([e for _, e in frags], count)
+        out: list[tuple[Expr, Mapping[str, Any] | None]] = []
+        for index in range(count):
+            parts = {key: column[index] for (key, _), column in zip(frags, columns, strict=True)}
+            try:
+                out.append((frags[0][1], _assemble(parts)))
+            except ValueError as error:
+                raise values.fail(frags[0][1], str(error)) from None
+        return out
+    if spec.path is None:
+        return [(Expr(text="", field="specDefinition", slot=-1), None)] * count
+    expr = spec.path
+    result: list[tuple[Expr, Mapping[str, Any] | None]] = []
+    for value in values.aligned(expr, count):
+        if value is not None and not isinstance(value, Mapping):
+            raise values.fail(expr, f"must be an object, not {type(value).__name__}")
+        pod = value
+        if spec.pattern == "template" and value is not None:
+            pod = value.get("spec")
+            if pod is not None and not isinstance(pod, Mapping):
+                raise values.fail(expr, "pod template .spec must be an object")
+        result.append((expr, pod))
+    return result
+
+
+_SIMPLE = {"schedulerNamePath": "schedulerName", "priorityClassNamePath": "priorityClassName",
+           "nodeSelectorPath": "nodeSelector", "tolerationsPath": "tolerations",
+           "initContainersPath": "initContainers", "resourceClaimsPath": "resourceClaims"}
+
+
+def _assemble(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod spec from fragmented fields (docs/definitions.md §2, per-pod resources)."""
+    spec: dict[str, Any] = {}
+    for key, target in _SIMPLE.items():
+        if parts.get(key) is not None:
+            spec[target] = parts[key]
+    containers = parts.get("containersPath")
+    if containers is not None and not isinstance(containers, list):
+        raise ValueError("containersPath must give a list of containers")
+    listed = list(containers or [])
+    main = parts.get("containerPath")
+    if main is not None and not isinstance(main, Mapping):
+        raise ValueError("containerPath must give a container object")
+    resources = parts.get("resourcesPath")
+    if resources is not None:
+        main = {**(main or {"name": "main"}), "resources": resources}
+    if main is not None:
+        names = [c.get("name") for c in listed if isinstance(c, Mapping)]
+        if main.get("name") in names:
+            at = names.index(main.get("name"))
+            if resources is not None:
+                listed[at] = {**listed[at], "resources": resources}
+        else:
+            listed.append(main)
+    if listed:
+        spec["containers"] = listed
+    affinity = {k: parts[p] for p, k in (("nodeAffinityPath", "nodeAffinity"),
+                                         ("podAffinityPath", "podAffinity"))
+                if parts.get(p) is not None}
+    if affinity:
+        spec["affinity"] = affinity
+    return spec
