@@ -143,25 +143,34 @@ class PackResult:
                 total += free * sum(int(str(e[1])) for e in entries if e[2])
         return total
 
-    def assignment(self) -> tuple[NodeGrant, ...]:
-        """Explicit node names: per class and free amount, the alphabetically first nodes."""
-        grants: list[NodeGrant] = []
+    def placements(self) -> tuple[tuple[str, int, int], ...]:
+        """Explicit (node, group index, pods) triples, sorted; names per class and free
+        amount are the alphabetically first nodes, so equal states give equal answers."""
+        out: list[tuple[str, int, int]] = []
         for work in self.works:
-            by_origin: dict[int, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
+            by_origin: dict[int, list[tuple[tuple[int, int], ...]]] = {}
             for entries in work.touched.values():
                 for origin, count, placed in entries:
                     assert isinstance(origin, int) and isinstance(count, int)
                     assert isinstance(placed, tuple)
                     if placed:
-                        by_origin.setdefault(origin, []).extend([(origin, placed)] * count)
+                        by_origin.setdefault(origin, []).extend([placed] * count)
             for origin in sorted(by_origin):
-                slots = sorted(by_origin[origin], key=lambda item: item[1], reverse=True)
+                slots = sorted(by_origin[origin], reverse=True)
                 names = work.cls.pick(origin, len(slots))
-                for name, (_, placed) in zip(names, slots, strict=True):
-                    gpus = sum(self.groups[i].gpus * pods for i, pods in placed)
-                    grants.append(NodeGrant(name, gpus, sum(p for _, p in placed)))
-        grants.sort(key=lambda g: g.node)
-        return tuple(grants)
+                for name, placed in zip(names, slots, strict=True):
+                    out.extend((name, index, pods) for index, pods in placed)
+        out.sort()
+        return tuple(out)
+
+    def assignment(self) -> tuple[NodeGrant, ...]:
+        """GPUs and pods per node, by node name (what gets reserved)."""
+        gpus: dict[str, int] = {}
+        pods: dict[str, int] = {}
+        for node, index, count in self.placements():
+            gpus[node] = gpus.get(node, 0) + self.groups[index].gpus * count
+            pods[node] = pods.get(node, 0) + count
+        return tuple(NodeGrant(node, gpus[node], pods[node]) for node in sorted(gpus))
 
 
 def _classes_for(capacity: ClusterCapacity,

@@ -49,7 +49,6 @@ class Limits:
 
     max_bytes: int = 2 * 1024 * 1024
     max_depth: int = 100
-    max_nodes: int = 200_000
 
 
 DEFAULT_LIMITS = Limits()
@@ -158,10 +157,10 @@ def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
     """JSON text of ``obj`` with keys sorted recursively and integral floats as integers.
 
     This is what every expression sees: gojq's map order (so ``.[]`` and ``keys`` agree) and
-    Go's number printing (``1.0`` is ``1``). Raises ValueError when the object is deeper,
-    larger or has more nodes than ``limits`` allow, or is not JSON data.
+    Go's number printing (``1.0`` is ``1``). Raises ValueError when the object is deeper or
+    larger than ``limits`` allow, or is not JSON data.
     """
-    has_float = _check_shape(obj, limits=limits)
+    has_float = isinstance(obj, dict | list) and _check_shape(obj, limits=limits)
     if has_float:
         obj = _normalize_floats(obj)
     try:
@@ -175,25 +174,21 @@ def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 def _check_shape(obj: Any, *, limits: Limits) -> bool:
-    """Depth and node-count check without recursion; returns whether any float occurs."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    nodes = 0
+    """Depth check (recursion stops at ``max_depth``); returns whether any float occurs."""
+    return _scan(obj, 1, limits.max_depth)
+
+
+def _scan(value: Any, depth: int, max_depth: int) -> bool:
+    if depth > max_depth:
+        raise ValueError(f"object is nested deeper than {max_depth} levels")
+    items = value.values() if type(value) is dict else value
     has_float = False
-    while stack:
-        value, depth = stack.pop()
-        nodes += 1
-        if isinstance(value, dict):
-            if depth > limits.max_depth:
-                raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
-            stack.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            if depth > limits.max_depth:
-                raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
-            stack.extend((item, depth + 1) for item in value)
-        elif isinstance(value, float):
+    for item in items:
+        kind = type(item)
+        if kind is dict or kind is list:
+            has_float = _scan(item, depth + 1, max_depth) or has_float
+        elif kind is float:
             has_float = True
-        if nodes > limits.max_nodes:
-            raise ValueError(f"object has more than {limits.max_nodes} values")
     return has_float
 
 

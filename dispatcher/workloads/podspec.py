@@ -53,7 +53,7 @@ def pod_needs(spec: Any) -> PodNeeds:
     gpus = _effective(containers, inits, resource=GPU, prefer="limits")
     cpu = _effective(containers, inits, resource="cpu", prefer="requests")
     memory = _effective(containers, inits, resource="memory", prefer="requests")
-    if gpus.denominator != 1:
+    if not isinstance(gpus, int) and gpus.denominator != 1:
         raise ValueError(f"{GPU} must be a whole number, not {float(gpus):g}")
     selector = _string_map(spec.get("nodeSelector"), "nodeSelector")
     product = selector.get(GPU_PRODUCT) or _affinity_product(spec.get("affinity"))
@@ -83,11 +83,11 @@ def _containers(value: Any, where: str) -> list[Mapping[str, Any]]:
 
 
 def _amount(container: Mapping[str, Any], *, resource: str, prefer: str, where: str
-            ) -> Fraction:
+            ) -> Fraction | int:
     """One container's amount of ``resource``: the preferred block, else the other."""
     resources = container.get("resources")
-    if resources is None:
-        return Fraction(0)
+    if not resources:
+        return 0
     if not isinstance(resources, Mapping):
         raise ValueError(f"{where}.resources must be an object, not {_type(resources)}")
     other = "requests" if prefer == "limits" else "limits"
@@ -102,16 +102,19 @@ def _amount(container: Mapping[str, Any], *, resource: str, prefer: str, where: 
                 return parse_quantity(values[resource])
             except ValueError as error:
                 raise ValueError(f"{where}.resources.{block}[{resource!r}]: {error}") from None
-    return Fraction(0)
+    return 0
 
 
 def _effective(containers: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[str, Any]],
-               *, resource: str, prefer: str) -> Fraction:
+               *, resource: str, prefer: str) -> Fraction | int:
     """The kubelet's effective request: containers + sidecars vs. the largest init step."""
-    total = sum((_amount(c, resource=resource, prefer=prefer, where=f"containers[{i}]")
-                 for i, c in enumerate(containers)), Fraction(0))
-    sidecars = Fraction(0)
-    peak = Fraction(0)
+    total: Fraction | int = 0
+    for i, container in enumerate(containers):
+        total += _amount(container, resource=resource, prefer=prefer, where=f"containers[{i}]")
+    if not inits:
+        return total
+    sidecars: Fraction | int = 0
+    peak: Fraction | int = 0
     for i, init in enumerate(inits):
         amount = _amount(init, resource=resource, prefer=prefer, where=f"initContainers[{i}]")
         if init.get("restartPolicy") == "Always":

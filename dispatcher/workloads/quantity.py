@@ -22,12 +22,17 @@ _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
 
 
-def parse_quantity(value: object) -> Fraction:
-    """A quantity as an exact number; ValueError for anything Kubernetes would reject."""
+def parse_quantity(value: object) -> Fraction | int:
+    """A quantity as an exact number; ValueError for anything Kubernetes would reject.
+
+    Plain integers stay ``int`` (the common case, and much cheaper than Fraction).
+    """
     if isinstance(value, bool):
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
-        return Fraction(value)
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
     if isinstance(value, float):
         return Fraction(str(value))
     if not isinstance(value, str):
@@ -39,21 +44,21 @@ def parse_quantity(value: object) -> Fraction:
     return Fraction(number) * _SUFFIX[suffix]
 
 
-def format_cpu(value: Fraction) -> str:
+def format_cpu(value: Fraction | int) -> str:
     """CPU cores: whole numbers plain (``"16"``), else millicores (``"1500m"``)."""
-    if value.denominator == 1:
-        return str(value.numerator)
+    if isinstance(value, int) or value.denominator == 1:
+        return str(int(value))
     milli = value * 1000
     if milli.denominator == 1:
         return f"{milli.numerator}m"
     return f"{float(value):g}"
 
 
-def format_memory(value: Fraction) -> str:
+def format_memory(value: Fraction | int) -> str:
     """Bytes with the largest exact suffix, binary first (``"128Gi"``, ``"1G"``, ``"1536Mi"``)."""
-    if value.denominator != 1:
+    if not isinstance(value, int) and value.denominator != 1:
         return format_cpu(value)
-    number = value.numerator
+    number = int(value)
     if number == 0:
         return "0"
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi"):
