@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from dispatcher.devfleet import workload_crds
+from dispatcher.devfleet.binaries import source_path
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import MemberSpec, node_manifests
 
@@ -25,7 +26,7 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 def crds_dir() -> Path:
     """The dispatcher's CRDs in the source tree (``deploy/crds``)."""
-    return Path(__file__).resolve().parents[2] / "deploy" / "crds"
+    return source_path("deploy", "crds")
 
 
 def dispatcher_crds() -> list[dict[str, Any]]:
