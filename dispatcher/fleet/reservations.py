@@ -85,7 +85,11 @@ class MemberReservations:
             raise ValueError(f"reservation for member {reservation.member!r} "
                              f"added to member {self.member!r}")
         self.release(reservation.workload_uid)
-        nodes = tuple((node, gpus) for node, gpus in reservation.nodes if gpus > 0)
+        merged: dict[str, int] = {}
+        for node, gpus in reservation.nodes:
+            if gpus > 0:
+                merged[node] = merged.get(node, 0) + gpus
+        nodes = tuple(sorted(merged.items()))
         if not nodes:
             return
         reservation = replace(reservation, nodes=nodes)
