@@ -173,6 +173,7 @@ class Definition:
     gangs: GangScheduling | None
     demand_batch: Batch
     status_batch: Batch
+    full_batch: Batch  # demand slots, then status slots: one jq call per full resolve
     document: dict[str, Any] = field(repr=False)
 
     @property

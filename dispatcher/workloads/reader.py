@@ -206,6 +206,7 @@ class DocReader:
         try:
             demand_batch = Batch(self._texts["demand"])
             status_batch = Batch(self._texts["status"])
+            full_batch = Batch(self._texts["demand"] + self._texts["status"])
         except ValueError as error:
             self._issue("spec", f"paths do not compile together: {' '.join(str(error).split())}"
                         " (a comment ending in a backslash?)")
@@ -215,6 +216,7 @@ class DocReader:
             name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
             group=kind[0], version=kind[1], kind=kind[2], components=tuple(components),
             status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
+            full_batch=full_batch,
             document=dict(doc))
 
     # -- components ------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def demand_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) ->
     definition = catalog.require(obj)
     name, _ = _identity(obj)
     text = _text(obj, name=name, limits=limits)
-    _, demand = _demand(definition, obj, text=text, name=name)
+    _, demand = _demand(definition, definition.demand_batch.run(text), name=name)
     return demand
 
 
@@ -126,11 +126,14 @@ def resolve_with(definition: Definition, obj: Any, *,
     """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
     name, namespace = _identity(obj)
     text = _text(obj, name=name, limits=limits)
-    components, demand = _demand(definition, obj, text=text, name=name)
+    results = definition.full_batch.run(text)
+    split = len(definition.demand_batch.expressions)
+    components, demand = _demand(definition, results[:split], name=name)
+    reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
         definition_name=definition.name, components=components, demand=demand,
-        reading=_status(definition, text=text, name=name))
+        reading=reading)
 
 
 def _identity(obj: Any) -> tuple[str, str | None]:
@@ -217,9 +220,9 @@ class _Values:
         return int(value)
 
 
-def _demand(definition: Definition, obj: Mapping[str, Any], *, text: str, name: str
+def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str
             ) -> tuple[tuple[ComponentView, ...], Demand]:
-    values = _Values(definition.demand_batch.run(text), _Fail(definition, name))
+    values = _Values(results, _Fail(definition, name))
     views = []
     members: list[Member] = []
     for comp in definition.components:
