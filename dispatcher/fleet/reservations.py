@@ -117,7 +117,7 @@ class MemberReservations:
         released = min(gpus, entries[target])
         self._capacity.reserve(target, -released)
         entries[target] -= released
-        left = tuple((n, g) for n, g in reservation.nodes if entries[n] > 0)
+        left = tuple((n, entries[n]) for n, _ in reservation.nodes if entries[n] > 0)
         if left:
             self._held[workload_uid] = replace(reservation, nodes=left)
         else:
