@@ -18,6 +18,8 @@ __all__ = ["build_parser", "main"]
 # Order is the order in --help.
 COMMANDS: tuple[str, ...] = (
     "dev",
+    "inspect",
+    "definitions",
 )
 
 DESCRIPTION = """\

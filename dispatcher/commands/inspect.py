@@ -1,0 +1,138 @@
+"""``dispatcher inspect FILE|- ...``: what a manifest needs, through its definition."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatcher.workloads.catalog import Catalog
+    from dispatcher.workloads.resolve import Resolution
+
+__all__ = ["load_catalog", "read_objects", "register"]
+
+EPILOG = """\
+examples:
+  dispatcher inspect job.yaml                      one line per object
+  dispatcher inspect job.yaml -o json              pods, GPUs, gangs, pod shapes, status
+  kubectl get jobsets -A -o yaml | dispatcher inspect - -o wide
+  dispatcher inspect my-crd.yaml --definitions my-defs/   add or override definitions
+
+exit codes: 0 all resolved; 1 an object or file is broken; 2 an object has no definition.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``inspect``."""
+    parser = subparsers.add_parser(
+        "inspect", help="show what a workload manifest needs: pods, gangs, GPUs, status",
+        description="Resolve workload manifests through their definitions (built-in "
+                    "catalog plus --definitions) and print pods, GPUs, gangs with pod "
+                    "shapes, components and the generic status. Reads YAML or JSON, "
+                    "several documents per file, List objects; '-' is stdin.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", metavar="FILE", help="manifest file, or - for stdin")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"),
+                        default="table", help="output format (default: %(default)s)")
+    parser.add_argument("--definitions", action="append", default=[], metavar="PATH",
+                        help="definition file or directory, added to (and overriding) the "
+                             "built-in catalog; repeatable")
+    parser.add_argument("--no-builtin", action="store_true",
+                        help="use only the --definitions given")
+    parser.set_defaults(run=run)
+
+
+def load_catalog(paths: list[str], *, builtin: bool = True) -> Catalog:
+    """The built-in catalog (unless told not to) merged with extra definition paths."""
+    from dispatcher.workloads.catalog import Catalog
+
+    parts = [Catalog.builtin()] if builtin else []
+    if paths:
+        parts.append(Catalog.load(paths))
+    return Catalog.merged(*parts)
+
+
+def read_objects(name: str) -> list[Any]:
+    """The objects of one file (``-`` = stdin): YAML/JSON documents, lists, ``List`` items."""
+    import yaml
+
+    text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    out: list[Any] = []
+    for doc in yaml.safe_load_all(text):
+        if doc is None:
+            continue
+        if isinstance(doc, list):
+            out.extend(doc)
+        elif isinstance(doc, Mapping) and str(doc.get("kind", "")).endswith("List") \
+                and isinstance(doc.get("items"), list):
+            out.extend(doc["items"])
+        else:
+            out.append(doc)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolve every object of every file; print results; errors go to stderr."""
+    import yaml
+
+    from dispatcher.output import emit, table
+    from dispatcher.workloads.errors import DefinitionError, NoDefinitionError, WorkloadError
+
+    try:
+        catalog = load_catalog(args.definitions, builtin=not args.no_builtin)
+    except DefinitionError as error:
+        print(f"error: invalid definitions:\n{error}", file=sys.stderr)
+        return 1
+    results: list[Resolution] = []
+    code = 0
+    for name in args.files:
+        try:
+            objects = read_objects(name)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            print(f"error: {name}: cannot read manifests: {' '.join(str(error).split())}",
+                  file=sys.stderr)
+            code = max(code, 1)
+            continue
+        for index, obj in enumerate(objects):
+            try:
+                results.append(catalog.resolve(obj))
+            except NoDefinitionError as error:
+                print(f"error: {name}: {_label(obj, index)}: {error}", file=sys.stderr)
+                code = 2
+            except WorkloadError as error:
+                print(f"error: {name}: {_label(obj, index)}: {error}", file=sys.stderr)
+                code = max(code, 1)
+    if args.output in ("json", "yaml"):
+        data = [r.to_dict() for r in results]
+        if data or code == 0:
+            emit(data[0] if len(data) == 1 else data, fmt=args.output)
+    elif results:
+        wide = args.output == "wide"
+        columns = ["kind", "name", "definition", "status", "pods", "gpus", "gangs"]
+        if wide:
+            columns += ["namespace", "min pods", "shapes"]
+        table(columns=columns, rows=[_row(r, wide=wide) for r in results])
+    return code
+
+
+def _label(obj: Any, index: int) -> str:
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        return f"{obj.get('kind', '?')}/{name or f'#{index}'}"
+    return f"document #{index}"
+
+
+def _row(result: Resolution, *, wide: bool) -> list[Any]:
+    gangs = result.demand.gangs
+    row: list[Any] = [result.kind, result.name, result.definition_name, result.status,
+                      result.demand.pods, result.demand.gpus, len(gangs)]
+    if wide:
+        shapes = sorted({f"{s.gpus}x{s.gpu_product or 'any'}" for g in gangs
+                         for s in g.pod_shapes})
+        row += [result.namespace, ",".join(str(g.min_pods) for g in gangs) or "-",
+                ",".join(shapes) or "-"]
+    return row
