@@ -1,0 +1,188 @@
+"""Set pod fields (labels, scheduler, node selector, ...) through a definition's paths.
+
+Used before submitting a workload to a member: the dispatcher stamps its labels and
+annotations, and may pin scheduler, node selector, tolerations or priority class on every
+pod template. Locations come from jq ``path(...)`` of the definition's read paths, so only
+real path expressions can be written (``.a // 1`` or ``to_entries`` cannot: a
+MutationError names the component and path). The input object is never modified.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import jq
+
+from dispatcher.workloads.demand import Toleration
+from dispatcher.workloads.errors import MutationError
+from dispatcher.workloads.jqrun import canonical_text
+from dispatcher.workloads.model import Component, Definition, Expr
+
+__all__ = ["mutate_pods"]
+
+# pod field -> (where it lives in a template, in a pod spec, fragment path name)
+_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "labels": (("metadata", "labels"), ("labels",), "labelsPath"),
+    "annotations": (("metadata", "annotations"), ("annotations",), "annotationsPath"),
+    "schedulerName": (("spec", "schedulerName"), ("schedulerName",), "schedulerNamePath"),
+    "nodeSelector": (("spec", "nodeSelector"), ("nodeSelector",), "nodeSelectorPath"),
+    "tolerations": (("spec", "tolerations"), ("tolerations",), "tolerationsPath"),
+    "priorityClassName": (("spec", "priorityClassName"), ("priorityClassName",),
+                          "priorityClassNamePath"),
+}
+_MERGED = ("labels", "annotations", "nodeSelector")
+
+
+def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
+                labels: Mapping[str, str] | None = None,
+                annotations: Mapping[str, str] | None = None,
+                scheduler_name: str | None = None,
+                node_selector: Mapping[str, str] | None = None,
+                tolerations: Sequence[Toleration | Mapping[str, Any]] | None = None,
+                priority_class_name: str | None = None,
+                components: Iterable[str] | None = None) -> dict[str, Any]:
+    """A copy of ``obj`` with the given fields set on the pods of every instance.
+
+    Maps (labels, annotations, nodeSelector) are merged over what the template has;
+    tolerations are appended unless already present; strings are replaced. ``components``
+    limits the change to those pod-creating components (all by default).
+    """
+    wanted: dict[str, Any] = {}
+    for key, value in (("labels", labels), ("annotations", annotations),
+                       ("schedulerName", scheduler_name), ("nodeSelector", node_selector),
+                       ("priorityClassName", priority_class_name)):
+        if value is not None:
+            wanted[key] = dict(value) if isinstance(value, Mapping) else value
+    if tolerations is not None:
+        wanted["tolerations"] = [_toleration(t) for t in tolerations]
+    targets = _targets(definition, components)
+    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    if not wanted:
+        return out
+    try:
+        text = canonical_text(obj)
+    except ValueError as error:
+        raise MutationError(f"cannot read the object: {error}") from None
+    for comp in targets:
+        for key, value in wanted.items():
+            expr, suffix = _where(definition, comp, key)
+            for location in _locations(expr, text, definition=definition, comp=comp):
+                _apply(out, [*location, *suffix], key=key, value=value,
+                       where=f"component {comp.name}: {expr.field}")
+    return out
+
+
+def _targets(definition: Definition, names: Iterable[str] | None) -> list[Component]:
+    pods = [c for c in definition.components if c.spec is not None]
+    if names is None:
+        return pods
+    chosen = set(names)
+    unknown = chosen - {c.name for c in pods}
+    if unknown:
+        raise MutationError(f"definition {definition.name}: no pod-creating component "
+                            f"{', '.join(sorted(unknown))} (have "
+                            f"{', '.join(c.name for c in pods) or 'none'})")
+    return [c for c in pods if c.name in chosen]
+
+
+def _where(definition: Definition, comp: Component, key: str) -> tuple[Expr, tuple[str, ...]]:
+    """The path expression to write ``key`` through, and the suffix below its locations."""
+    spec = comp.spec
+    assert spec is not None
+    in_template, in_spec, fragment = _FIELDS[key]
+    problem = f"definition {definition.name}: component {comp.name}: cannot set {key}"
+    if spec.pattern == "template":
+        if spec.path is None:
+            raise MutationError(f"{problem}: empty podTemplateSpecPath")
+        return spec.path, in_template
+    if spec.pattern == "podspec":
+        if key in ("labels", "annotations"):
+            if spec.metadata is None:
+                raise MutationError(f"{problem}: podSpecPath without metadataPath")
+            return spec.metadata, in_spec
+        if spec.path is None:
+            raise MutationError(f"{problem}: empty podSpecPath")
+        return spec.path, in_spec
+    expr = spec.fragment(fragment)
+    if expr is None:
+        raise MutationError(f"{problem}: fragmentedPodSpecDefinition has no {fragment}")
+    return expr, ()
+
+
+@lru_cache(maxsize=2048)
+def _path_program(text: str) -> Any:
+    return jq.compile(f"[path({text}\n)]")
+
+
+def _locations(expr: Expr, text: str, *, definition: Definition, comp: Component
+               ) -> list[list[str | int]]:
+    try:
+        found: list[list[str | int]] = _path_program(expr.text).input_text(text).first()
+    except ValueError as error:
+        raise MutationError(
+            f"definition {definition.name}: component {comp.name}: {expr.field} "
+            f"({expr.text!r}) cannot be written: {' '.join(str(error).split())}") from None
+    return found
+
+
+def _apply(root: dict[str, Any], path: Sequence[str | int], *, key: str, value: Any,
+           where: str) -> None:
+    """Set ``value`` at ``path``, creating missing objects on the way (like jq assign)."""
+    node: Any = root
+    for step, nxt in itertools.pairwise(path):
+        node = _child(node, step, create_object=not isinstance(nxt, int), where=where)
+    last = path[-1] if path else None
+    if last is None:
+        raise MutationError(f"{where}: the path addresses the whole object")
+    current = _get(node, last, where=where)
+    if key in _MERGED:
+        if current is not None and not isinstance(current, Mapping):
+            raise MutationError(f"{where}: {key} is not an object")
+        _set(node, last, {**(current or {}), **value}, where=where)
+    elif key == "tolerations":
+        if current is not None and not isinstance(current, list):
+            raise MutationError(f"{where}: tolerations is not a list")
+        merged = list(current or [])
+        merged.extend(t for t in value if t not in merged)
+        _set(node, last, merged, where=where)
+    else:
+        _set(node, last, value, where=where)
+
+
+def _child(node: Any, step: str | int, *, create_object: bool, where: str) -> Any:
+    current = _get(node, step, where=where)
+    if current is None:
+        current = {} if create_object else []
+        _set(node, step, current, where=where)
+    return current
+
+
+def _get(node: Any, step: str | int, *, where: str) -> Any:
+    if isinstance(step, int):
+        if not isinstance(node, list):
+            raise MutationError(f"{where}: cannot index {type(node).__name__} with {step}")
+        return node[step] if -len(node) <= step < len(node) else None
+    if not isinstance(node, dict):
+        raise MutationError(f"{where}: cannot set key {step!r} in {type(node).__name__}")
+    return node.get(step)
+
+
+def _set(node: Any, step: str | int, value: Any, *, where: str) -> None:
+    if isinstance(step, int):
+        if not isinstance(node, list) or not -len(node) <= step < len(node):
+            raise MutationError(f"{where}: index {step} is out of range")
+        node[step] = value
+    else:
+        node[step] = value
+
+
+def _toleration(item: Toleration | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(item, Toleration):
+        out = {"key": item.key, "operator": item.operator, "value": item.value,
+               "effect": item.effect}
+        return {k: v for k, v in out.items() if v}
+    return dict(item)
