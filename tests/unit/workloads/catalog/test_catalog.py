@@ -1,0 +1,143 @@
+"""The built-in catalog against hand-computed expectations.
+
+Every ``<kind>/<case>.yaml`` here is a manifest as a framework's users write it; next to it,
+``<case>.expected.json`` holds what the framework's own controller creates (pods, GPUs,
+gangs, pod shapes), worked out by hand from the framework's source (see NOTES.md), and
+optionally ``<case>.frames.yaml``: status subtrees the controller writes, each with the
+generic status it must read as. The engine is never used to produce an expectation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.resolve import resolve
+
+HERE = Path(__file__).parent
+SAMPLES = sorted(p for p in HERE.glob("*/*.yaml") if not p.name.endswith(".frames.yaml"))
+SHAPE_KEYS = ("gpus", "gpuProduct", "cpu", "memory")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as handle:
+        obj = yaml.safe_load(handle)
+    assert isinstance(obj, dict), f"{path}: not one object"
+    return obj
+
+
+def _expected(sample: Path) -> dict[str, Any]:
+    path = sample.with_name(sample.name.removesuffix(".yaml") + ".expected.json")
+    assert path.is_file(), f"{sample.name} has no {path.name}"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _frames(sample: Path) -> list[dict[str, Any]]:
+    path = sample.with_name(sample.name.removesuffix(".yaml") + ".frames.yaml")
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as handle:
+        frames = yaml.safe_load(handle)
+    assert isinstance(frames, list), f"{path}: a list of frames"
+    return frames
+
+
+def _shapes(shapes: list[Mapping[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """Pod shapes as a multiset of identical pods, whatever way they are split or ordered."""
+    counts: Counter[tuple[Any, ...]] = Counter()
+    for shape in shapes:
+        counts[tuple(shape.get(key) for key in SHAPE_KEYS)] += int(shape["count"])
+    return counts
+
+
+def _gangs(gangs: list[Mapping[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    return {g["name"]: (g["pods"], g["minPods"], g["gpus"], _shapes(g["podShapes"]))
+            for g in gangs}
+
+
+def _components(components: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    return {c["name"]: sorted(c["instances"], key=lambda i: str(i["id"])) for c in components}
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.builtin()
+
+
+def _ids(samples: list[Path]) -> list[str]:
+    return [f"{p.parent.name}/{p.stem}" for p in samples]
+
+
+def test_there_are_samples() -> None:
+    assert len(SAMPLES) >= 30
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=_ids(SAMPLES))
+def test_sample_resolves_as_computed_by_hand(sample: Path, catalog: Catalog) -> None:
+    want = _expected(sample)
+    got = resolve(_load(sample), catalog=catalog).to_dict()
+    for key in ("definition", "pods", "gpus", "status"):
+        if key in want:
+            assert got[key] == want[key], key
+    if "statuses" in want:
+        assert got["statuses"] == want["statuses"]
+    assert _gangs(got["gangs"]) == _gangs(want["gangs"])
+    if "components" in want:
+        assert _components(got["components"]) == _components(want["components"])
+    # Totals agree with the gangs they summarise.
+    assert got["pods"] == sum(g["pods"] for g in got["gangs"])
+    assert got["gpus"] == sum(g["gpus"] for g in got["gangs"])
+
+
+def _frame_cases() -> Iterator[Any]:
+    for sample in SAMPLES:
+        for index, frame in enumerate(_frames(sample)):
+            yield pytest.param(sample, frame,
+                               id=f"{sample.parent.name}/{sample.stem}[{index}] {frame['name']}")
+
+
+@pytest.mark.parametrize(("sample", "frame"), list(_frame_cases()))
+def test_status_frame(sample: Path, frame: dict[str, Any], catalog: Catalog) -> None:
+    obj = _load(sample)
+    if frame.get("status") is None:
+        obj.pop("status", None)
+    else:
+        obj["status"] = frame["status"]
+    result = resolve(obj, catalog=catalog)
+    assert result.status == frame["expect"], result.statuses
+    if "statuses" in frame:
+        assert list(result.statuses) == frame["statuses"]
+
+
+def test_every_catalog_kind_has_samples_and_frames(catalog: Catalog) -> None:
+    sampled: dict[tuple[str, str], int] = Counter()
+    framed: set[tuple[str, str]] = set()
+    for sample in SAMPLES:
+        obj = _load(sample)
+        key = (obj["apiVersion"], obj["kind"])
+        sampled[key] += 1
+        if _frames(sample):
+            framed.add(key)
+    kinds = {(f"{group}/{version}" if group else version, kind)
+             for group, version, kind in catalog.kinds()}
+    assert kinds, "empty catalog"
+    assert kinds - set(sampled) == set(), "catalog kinds without samples"
+    assert {k for k in kinds if sampled[k] < 2} == set(), "kinds with fewer than two samples"
+    assert kinds - framed == set(), "catalog kinds without status frames"
+
+
+def test_every_frame_status_is_a_generic_status() -> None:
+    generic = {"pending", "initializing", "running", "degraded", "completed", "failed",
+               "suspended", "unknown"}
+    for sample in SAMPLES:
+        for frame in _frames(sample):
+            assert frame["expect"] in generic, (sample.name, frame["name"])
