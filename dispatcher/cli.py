@@ -17,6 +17,7 @@ __all__ = ["build_parser", "main"]
 
 # Order is the order in --help.
 COMMANDS: tuple[str, ...] = (
+    "simulate",
     "dev",
     "inspect",
     "definitions",

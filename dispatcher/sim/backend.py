@@ -1,0 +1,61 @@
+"""What the event loop asks of the placement cores, as a narrow protocol.
+
+The simulator runs the real capacity model and placement engine; ``dispatcher.sim.cores``
+adapts them to this protocol. Keeping the loop behind it lets the loop be read (and tested)
+without knowing the cores' internals, and keeps the adaptation in one place when they change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from dispatcher.workloads.demand import Demand
+
+__all__ = ["Backend", "Choice", "NoFit", "Outcome", "View"]
+
+View = Literal["live", "durable", "empty"]
+"""Which capacity a question is about: ``live`` (everything running now), ``durable`` (only
+workloads that never end, i.e. services: what is left once every batch job finishes) or
+``empty`` (the bare fleet: can this workload ever run here?)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """A placement: the member and, per pod, the node and GPUs it gets."""
+
+    member: str
+    pods: tuple[tuple[str, int], ...]
+    score: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoFit:
+    """No feasible member; ``reasons`` maps each member to the placement's numeric reason."""
+
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line: ``member-1: <reason>; member-2: <reason>``."""
+        return "; ".join(f"{member}: {reason}" for member, reason in self.reasons.items())
+
+
+Outcome = Choice | NoFit
+
+
+class Backend(Protocol):
+    """The capacity model and placement engine behind a simulated fleet (one policy run)."""
+
+    def place(self, demand: Demand, *, policy: str, view: View = "live",
+              exclude: frozenset[str] = frozenset()) -> Outcome:
+        """Where ``demand`` fits on ``view``, members in ``exclude`` left out."""
+        ...
+
+    def bind(self, *, uid: str, choice: Choice, durable: bool) -> None:
+        """Pods of ``uid`` now run on the chosen nodes (``durable``: until the end)."""
+        ...
+
+    def release(self, *, uid: str) -> None:
+        """Pods of ``uid`` finished: their GPUs are free again."""
+        ...

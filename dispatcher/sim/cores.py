@@ -1,0 +1,132 @@
+"""The real cores behind the simulated fleet: capacity model, placement engine, resolver.
+
+This is the only sim module that knows the other packages' APIs (the adapter the brief asks
+for). Each simulated member is a real ``fleet.capacity.ClusterCapacity`` fed the member's
+real ``v1.Node`` objects (``fleetfile.node_manifests``) and, as workloads start and finish,
+real ``v1.Pod`` objects bound to the chosen nodes, the same events a watch delivers. Decisions
+come from ``placement`` over ``MemberSnapshot``s of those models.
+
+Three capacity views are kept per member (see ``sim.backend.View``): ``live`` sees every
+running pod, ``durable`` only pods of services (what stays once batch jobs end; used to pick
+a member to reserve for a starving workload), ``empty`` none (can a workload ever run here?).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec, node_manifests
+from dispatcher.placement.engine import POLICIES, decide
+from dispatcher.placement.model import MemberSnapshot, NodeGrant, PlacementRequest
+from dispatcher.sim.backend import Choice, NoFit, Outcome, View
+from dispatcher.sim.stream import Resolver
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.errors import WorkloadError
+
+__all__ = ["CoreBackend", "policies", "resolver"]
+
+
+def _pod(uid: str, index: int, node: str, gpus: int) -> dict[str, Any]:
+    """A bound, running ``v1.Pod`` holding ``gpus`` on ``node`` (what a watch would show)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "sim", "name": f"{uid}-{index}"},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "main", "resources": {"limits": {GPU_RESOURCE: gpus}}}]},
+            "status": {"phase": "Running"}}
+
+
+def _pods(grants: tuple[NodeGrant, ...]) -> tuple[tuple[str, int], ...]:
+    """Per pod (node, GPUs) from per-node grants: a node's GPUs split over its pods as evenly
+    as whole GPUs allow (only the node total matters to capacity)."""
+    pods: list[tuple[str, int]] = []
+    for grant in grants:
+        share, extra = divmod(grant.gpus, grant.pods) if grant.pods else (grant.gpus, 0)
+        count = max(grant.pods, 1)
+        pods.extend((grant.node, share + (1 if i < extra else 0)) for i in range(count))
+    return tuple(pods)
+
+
+class CoreBackend:
+    """``sim.backend.Backend`` over the real capacity model and placement engine."""
+
+    def __init__(self, fleet: FleetSpec) -> None:
+        self._views: dict[View, dict[str, ClusterCapacity]] = {}
+        self._snapshots: dict[View, tuple[MemberSnapshot, ...]] = {}
+        for view in ("live", "durable", "empty"):
+            models = {}
+            for member in fleet.members:
+                capacity = ClusterCapacity()
+                for node in node_manifests(member):
+                    capacity.upsert_node(node)
+                models[member.name] = capacity
+            self._views[view] = models
+            self._snapshots[view] = tuple(
+                MemberSnapshot(name=m.name, capacity=models[m.name], labels=dict(m.labels))
+                for m in fleet.members)
+        self._bound: dict[str, tuple[str, list[str], bool]] = {}
+
+    def place(self, demand: Demand, *, policy: str, view: View = "live",
+              exclude: frozenset[str] = frozenset()) -> Outcome:
+        members = self._snapshots[view]
+        if exclude:
+            members = tuple(m for m in members if m.name not in exclude)
+        if view != "empty":
+            # Necessary conditions, O(1) per member: enough free GPUs in all and on one node.
+            # Reasons are only reported for the empty view, so skipping here loses nothing.
+            gpus = demand.gpus
+            largest = max((s.gpus for g in demand.gangs for s in g.pod_shapes), default=0)
+            members = tuple(m for m in members if m.capacity.free >= gpus
+                            and m.capacity.largest_free_block >= largest)
+        if not members:
+            return NoFit(reasons={})
+        decision = decide(members, PlacementRequest(demand=demand, policy=policy))
+        if decision.chosen is None:
+            return NoFit(reasons={v.member: v.reason for v in decision.verdicts})
+        score = next((v.score for v in decision.verdicts if v.member == decision.chosen), None)
+        return Choice(member=decision.chosen, pods=_pods(decision.assignment), score=score or 0.0)
+
+    def bind(self, *, uid: str, choice: Choice, durable: bool) -> None:
+        keys: list[str] = []
+        views: list[View] = ["live", "durable"] if durable else ["live"]
+        for index, (node, gpus) in enumerate(choice.pods):
+            pod = _pod(uid, index, node, gpus)
+            for view in views:
+                self._views[view][choice.member].upsert_pod(pod)
+            keys.append(f"sim/{uid}-{index}")
+        self._bound[uid] = (choice.member, keys, durable)
+
+    def release(self, *, uid: str) -> None:
+        member, keys, durable = self._bound.pop(uid)
+        views: list[View] = ["live", "durable"] if durable else ["live"]
+        for key in keys:
+            for view in views:
+                self._views[view][member].delete_pod(key)
+
+    def capacity(self, member: str, *, view: View = "live") -> ClusterCapacity:
+        """The capacity model of one member (tests compare it with the ledger)."""
+        return self._views[view][member]
+
+
+def policies() -> tuple[str, ...]:
+    """Scoring policies the placement engine knows."""
+    return POLICIES
+
+
+def resolver(catalog: Catalog | None = None) -> Resolver:
+    """manifest -> Demand through the workload engine (default: the built-in catalog).
+
+    Workload errors (no definition for the kind, a broken object) become ValueError, which
+    the stream builder reports with the scenario key of the manifest.
+    """
+    loaded = catalog if catalog is not None else Catalog.builtin()
+
+    def resolve(manifest: Mapping[str, Any]) -> Demand:
+        try:
+            return loaded.resolve(manifest).demand
+        except WorkloadError as exc:
+            raise ValueError(str(exc)) from exc
+
+    return resolve
