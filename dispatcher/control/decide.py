@@ -1,0 +1,262 @@
+"""The per-workload decision: one frozen snapshot in, one small action out.
+
+The shell (``control.reconcile``) reads a ``Snapshot`` (hub object, its Dispatch record, the
+member copy if known, that member's health, a placement ``Decision`` when one is needed),
+calls ``decide`` and executes the returned ``Action``; then it reads a fresh snapshot and
+asks again, until the answer is ``NOTHING`` or a wait. Nothing here does I/O or reads a
+clock, so every branch is a table row in the unit tests.
+
+Branch order (first match wins):
+
+==  =============================================  ==========================================
+#   when                                           action
+==  =============================================  ==========================================
+1   hub object gone                                NOTHING (ownerRef GC + orphan sweep)
+2   being deleted, copy ours on a reachable member DELETE_COPY
+3   being deleted, member unreachable, not lost    WAIT (recheck when it may count as lost)
+    long enough
+4   being deleted, otherwise                       RELEASE_FINALIZER (if still held)
+5   no finalizer                                   ADD_FINALIZER
+6   no Dispatch record                             CREATE_RECORD
+7   dispatcher gave up (record.failure)            NOTHING (terminal)
+8   no member chosen, no placement decision yet    PLACE (shell decides, asks again)
+9   no member chosen, decision chose one           RECORD_PLACEMENT
+10  no member chosen, nothing feasible             RECORD_PENDING (skipped when unchanged)
+11  member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
+    failover policy allows
+12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
+13  copy state not known yet (watch not synced)    WAIT
+14  a foreign object holds the name                REPORT_CONFLICT (once)
+15  copy absent                                    SUBMIT
+16  copy ours, record not yet Submitted            ADOPT
+17  copy ours, not started past stuckAfter         REQUEUE (or FAIL when attempts are used up)
+18  copy ours, status differs from the hub's       MIRROR
+19  otherwise                                      NOTHING (or WAIT until the stuck deadline)
+==  =============================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.record import DispatchRecord
+from dispatcher.placement.model import Decision
+
+__all__ = [
+    "Action",
+    "ActionKind",
+    "Copy",
+    "CopyState",
+    "FailoverPolicy",
+    "MemberHealth",
+    "Rules",
+    "Snapshot",
+    "decide",
+    "not_started",
+]
+
+FailoverPolicy = Literal["never", "if-not-started", "always"]
+
+_NOT_STARTED = frozenset({"", "pending", "unknown", "suspended"})
+
+
+class ActionKind(StrEnum):
+    """What the shell does next (see the table in the module docstring)."""
+
+    NOTHING = "nothing"
+    WAIT = "wait"
+    DELETE_COPY = "delete-copy"
+    RELEASE_FINALIZER = "release-finalizer"
+    ADD_FINALIZER = "add-finalizer"
+    CREATE_RECORD = "create-record"
+    PLACE = "place"
+    RECORD_PLACEMENT = "record-placement"
+    RECORD_PENDING = "record-pending"
+    REQUEUE = "requeue"
+    FAIL = "fail"
+    MARK_UNKNOWN = "mark-unknown"
+    REPORT_CONFLICT = "report-conflict"
+    SUBMIT = "submit"
+    ADOPT = "adopt"
+    MIRROR = "mirror"
+
+
+class CopyState(StrEnum):
+    """What the chosen member holds under the workload's name."""
+
+    UNKNOWN = "unknown"  # member unreachable, or its copy watch has not listed yet
+    ABSENT = "absent"
+    OURS = "ours"  # carries our origin label and this workload's hub uid
+    FOREIGN = "foreign"  # someone else's object: never overwritten
+
+
+@dataclass(frozen=True, kw_only=True)
+class Copy:
+    """The member copy as last seen by its watch; ``generic`` is its resolved status."""
+
+    state: CopyState
+    uid: str = ""
+    status: Mapping[str, Any] | None = None
+    generic: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberHealth:
+    """Reachability of the chosen member; ``lost_since`` is the *first* failure time."""
+
+    reachable: bool
+    lost_since: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    """The configured failover and stuck rules (``failover.*`` in the config file).
+
+    ``stuck_after`` <= 0 disables stuck detection; ``max_attempts`` bounds placements of
+    one workload (the last failed attempt makes it Failed).
+    """
+
+    policy: FailoverPolicy = "if-not-started"
+    member_lost_after: float = 300.0
+    stuck_after: float = 0.0
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything ``decide`` looks at for one hub workload, read at ``now`` (Unix seconds)."""
+
+    now: float
+    workload: Mapping[str, Any] | None
+    record: DispatchRecord | None
+    copy: Copy = Copy(state=CopyState.UNKNOWN)
+    health: MemberHealth = MemberHealth(reachable=True)
+    decision: Decision | None = None
+    rules: Rules = Rules()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """The next step. ``reason`` says why in words (logs, conditions, events); ``member`` is
+    the member concerned; ``recheck_after`` (seconds) asks the shell to look again later."""
+
+    kind: ActionKind
+    reason: str = ""
+    member: str | None = None
+    recheck_after: float | None = None
+
+
+def not_started(generic: str | None) -> bool:
+    """True when the copy cannot have started work (what ``if-not-started`` allows)."""
+    return (generic or "") in _NOT_STARTED
+
+
+def _deleting(snap: Snapshot, workload: Mapping[str, Any]) -> Action:
+    record, meta = snap.record, workload.get("metadata") or {}
+    cluster = record.cluster if record else None
+    if cluster and snap.copy.state is CopyState.OURS and snap.health.reachable:
+        return Action(kind=ActionKind.DELETE_COPY, member=cluster,
+                      reason=f"hub object deleted; deleting the copy on {cluster}")
+    if cluster and not snap.health.reachable:
+        waited = snap.now - (snap.health.lost_since or snap.now)
+        left = snap.rules.member_lost_after - waited
+        if left > 0:
+            return Action(kind=ActionKind.WAIT, member=cluster, recheck_after=left,
+                          reason=f"member {cluster} unreachable; the copy is deleted when "
+                                 f"it returns (or by the orphan sweep)")
+    if cluster and snap.copy.state is CopyState.UNKNOWN and snap.health.reachable:
+        return Action(kind=ActionKind.WAIT, member=cluster,
+                      reason=f"copy on {cluster} not listed yet")
+    if FINALIZER in (meta.get("finalizers") or ()):
+        return Action(kind=ActionKind.RELEASE_FINALIZER, member=cluster,
+                      reason="no copy left on a reachable member")
+    return Action(kind=ActionKind.NOTHING, reason="deleted")
+
+
+def _give_up_or_requeue(record: DispatchRecord, rules: Rules, reason: str) -> Action:
+    if record.attempt >= rules.max_attempts:
+        return Action(kind=ActionKind.FAIL, member=record.cluster,
+                      reason=f"{reason}; gave up after {record.attempt} attempt(s)")
+    return Action(kind=ActionKind.REQUEUE, member=record.cluster, reason=reason)
+
+
+def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
+    decision = snap.decision
+    if decision is None:
+        return Action(kind=ActionKind.PLACE, reason="no member chosen yet")
+    if decision.chosen is not None:
+        return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
+                      reason=decision.summary)
+    if record.phase == Phase.PENDING and record.pending_message == decision.summary[:1000]:
+        return Action(kind=ActionKind.NOTHING, reason=decision.summary)
+    return Action(kind=ActionKind.RECORD_PENDING, reason=decision.summary)
+
+
+def _member_lost(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action:
+    rules = snap.rules
+    lost_for = snap.now - (snap.health.lost_since or snap.now)
+    allowed = (rules.policy == "always"
+               or (rules.policy == "if-not-started" and not_started(record.generic_status)))
+    if allowed and lost_for >= rules.member_lost_after:
+        return _give_up_or_requeue(record, rules, f"member {cluster} lost for "
+                                                  f"{lost_for:.0f}s (failover {rules.policy})")
+    recheck = rules.member_lost_after - lost_for if allowed else None
+    if record.phase != Phase.UNKNOWN:
+        return Action(kind=ActionKind.MARK_UNKNOWN, member=cluster, recheck_after=recheck,
+                      reason=f"member {cluster} unreachable")
+    return Action(kind=ActionKind.WAIT, member=cluster, recheck_after=recheck,
+                  reason=f"member {cluster} unreachable for {lost_for:.0f}s")
+
+
+def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
+            cluster: str) -> Action:
+    copy, rules = snap.copy, snap.rules
+    if not snap.health.reachable:
+        return _member_lost(snap, record, cluster)
+    if copy.state is CopyState.UNKNOWN:
+        return Action(kind=ActionKind.WAIT, member=cluster, reason="copy not listed yet")
+    if copy.state is CopyState.FOREIGN:
+        if record.phase == Phase.CONFLICT:
+            return Action(kind=ActionKind.NOTHING, member=cluster, reason="conflict reported")
+        return Action(kind=ActionKind.REPORT_CONFLICT, member=cluster,
+                      reason=f"{cluster} already has an object with this name that this "
+                             f"hub did not create; not overwriting it")
+    if copy.state is CopyState.ABSENT:
+        return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
+    if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
+        return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
+    if rules.stuck_after > 0 and not_started(copy.generic) and record.submitted_at:
+        waited = snap.now - record.submitted_at
+        if waited >= rules.stuck_after:
+            return _give_up_or_requeue(record, rules,
+                                       f"not started on {cluster} after {waited:.0f}s")
+    if (dict(copy.status or {}) != dict(workload.get("status") or {})
+            or (copy.generic or None) != record.generic_status):
+        return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)
+    if rules.stuck_after > 0 and not_started(copy.generic) and record.submitted_at:
+        return Action(kind=ActionKind.WAIT, member=cluster, reason="not started yet",
+                      recheck_after=record.submitted_at + rules.stuck_after - snap.now)
+    return Action(kind=ActionKind.NOTHING, member=cluster, reason="in sync")
+
+
+def decide(snap: Snapshot) -> Action:
+    """The next action for one hub workload (branch table in the module docstring)."""
+    workload, record = snap.workload, snap.record
+    if workload is None:
+        return Action(kind=ActionKind.NOTHING, reason="hub object gone")
+    meta = workload.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return _deleting(snap, workload)
+    if FINALIZER not in (meta.get("finalizers") or ()):
+        return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
+    if record is None:
+        return Action(kind=ActionKind.CREATE_RECORD, reason="new workload")
+    if record.failure:
+        return Action(kind=ActionKind.NOTHING, reason=record.failure)
+    if record.cluster is None:
+        return _unplaced(snap, record)
+    return _placed(snap, record, workload, record.cluster)

@@ -1,0 +1,62 @@
+"""The names the control loop writes on objects: labels, annotations, finalizer, phases.
+
+Kept in one place because three sides read them: the controller (stamps and checks), the
+orphan sweep (lists by label) and tests (assert on them). Ownership is never guessed: a
+member copy is ours only when it carries both our origin label and the hub uid.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "FINALIZER",
+    "HUB_UID_ANNOTATION",
+    "HUB_UID_LABEL",
+    "ORIGIN_LABEL",
+    "Phase",
+]
+
+ORIGIN_LABEL = "dispatcher.io/origin"
+HUB_UID_LABEL = "dispatcher.io/hub-uid"
+HUB_UID_ANNOTATION = "dispatcher.io/hub-uid"
+FINALIZER = "dispatcher.io/dispatch"
+
+
+class Phase(StrEnum):
+    """``Dispatch.status.phase``: the dispatcher's own states, then the mirrored status.
+
+    Pending (no feasible member yet), Placed (decision and reservation recorded, member not
+    touched or not confirmed), Submitted (copy exists on the member, no status yet), then the
+    member copy's generic status capitalised (Running, Completed, ...), Unknown (member lost),
+    Conflict (a foreign object holds the name on the member), Failed (gave up, with reason).
+    """
+
+    PENDING = "Pending"
+    PLACED = "Placed"
+    SUBMITTED = "Submitted"
+    INITIALIZING = "Initializing"
+    RUNNING = "Running"
+    DEGRADED = "Degraded"
+    COMPLETED = "Completed"
+    SUSPENDED = "Suspended"
+    UNKNOWN = "Unknown"
+    CONFLICT = "Conflict"
+    FAILED = "Failed"
+
+    @classmethod
+    def of_generic(cls, status: str) -> Phase:
+        """The phase shown for a mirrored generic status (``pending`` -> Submitted)."""
+        return _GENERIC.get(status, cls.SUBMITTED)
+
+
+_GENERIC: dict[str, Phase] = {
+    "pending": Phase.SUBMITTED,
+    "initializing": Phase.INITIALIZING,
+    "running": Phase.RUNNING,
+    "degraded": Phase.DEGRADED,
+    "completed": Phase.COMPLETED,
+    "failed": Phase.FAILED,
+    "suspended": Phase.SUSPENDED,
+    "unknown": Phase.SUBMITTED,
+}

@@ -1,0 +1,214 @@
+"""The Dispatch record: read it into a frozen value, write it as bodies and status patches.
+
+The Dispatch object (``dispatcher.io/v1alpha1``, one per hub workload, owned by it) is the
+controller's durable memory: the decision and reservation are written here *before* the
+member is touched, so a restarted controller finds every decision and never places twice.
+``read`` turns the raw object into a ``DispatchRecord`` for ``decide``; the ``*_status``
+functions build merge patches for the status subresource (the shell writes them once).
+Pure: times are passed in as Unix seconds and rendered as RFC 3339.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatcher.control.names import Phase
+from dispatcher.fleet.reservations import Reservation
+from dispatcher.placement.model import Decision
+from dispatcher.sim.trace import gangs_json
+from dispatcher.workloads.demand import Demand
+
+__all__ = [
+    "DispatchRecord",
+    "condition",
+    "dispatch_body",
+    "failed_status",
+    "format_time",
+    "parse_time",
+    "pending_status",
+    "placed_status",
+    "read",
+    "requeued_status",
+    "submitted_status",
+]
+
+API_VERSION = "dispatcher.io/v1alpha1"
+
+
+def format_time(ts: float) -> str:
+    """Unix seconds -> RFC 3339 UTC with microseconds (``...Z``)."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: Any) -> float | None:
+    """RFC 3339 (``Z`` or offset, with or without fraction) -> Unix seconds; None if absent."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchRecord:
+    """What the Dispatch object says, as ``decide`` needs it.
+
+    ``cluster`` is None while Pending; ``excluded`` are members earlier attempts gave up on;
+    ``attempt`` counts placements (1 for the first); ``failure`` is set once the dispatcher
+    gave up (terminal).
+    """
+
+    name: str
+    namespace: str
+    workload_uid: str
+    phase: str = ""
+    cluster: str | None = None
+    attempt: int = 0
+    decided_at: float | None = None
+    submitted_at: float | None = None
+    reservation: Reservation | None = None
+    generic_status: str | None = None
+    excluded: tuple[str, ...] = ()
+    history: tuple[Mapping[str, Any], ...] = ()
+    failure: str | None = None
+    pending_message: str = ""
+    last_seen: float | None = None
+
+
+def read(obj: Mapping[str, Any]) -> DispatchRecord:
+    """The record of a raw Dispatch object (tolerant: missing fields read as defaults)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    decision = status.get("decision") or {}
+    reservation = None
+    if decision.get("reservation"):
+        try:
+            reservation = Reservation.from_dict(decision["reservation"])
+        except ValueError:
+            reservation = None
+    pending = next((c for c in status.get("conditions") or ()
+                    if c.get("type") == "Placed" and c.get("status") == "False"), None)
+    remote = status.get("remote") or {}
+    return DispatchRecord(
+        name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
+        workload_uid=str((spec.get("workload") or {}).get("uid", "")),
+        phase=str(status.get("phase") or ""),
+        cluster=decision.get("cluster") or None,
+        attempt=int(decision.get("attempt") or len(status.get("attempts") or ())),
+        decided_at=parse_time(decision.get("time")),
+        submitted_at=parse_time(remote.get("submittedAt")),
+        reservation=reservation,
+        generic_status=status.get("genericStatus") or None,
+        excluded=tuple(status.get("excluded") or ()),
+        history=tuple(status.get("attempts") or ()),
+        failure=status.get("failure") or None,
+        pending_message=str((pending or {}).get("message", "")),
+        last_seen=parse_time(remote.get("lastSeen")),
+    )
+
+
+def dispatch_body(*, workload: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A new Dispatch for ``workload``: same namespace, owned by it (garbage-collected with it)."""
+    meta = workload["metadata"]
+    ref = {"apiVersion": workload["apiVersion"], "kind": workload["kind"],
+           "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": API_VERSION, "kind": "Dispatch",
+        "metadata": {"name": name, "namespace": meta.get("namespace") or "default",
+                     "ownerReferences": [{**ref, "controller": True,
+                                          "blockOwnerDeletion": False}]},
+        "spec": {"workload": ref},
+    }
+
+
+def condition(*, type_: str, status: bool, reason: str, message: str, now: float
+              ) -> dict[str, Any]:
+    """One status condition (Kubernetes shape)."""
+    return {"type": type_, "status": "True" if status else "False", "reason": reason,
+            "message": message[:1000], "lastTransitionTime": format_time(now)}
+
+
+def demand_status(*, demand: Demand, definition: str) -> dict[str, Any]:
+    """``status.demand`` and ``status.definition``."""
+    return {"definition": definition,
+            "demand": {"pods": demand.pods, "gpus": demand.gpus, "gangs": gangs_json(demand)}}
+
+
+def pending_status(*, message: str, reason: str, now: float) -> dict[str, Any]:
+    """Status patch: no member can take it now; ``message`` is the decision summary."""
+    return {"phase": Phase.PENDING.value, "decision": None,
+            "conditions": [condition(type_="Placed", status=False, reason=reason,
+                                     message=message, now=now)]}
+
+
+def placed_status(*, decision: Decision, reservation: Reservation | None, attempt: int,
+                  now: float) -> dict[str, Any]:
+    """Status patch: the decision and its reservation, written before the member is touched."""
+    chosen = decision.chosen or ""
+    verdict = decision.verdict(chosen)
+    return {
+        "phase": Phase.PLACED.value,
+        "decision": {"cluster": chosen, "attempt": attempt, "time": format_time(now),
+                     "policy": decision.policy, "score": verdict.score,
+                     "summary": decision.summary[:1000],
+                     "reservation": reservation.to_dict() if reservation else None},
+        "remote": None, "genericStatus": None, "statuses": None,
+        "conditions": [condition(type_="Placed", status=True, reason="Placed",
+                                 message=decision.summary, now=now)],
+    }
+
+
+def submitted_status(*, cluster: str, remote_uid: str, now: float, adopted: bool
+                     ) -> dict[str, Any]:
+    """Status patch: the copy exists on the member (created now, or found and adopted)."""
+    return {"phase": Phase.SUBMITTED.value,
+            "remote": {"cluster": cluster, "uid": remote_uid, "submittedAt": format_time(now),
+                       "lastSeen": format_time(now)},
+            "conditions": [condition(type_="Submitted", status=True,
+                                     reason="Adopted" if adopted else "Created",
+                                     message=f"copy on {cluster}", now=now)]}
+
+
+def requeued_status(*, record: DispatchRecord, reason: str, outcome: str, now: float
+                    ) -> dict[str, Any]:
+    """Status patch: give up on the current member, remember why, go back to Pending."""
+    history = [*record.history, {"cluster": record.cluster or "", "attempt": record.attempt,
+                                 "time": format_time(now), "outcome": outcome,
+                                 "reason": reason[:500]}]
+    excluded = sorted({*record.excluded, *([record.cluster] if record.cluster else [])})
+    return {"phase": Phase.PENDING.value, "decision": {"cluster": None, "reservation": None,
+                                                       "attempt": record.attempt},
+            "remote": None, "genericStatus": None, "statuses": None,
+            "excluded": excluded, "attempts": history,
+            "conditions": [condition(type_="Placed", status=False, reason="Requeued",
+                                     message=reason, now=now)]}
+
+
+def failed_status(*, record: DispatchRecord, reason: str, now: float) -> dict[str, Any]:
+    """Status patch: the dispatcher gave up (terminal), with the reason."""
+    patch = requeued_status(record=record, reason=reason, outcome="gave-up", now=now)
+    patch["phase"] = Phase.FAILED.value
+    patch["failure"] = reason[:1000]
+    patch["conditions"] = [condition(type_="Placed", status=False, reason="GaveUp",
+                                     message=reason, now=now)]
+    return patch
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """``old`` with ``new`` replacing same-typed entries (keeping the transition time when
+    status did not change): a merge patch replaces lists wholesale, so send the full list."""
+    by_type = {str(c.get("type")): dict(c) for c in old}
+    for item in new:
+        previous = by_type.get(str(item["type"]))
+        merged = dict(item)
+        if previous and previous.get("status") == item["status"]:
+            merged["lastTransitionTime"] = previous.get("lastTransitionTime",
+                                                         item["lastTransitionTime"])
+        by_type[str(item["type"])] = merged
+    return list(by_type.values())

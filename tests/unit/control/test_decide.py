@@ -1,0 +1,179 @@
+"""decide(): "before -> wanted action" tables, one row per branch of the module's table.
+
+Covered: every branch, deletion with reachable/unreachable members, each failover policy,
+attempt bounds, stuck detection and mirroring. Left out: the shell (integration tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.control.decide import (
+    Action,
+    ActionKind,
+    Copy,
+    CopyState,
+    MemberHealth,
+    Rules,
+    Snapshot,
+    decide,
+)
+from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.record import DispatchRecord
+from dispatcher.placement.model import Decision, Verdict
+
+NOW = 1_000_000.0
+
+
+def workload(*, finalizer: bool = True, deleting: bool = False,
+             status: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "train", "namespace": "team-a", "uid": "u1"}
+    if finalizer:
+        meta["finalizers"] = [FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T20:00:00Z"
+    obj: dict[str, Any] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                           "metadata": meta}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def record(**kw: Any) -> DispatchRecord:
+    return DispatchRecord(name="train", namespace="team-a", workload_uid="u1", **kw)
+
+
+def decision(chosen: str | None) -> Decision:
+    verdicts = (Verdict(member="m1", feasible=chosen == "m1", reason="r", free=8),)
+    return Decision(policy="most-free", pods=1, gpus=8, gangs=1, verdicts=verdicts,
+                    chosen=chosen, assignment=(), summary="no member fits" if not chosen
+                    else "m1 chosen")
+
+
+PLACED = record(phase=Phase.PLACED, cluster="m1", attempt=1)
+SUBMITTED = record(phase=Phase.SUBMITTED, cluster="m1", attempt=1, submitted_at=NOW - 10)
+RUNNING = replace(SUBMITTED, phase=Phase.RUNNING, generic_status="running")
+OURS = Copy(state=CopyState.OURS, uid="r1")
+LOST_LONG = MemberHealth(reachable=False, lost_since=NOW - 1000)
+LOST_NOW = MemberHealth(reachable=False, lost_since=NOW - 1)
+
+ROWS: list[tuple[str, Snapshot, ActionKind]] = [
+    ("gone", Snapshot(now=NOW, workload=None, record=PLACED), ActionKind.NOTHING),
+    ("deleting, copy ours", Snapshot(now=NOW, workload=workload(deleting=True), record=PLACED,
+                                     copy=OURS), ActionKind.DELETE_COPY),
+    ("deleting, member just lost", Snapshot(now=NOW, workload=workload(deleting=True),
+                                            record=PLACED, health=LOST_NOW), ActionKind.WAIT),
+    ("deleting, member lost long", Snapshot(now=NOW, workload=workload(deleting=True),
+                                            record=PLACED, health=LOST_LONG,
+                                            rules=Rules(member_lost_after=60)),
+     ActionKind.RELEASE_FINALIZER),
+    ("deleting, copy absent", Snapshot(now=NOW, workload=workload(deleting=True),
+                                       record=PLACED, copy=Copy(state=CopyState.ABSENT)),
+     ActionKind.RELEASE_FINALIZER),
+    ("deleting, copy not listed", Snapshot(now=NOW, workload=workload(deleting=True),
+                                           record=PLACED), ActionKind.WAIT),
+    ("deleting, never placed", Snapshot(now=NOW, workload=workload(deleting=True),
+                                        record=None), ActionKind.RELEASE_FINALIZER),
+    ("deleting, finalizer gone", Snapshot(now=NOW, workload=workload(deleting=True,
+                                                                     finalizer=False),
+                                          record=None), ActionKind.NOTHING),
+    ("new", Snapshot(now=NOW, workload=workload(finalizer=False), record=None),
+     ActionKind.ADD_FINALIZER),
+    ("no record", Snapshot(now=NOW, workload=workload(), record=None),
+     ActionKind.CREATE_RECORD),
+    ("gave up", Snapshot(now=NOW, workload=workload(), record=record(failure="x")),
+     ActionKind.NOTHING),
+    ("unplaced, no decision", Snapshot(now=NOW, workload=workload(), record=record()),
+     ActionKind.PLACE),
+    ("unplaced, fits", Snapshot(now=NOW, workload=workload(), record=record(),
+                                decision=decision("m1")), ActionKind.RECORD_PLACEMENT),
+    ("unplaced, nothing fits", Snapshot(now=NOW, workload=workload(), record=record(),
+                                        decision=decision(None)), ActionKind.RECORD_PENDING),
+    ("pending, same reason", Snapshot(now=NOW, workload=workload(),
+                                      record=record(phase=Phase.PENDING,
+                                                    pending_message="no member fits"),
+                                      decision=decision(None)), ActionKind.NOTHING),
+    ("lost, not long", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
+                                health=LOST_NOW), ActionKind.MARK_UNKNOWN),
+    ("lost, already unknown", Snapshot(now=NOW, workload=workload(),
+                                       record=replace(SUBMITTED, phase=Phase.UNKNOWN),
+                                       health=LOST_NOW), ActionKind.WAIT),
+    ("lost long, not started", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
+                                        health=LOST_LONG), ActionKind.REQUEUE),
+    ("lost long, running, if-not-started", Snapshot(now=NOW, workload=workload(),
+                                                    record=RUNNING, health=LOST_LONG),
+     ActionKind.MARK_UNKNOWN),
+    ("lost long, running, always", Snapshot(now=NOW, workload=workload(), record=RUNNING,
+                                            health=LOST_LONG, rules=Rules(policy="always")),
+     ActionKind.REQUEUE),
+    ("lost long, never", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
+                                  health=LOST_LONG, rules=Rules(policy="never")),
+     ActionKind.MARK_UNKNOWN),
+    ("lost long, attempts used up", Snapshot(now=NOW, workload=workload(),
+                                             record=replace(SUBMITTED, attempt=3),
+                                             health=LOST_LONG), ActionKind.FAIL),
+    ("copy not listed", Snapshot(now=NOW, workload=workload(), record=PLACED),
+     ActionKind.WAIT),
+    ("foreign", Snapshot(now=NOW, workload=workload(), record=PLACED,
+                         copy=Copy(state=CopyState.FOREIGN)), ActionKind.REPORT_CONFLICT),
+    ("foreign, reported", Snapshot(now=NOW, workload=workload(),
+                                   record=replace(PLACED, phase=Phase.CONFLICT),
+                                   copy=Copy(state=CopyState.FOREIGN)), ActionKind.NOTHING),
+    ("placed, absent", Snapshot(now=NOW, workload=workload(), record=PLACED,
+                                copy=Copy(state=CopyState.ABSENT)), ActionKind.SUBMIT),
+    ("placed, ours (crash after create)", Snapshot(now=NOW, workload=workload(),
+                                                   record=PLACED, copy=OURS),
+     ActionKind.ADOPT),
+    ("unknown, back", Snapshot(now=NOW, workload=workload(),
+                               record=replace(SUBMITTED, phase=Phase.UNKNOWN), copy=OURS),
+     ActionKind.ADOPT),
+    ("stuck", Snapshot(now=NOW, workload=workload(), record=SUBMITTED, copy=OURS,
+                       rules=Rules(stuck_after=5)), ActionKind.REQUEUE),
+    ("not stuck yet", Snapshot(now=NOW, workload=workload(), record=SUBMITTED, copy=OURS,
+                               rules=Rules(stuck_after=60)), ActionKind.WAIT),
+    ("status changed", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
+                                copy=replace(OURS, status={"a": 1}, generic="running")),
+     ActionKind.MIRROR),
+    ("in sync", Snapshot(now=NOW, workload=workload(status={"a": 1}), record=RUNNING,
+                         copy=replace(OURS, status={"a": 1}, generic="running")),
+     ActionKind.NOTHING),
+]
+
+
+@pytest.mark.parametrize(("snap", "wanted"), [(s, w) for _, s, w in ROWS],
+                         ids=[name for name, _, _ in ROWS])
+def test_branch_table(snap: Snapshot, wanted: ActionKind) -> None:
+    assert decide(snap).kind is wanted
+
+
+def test_requeue_names_member_and_recheck() -> None:
+    action = decide(Snapshot(now=NOW, workload=workload(), record=SUBMITTED, health=LOST_NOW,
+                             rules=Rules(member_lost_after=60)))
+    assert action.member == "m1"
+    assert action.recheck_after == pytest.approx(59)
+
+
+_KINDS = st.sampled_from(list(CopyState))
+_PHASES = st.sampled_from(["", *Phase])
+
+
+@given(copy=_KINDS, phase=_PHASES, reachable=st.booleans(), deleting=st.booleans(),
+       lost=st.floats(min_value=0, max_value=1e4), attempt=st.integers(0, 5))
+def test_never_submits_to_unreachable_or_foreign(*, copy: CopyState, phase: str, reachable: bool,
+                                                 deleting: bool, lost: float,
+                                                 attempt: int) -> None:
+    """Whatever the state, a copy is only created on a reachable member with no object."""
+    snap = Snapshot(now=NOW, workload=workload(deleting=deleting),
+                    record=record(phase=phase, cluster="m1", attempt=attempt),
+                    copy=Copy(state=copy),
+                    health=MemberHealth(reachable=reachable, lost_since=NOW - lost))
+    action: Action = decide(snap)
+    if action.kind is ActionKind.SUBMIT:
+        assert reachable and copy is CopyState.ABSENT and not deleting
+    if action.kind is ActionKind.DELETE_COPY:
+        assert reachable and copy is CopyState.OURS and deleting
