@@ -11,9 +11,10 @@ batches. If that order fails, a second order is tried that places the most const
 first (least eligible free capacity). The answer is sound: "fits" always comes with an
 explicit node assignment that respects every per-node constraint and never over-allocates a
 node. It is not complete: bin packing is NP-hard, and both orders can miss a packing that
-exists when pod sizes are mixed and do not divide node sizes, e.g. two nodes with 10 free
-GPUs and pods of 5, 4, 4, 3, 2, 2 GPUs (5+3+2 and 4+4+2 fit, best-fit decreasing does not
-find it). Such a miss is reported as infeasible, never as a wrong "fits".
+exists when pod sizes are mixed and do not divide node sizes, e.g. nodes with 8 and 4 free
+GPUs and pods of 3, 3, 2, 2, 2 GPUs: 3+3+2 and 2+2 fit, but best fit puts the first 3 on the
+4-GPU node. Such a miss is reported as infeasible, never as a wrong "fits". With uniform pod
+sizes per product (the common case for training gangs) the packing is exact.
 
 Not modelled: CPU and memory (pods without GPUs only need one eligible node to exist), and
 per-node selectors on ``kubernetes.io/hostname`` (classes leave the hostname out, so such a

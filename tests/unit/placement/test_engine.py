@@ -1,0 +1,202 @@
+"""Decisions over members: filters and their reasons, policies, and the properties that
+matter (a choice always comes with a valid explicit node assignment, infeasible members are
+never chosen, the same input gives the same answer)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.nodes import HARD_EFFECTS
+from dispatcher.placement.engine import decide
+from dispatcher.placement.fit import pack, pod_groups
+from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
+from dispatcher.workloads.demand import Demand, Toleration
+
+from .builders import cluster, demand, shape
+from .objects import node, pod
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def _members() -> list[MemberSnapshot]:
+    big = cluster(*({"name": f"a{i}", "gpus": 8, "product": H100} for i in range(4)))
+    small = cluster(*({"name": f"b{i}", "gpus": 8, "product": H100, "used": 4}
+                      for i in range(4)))
+    return [MemberSnapshot(name="big", capacity=big, labels={"region": "us"}),
+            MemberSnapshot(name="small", capacity=small, labels={"region": "eu"})]
+
+
+def _request(**kwargs: Any) -> PlacementRequest:
+    return PlacementRequest(demand=demand([shape(2, 4, product=H100)]), **kwargs)
+
+
+def test_most_free_and_best_fit_choose_opposite_ends() -> None:
+    members = _members()
+    assert decide(members, _request()).chosen == "big"
+    decision = decide(members, _request(policy="best-fit"))
+    assert decision.chosen == "small"
+    assert decision.verdict("small").score == -8.0
+    assert [(g.node, g.gpus) for g in decision.assignment] == [("b0", 4), ("b1", 4)]
+
+
+def test_preference_goes_before_score_and_names_break_ties() -> None:
+    members = _members()
+    assert decide(members, _request(prefer=("small",))).chosen == "small"
+    twins = [MemberSnapshot(name=n, capacity=cluster({"name": "x", "gpus": 8}))
+             for n in ("zeta", "alpha")]
+    assert decide(twins, PlacementRequest(demand=demand([shape(1, 8)]))).chosen == "alpha"
+
+
+def test_pin_and_selector() -> None:
+    members = _members()
+    decision = decide(members, _request(pin="small"))
+    assert decision.chosen == "small"
+    assert decision.verdict("big").reason == "not the pinned member (dispatcher.io/cluster=small)"
+    with pytest.raises(PlacementError, match="pinned member 'nope'"):
+        decide(members, _request(pin="nope"))
+    decision = decide(members, _request(selector="region=eu"))
+    assert decision.chosen == "small"
+    assert decision.verdict("big").reason == (
+        "selector region=eu does not match (member has region=us)")
+    with pytest.raises(PlacementError, match="cluster-selector"):
+        decide(members, _request(selector="region in eu"))
+    with pytest.raises(PlacementError, match="unknown placement policy"):
+        decide(members, _request(policy="cheapest"))
+
+
+def test_member_state_reasons() -> None:
+    cap = cluster({"name": "n", "gpus": 8, "product": H100})
+    members = [
+        MemberSnapshot(name="down", capacity=cap, ready=False, not_ready_reason="timeout"),
+        MemberSnapshot(name="drained", capacity=cap, cordoned=True),
+        MemberSnapshot(name="noray", capacity=cap,
+                       served_kinds=frozenset({("jobset.x-k8s.io", "JobSet")})),
+    ]
+    decision = decide(members, _request(api_version="ray.io/v1", kind="RayJob"))
+    assert decision.chosen is None and decision.assignment == ()
+    assert [v.reason for v in decision.verdicts] == [
+        "not ready: timeout", "cordoned", "kind RayJob (ray.io) not served"]
+    assert decision.summary.startswith("no member can take 2 pod(s) / 8 GPU(s) in 1 gang(s): ")
+    assert "drained: cordoned" in decision.summary
+    json.dumps(decision.to_dict())
+
+
+def test_fragmented_member_reason_in_decision() -> None:
+    cap = cluster(*({"name": f"n{i}", "gpus": 8, "used": 4} for i in range(12)))
+    decision = decide([MemberSnapshot(name="m", capacity=cap)],
+                      PlacementRequest(demand=demand([shape(1, 8)]), count_fits=True))
+    assert decision.verdict("m").reason == (
+        "48 GPUs free, largest free block on one node is 4, a pod needs 8: fits 0 times")
+    assert decision.verdict("m").fits == 0
+
+
+def test_count_fits_and_assignments_for_every_feasible_member_when_explaining() -> None:
+    decision = decide(_members(), _request(count_fits=True))
+    assert decision.verdict("big").fits == 4 and decision.verdict("small").fits == 2
+    assert all(v.assignment for v in decision.verdicts)
+
+
+# -- properties ------------------------------------------------------------------------------
+
+PRODUCTS = [None, "H100", "A100"]
+TAINT = ("dedicated", "x", "NoSchedule")
+
+node_specs = st.fixed_dictionaries({
+    "gpus": st.sampled_from([0, 2, 4, 8]),
+    "used": st.sampled_from([0, 0, 1, 2, 4]),
+    "product": st.sampled_from(PRODUCTS),
+    "ready": st.sampled_from([True, True, True, False]),
+    "unschedulable": st.sampled_from([False, False, False, True]),
+    "taints": st.sampled_from([[], [], [TAINT], [("evict", "", "NoExecute")]]),
+    "labels": st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}]),
+})
+clusters = st.lists(node_specs, min_size=0, max_size=6)
+shapes = st.builds(
+    lambda count, gpus, product, zone, tolerate: shape(
+        count, gpus, product=product, selector={"zone": zone} if zone else None,
+        tolerations=[Toleration(key="dedicated", operator="Exists")] if tolerate else []),
+    st.integers(min_value=1, max_value=3), st.sampled_from([0, 1, 2, 3, 4, 8]),
+    st.sampled_from(PRODUCTS), st.sampled_from([None, None, "a"]), st.booleans())
+demands = st.lists(st.lists(shapes, min_size=1, max_size=2), min_size=1, max_size=3).map(
+    lambda gangs: demand(*gangs))
+
+
+def _build(specs: list[dict[str, Any]], *, order: random.Random | None = None
+           ) -> ClusterCapacity:
+    """A cluster from node specs, events in the given order (pods may precede nodes)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    for i, spec in enumerate(specs):
+        name = f"n{i}"
+        events.append(("node", node(name, spec["gpus"], product=spec["product"],
+                                    ready=spec["ready"], unschedulable=spec["unschedulable"],
+                                    taints=spec["taints"], labels=spec["labels"])))
+        if spec["used"]:
+            events.append(("pod", pod(f"busy-{i}", spec["used"], node_name=name)))
+    if order is not None:
+        order.shuffle(events)
+    cap = ClusterCapacity()
+    for kind, obj in events:
+        (cap.upsert_node if kind == "node" else cap.upsert_pod)(obj)
+    return cap
+
+
+def _check_assignment(cap: ClusterCapacity, wanted: Demand) -> None:
+    """The packer's explicit placements obey every per-node rule, checked from scratch."""
+    groups = pod_groups(wanted)
+    result = pack(cap, groups)
+    assert result is not None
+    load: dict[str, int] = {}
+    placed = [0] * len(groups)
+    for name, index, pods in result.placements():
+        group, state = groups[index], cap.node(name)
+        assert state is not None and state.ready and not state.unschedulable
+        if group.product is not None:
+            assert state.product == group.product
+        assert all(state.labels.get(k) == v for k, v in group.selector)
+        for key, value, effect in state.taints:
+            if effect in HARD_EFFECTS:
+                assert any(t.tolerates(key=key, value=value, effect=effect)
+                           for t in group.tolerations)
+        load[name] = load.get(name, 0) + group.gpus * pods
+        placed[index] += pods
+    for name, gpus in load.items():
+        state = cap.node(name)
+        assert state is not None and gpus <= state.free
+    assert placed == [g.count if g.gpus > 0 else 0 for g in groups]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(clusters, min_size=1, max_size=3), demands,
+       st.sampled_from(["most-free", "best-fit"]), st.randoms(use_true_random=False))
+def test_choice_is_valid_feasible_and_deterministic(specs: list[list[dict[str, Any]]],
+                                                   wanted: Demand, policy: str,
+                                                   rng: random.Random) -> None:
+    members = [MemberSnapshot(name=f"m{i}", capacity=_build(s)) for i, s in enumerate(specs)]
+    request = PlacementRequest(demand=wanted, policy=policy)
+    decision = decide(members, request)
+    by_name = {m.name: m for m in members}
+    for verdict in decision.verdicts:
+        if verdict.feasible:
+            _check_assignment(by_name[verdict.member].capacity, wanted)
+    if decision.chosen is None:
+        assert not any(v.feasible for v in decision.verdicts)
+        assert decision.assignment == ()
+    else:
+        chosen = decision.verdict(decision.chosen)
+        assert chosen.feasible and decision.verdicts[0] is chosen
+        assert sum(g.gpus for g in decision.assignment) == wanted.gpus
+        for grant in decision.assignment:
+            state = by_name[decision.chosen].capacity.node(grant.node)
+            assert state is not None and grant.gpus <= state.free
+    # Same state reached through another event order and member order: same answer.
+    again = [MemberSnapshot(name=f"m{i}", capacity=_build(s, order=rng))
+             for i, s in enumerate(specs)]
+    rng.shuffle(again)
+    assert decide(again, request).to_dict() == decision.to_dict()
