@@ -1,0 +1,117 @@
+"""Member copies: how a hub workload is written on a member, and whose a member object is.
+
+Fed by ``decide`` (SUBMIT, DELETE_COPY, orphan sweep), feeds the member apiserver. A copy
+is the hub object with server-owned metadata and status removed, stamped with our origin
+label and the hub uid (label, for listing, and annotation), and with the configured
+pod-template mutations applied through the workload's definition. Ownership is stamped
+and checked: ``owner_state`` reads it, and ``delete_if_owned`` is the only way the
+controller deletes anything on a member; it refuses objects without our stamps.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dispatcher.control.decide import CopyState
+from dispatcher.control.names import HUB_UID_ANNOTATION, HUB_UID_LABEL, ORIGIN_LABEL
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import NotFound
+from dispatcher.kube.resources import ResourceRef
+from dispatcher.workloads.model import Definition
+from dispatcher.workloads.mutate import mutate_pods
+
+__all__ = ["PodMutations", "build_copy", "delete_if_owned", "owner_state", "stamped"]
+
+_SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
+                 "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
+                 "ownerReferences", "finalizers", "selfLink")
+_HUB_ONLY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodMutations:
+    """Pod-template changes applied to every copy (``submit.podTemplate`` in the config)."""
+
+    labels: Mapping[str, str] = field(default_factory=lambda: _NO_STRINGS)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _NO_STRINGS)
+    scheduler_name: str | None = None
+    priority_class_name: str | None = None
+
+
+def stamped(obj: Mapping[str, Any], *, hub_id: str) -> str | None:
+    """The hub uid a member object was stamped with by hub ``hub_id``, else None."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not hub_id or labels.get(ORIGIN_LABEL) != hub_id:
+        return None
+    uid = (meta.get("annotations") or {}).get(HUB_UID_ANNOTATION) or labels.get(HUB_UID_LABEL)
+    return str(uid) if uid else None
+
+
+def owner_state(obj: Mapping[str, Any] | None, *, hub_id: str, hub_uid: str) -> CopyState:
+    """ABSENT (no object), OURS (our origin and this uid), else FOREIGN."""
+    if obj is None:
+        return CopyState.ABSENT
+    return CopyState.OURS if hub_uid and stamped(obj, hub_id=hub_id) == hub_uid \
+        else CopyState.FOREIGN
+
+
+def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definition | None,
+               mutations: PodMutations = PodMutations()) -> dict[str, Any]:
+    """The object to create on the member (the input is not modified).
+
+    Pods of the copy get the hub uid label too, so the member's pods can be matched to the
+    workload (reservations shrink as they appear). Raises MutationError when a configured
+    mutation cannot be written through the definition.
+    """
+    meta = workload.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    out = {k: _copy.deepcopy(v) for k, v in workload.items() if k != "status"}
+    new_meta = {k: _copy.deepcopy(v) for k, v in meta.items() if k not in _SERVER_OWNED}
+    labels = dict(new_meta.get("labels") or {})
+    labels[ORIGIN_LABEL] = hub_id
+    labels[HUB_UID_LABEL] = uid
+    annotations = {k: v for k, v in (new_meta.get("annotations") or {}).items()
+                   if k not in _HUB_ONLY_ANNOTATIONS}
+    annotations[HUB_UID_ANNOTATION] = uid
+    new_meta["labels"] = labels
+    new_meta["annotations"] = annotations
+    out["metadata"] = new_meta
+    if definition is None:
+        return out
+    pod_labels = {**mutations.labels, HUB_UID_LABEL: uid}
+    return mutate_pods(out, definition, labels=pod_labels,
+                       annotations=dict(mutations.annotations) or None,
+                       scheduler_name=mutations.scheduler_name,
+                       priority_class_name=mutations.priority_class_name)
+
+
+async def delete_if_owned(client: KubeClient, ref: ResourceRef, *, namespace: str, name: str,
+                          hub_id: str, hub_uid: str | None = None) -> bool:
+    """Delete a member object only if it carries our origin (and ``hub_uid`` when given).
+
+    Reads the object first and deletes with a uid precondition, so an object recreated by
+    someone else in between is never touched. Returns True when something was deleted;
+    False when it was absent or not ours. Refuses empty ``hub_id``.
+    """
+    if not hub_id:
+        raise ValueError("delete_if_owned: empty hub id")
+    try:
+        current = await client.request("GET", ref.item(name, namespace))
+    except NotFound:
+        return False
+    owner = stamped(current, hub_id=hub_id)
+    if owner is None or (hub_uid is not None and owner != hub_uid):
+        return False
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+            "preconditions": {"uid": current["metadata"]["uid"]}}
+    try:
+        await client.request("DELETE", ref.item(name, namespace), body=body)
+    except NotFound:
+        return False
+    return True
