@@ -151,7 +151,7 @@ class DocReader:
         doc = self._mapping(self.document, where, allowed=_TOP)
         if doc is None:
             return None
-        fmt = (doc.get("apiVersion"), doc.get("kind"))
+        fmt = (str(doc.get("apiVersion")), str(doc.get("kind")))
         if fmt not in FORMATS:
             self._issue(where, f"apiVersion/kind {fmt[0]!r}/{fmt[1]!r} is not a definition "
                         "(want optimization.nvidia.com/v1alpha1 ResourceInterface or "
