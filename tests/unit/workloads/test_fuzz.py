@@ -7,6 +7,7 @@ invented shapes with a random subtree replaced, and random jq text as a path.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -125,14 +126,10 @@ def test_mutated_samples(data: st.DataObject) -> None:
         str(obj.get("apiVersion")), kind)
     if definition is None:
         return
-    try:
+    with contextlib.suppress(WorkloadError):
         resolve_with(definition, obj)
-    except WorkloadError:
-        pass
-    try:
+    with contextlib.suppress(WorkloadError):
         mutate_pods(obj, definition, labels={"a": "b"}, scheduler_name="s")
-    except WorkloadError:
-        pass
 
 
 @FUZZ
@@ -147,10 +144,8 @@ def test_broken_definitions_fail_clearly(data: st.DataObject) -> None:
         assert error.issues and all(i.source == "fuzz.yaml" for i in error.issues)
         return
     for definition in definitions:
-        try:
+        with contextlib.suppress(WorkloadError):
             resolve_with(definition, obj)
-        except WorkloadError:
-            pass
 
 
 @FUZZ
@@ -164,7 +159,5 @@ def test_random_jq_text_as_a_path(expression: str) -> None:
         (definition,) = load_text(yaml.safe_dump(doc), source="fuzz.yaml")
     except DefinitionError:
         return
-    try:
+    with contextlib.suppress(WorkloadError):
         resolve_with(definition, BATCHSET_OBJ)
-    except WorkloadError:
-        pass
