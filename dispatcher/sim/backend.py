@@ -52,6 +52,10 @@ class Backend(Protocol):
         """Where ``demand`` fits on ``view``, members in ``exclude`` left out."""
         ...
 
+    def fitting(self, demand: Demand) -> frozenset[str]:
+        """Members where ``demand`` fits now as a whole (live view), for fragmentation."""
+        ...
+
     def bind(self, *, uid: str, choice: Choice, durable: bool) -> None:
         """Pods of ``uid`` now run on the chosen nodes (``durable``: until the end)."""
         ...

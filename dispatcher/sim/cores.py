@@ -68,18 +68,24 @@ class CoreBackend:
                 for m in fleet.members)
         self._bound: dict[str, tuple[str, list[str], bool]] = {}
 
+    @staticmethod
+    def _candidates(demand: Demand, members: tuple[MemberSnapshot, ...]
+                    ) -> tuple[MemberSnapshot, ...]:
+        """Members passing two necessary conditions, O(1) each: enough free GPUs in all and
+        on one node. Placement would reject the others anyway; this only saves its time."""
+        gpus = demand.gpus
+        largest = max((s.gpus for g in demand.gangs for s in g.pod_shapes), default=0)
+        return tuple(m for m in members if m.capacity.free >= gpus
+                     and m.capacity.largest_free_block >= largest)
+
     def place(self, demand: Demand, *, policy: str, view: View = "live",
               exclude: frozenset[str] = frozenset()) -> Outcome:
         members = self._snapshots[view]
         if exclude:
             members = tuple(m for m in members if m.name not in exclude)
         if view != "empty":
-            # Necessary conditions, O(1) per member: enough free GPUs in all and on one node.
             # Reasons are only reported for the empty view, so skipping here loses nothing.
-            gpus = demand.gpus
-            largest = max((s.gpus for g in demand.gangs for s in g.pod_shapes), default=0)
-            members = tuple(m for m in members if m.capacity.free >= gpus
-                            and m.capacity.largest_free_block >= largest)
+            members = self._candidates(demand, members)
         if not members:
             return NoFit(reasons={})
         decision = decide(members, PlacementRequest(demand=demand, policy=policy))
@@ -87,6 +93,13 @@ class CoreBackend:
             return NoFit(reasons={v.member: v.reason for v in decision.verdicts})
         score = next((v.score for v in decision.verdicts if v.member == decision.chosen), None)
         return Choice(member=decision.chosen, pods=_pods(decision.assignment), score=score or 0.0)
+
+    def fitting(self, demand: Demand) -> frozenset[str]:
+        members = self._candidates(demand, self._snapshots["live"])
+        if not members:
+            return frozenset()
+        decision = decide(members, PlacementRequest(demand=demand))
+        return frozenset(v.member for v in decision.verdicts if v.feasible)
 
     def bind(self, *, uid: str, choice: Choice, durable: bool) -> None:
         keys: list[str] = []

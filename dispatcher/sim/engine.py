@@ -4,9 +4,10 @@ No sleeping and no wall clock: a heap of timed events is drained in (time, kind,
 order, so a seed fully determines a run. At each instant, completions free capacity first,
 then arrivals join the queue, then one dispatch pass runs:
 
-* The queue is ordered by priority (higher first), then age. A pass tries the head and at
-  most ``backfill`` workloads behind it (bounded work per event), placing each one that fits
-  now on the member the policy picks (the real placement over the real capacity model).
+* The queue is ordered by priority (higher first), then age. A pass walks it in order,
+  placing each workload that fits now on the member the policy picks (the real placement
+  over the real capacity model), and stops once more than ``backfill`` workloads that do not
+  fit have been passed: bounded work per event, and bounded overtaking.
 * A workload that cannot fit stays queued. Each time one behind it is placed instead, it is
   "passed over"; after ``starvation_limit`` times, a member is reserved for it: one where it
   fits once every batch job has finished (services never do). Nothing else is placed there
@@ -160,14 +161,12 @@ class _Run:
 
     def dispatch_pass(self, events: list[tuple[float, int, int, object]],
                       next_seq: Callable[[], int]) -> None:
-        """Try the head of the queue and up to ``backfill`` behind it, placing what fits."""
-        tried = 0
-        limit = self.queue_spec.backfill + 1
+        """Walk the queue in order, placing what fits, until ``backfill`` workloads that do
+        not fit have been passed (the head is always tried)."""
         skipped: list[_Queued] = []
         index = 0
-        while index < len(self.queue) and tried < limit:
+        while index < len(self.queue) and len(skipped) <= self.queue_spec.backfill:
             entry = self.queue[index]
-            tried += 1
             choice = self.try_place(entry)
             if choice is None:
                 skipped.append(entry)
@@ -251,9 +250,16 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
 
 def _sample(run: _Run) -> Sample:
     ledger = run.ledger
-    shapes = [shape for entry in run.queue for gang in entry.workload.demand.gangs
+    demands = {entry.workload.demand for entry in run.queue}
+    usable: set[str] = set()
+    for demand in demands:
+        since = run.failed.get((demand, frozenset()))
+        if since is not None and not any(at > since for at in run.freed_at.values()):
+            continue  # known to fit nowhere since the last completion
+        usable |= run.backend.fitting(demand)
+    shapes = [shape for demand in demands for gang in demand.gangs
               for shape in gang.pod_shapes]
-    stranded, free = ledger.fragmentation(shapes)
+    stranded, free = ledger.fragmentation(shapes, members=usable)
     return Sample(
         t=run.now,
         utilization={m: (ledger.member_used[m] / total if total else 0.0)

@@ -8,7 +8,7 @@ per class of identical nodes, how many nodes have each number of free GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, GPU_RESOURCE, FleetSpec, node_manifests
@@ -61,7 +61,7 @@ class Ledger:
         self._node_class: dict[str, int] = {}
         self._node_used: dict[str, int] = {}
         self._free_hist: list[dict[int, int]] = []
-        self._held: dict[str, tuple[tuple[str, int], ...]] = {}
+        self._held: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
         index: dict[NodeClass, int] = {}
         for member in fleet.members:
             for node in node_manifests(member):
@@ -135,17 +135,17 @@ class Ledger:
             for node, gpus in done:
                 self._move(node, -gpus)
             raise
-        self._held[uid] = pods
+        self._held[uid] = (member, pods)
         self.member_used[member] += sum(g for _, g in pods)
 
     def free(self, *, uid: str) -> str | None:
         """Give back ``uid``'s GPUs; returns its member (None if it held nothing)."""
-        pods = self._held.pop(uid, None)
-        if pods is None:
+        held = self._held.pop(uid, None)
+        if held is None:
             return None
-        member = ""
+        member, pods = held
         for node, gpus in pods:
-            member = self._move(node, -gpus)
+            self._move(node, -gpus)
         self.member_used[member] -= sum(g for _, g in pods)
         return member
 
@@ -161,16 +161,21 @@ class Ledger:
             raise OverAllocationError(f"per-member totals drifted: {self.member_used} "
                                       f"!= {per_member}")
 
-    def fragmentation(self, shapes: Iterable[PodShape]) -> tuple[int, int]:
-        """(free GPUs no pending pod shape can use, free GPUs in all), over the whole fleet.
+    def fragmentation(self, shapes: Iterable[PodShape], *,
+                      members: Collection[str] | None = None) -> tuple[int, int]:
+        """(free GPUs no pending workload can use, free GPUs in all), over the whole fleet.
 
-        A node's free GPUs count as usable when at least one pending GPU pod fits there now:
-        right product, selector, tolerated taints, and no more GPUs than the node has free.
+        Free GPUs are stranded on a member where no pending workload fits as a whole
+        (``members`` lists those where one does; None: every member), and elsewhere on
+        nodes where no pending GPU pod fits: wrong product, selector or untolerated taint,
+        or fewer GPUs free than the smallest such pod needs.
         """
         gpu_shapes = [s for s in set(shapes) if s.gpus > 0]
         stranded = free_total = 0
         for cls, hist in zip(self.classes, self._free_hist, strict=True):
-            need = min((s.gpus for s in gpu_shapes if cls.admits(s)), default=None)
+            usable = members is None or cls.member in members
+            need = (min((s.gpus for s in gpu_shapes if cls.admits(s)), default=None)
+                    if usable else None)
             for free, nodes in hist.items():
                 if free <= 0 or nodes <= 0:
                     continue

@@ -319,7 +319,9 @@ def _generator(reader: _Reader, value: Any) -> Generator:
         entry = reader.mapping(item, key)
         reader.keys(entry, key, {"name", "weight", "manifest", "file", "runTime", "priority"})
         manifest = reader.manifest(entry, key)
-        name = entry.get("name", manifest.get("metadata", {}).get("name") or f"mix-{i}")
+        meta = manifest.get("metadata")
+        default = meta.get("name") if isinstance(meta, dict) else None
+        name = entry.get("name", default or f"mix-{i}")
         if not isinstance(name, str) or name in names:
             raise reader.fail(f"{key}.name", f"expected a unique name, got {name!r}")
         names.add(name)

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.sim.trace import (
+    TraceError,
+    demand_from_gangs,
+    gangs_json,
+    read_trace,
+    resolved_event,
+)
+from dispatcher.workloads.demand import Demand, Gang, PodShape, Toleration
+
+DEMAND = Demand(gangs=(
+    Gang(name="leader", pods=1, min_pods=1, pod_shapes=(
+        PodShape(count=1, gpus=0, cpu="4", memory="16Gi"),)),
+    Gang(name="workers", pods=3, min_pods=2, pod_shapes=(
+        PodShape(count=3, gpus=8, gpu_product="NVIDIA-H100-80GB-HBM3", cpu="64",
+                 memory="512Gi", node_selector={"pool": "a"},
+                 tolerations=(Toleration(key="dedicated", operator="Equal", value="x",
+                                         effect="NoSchedule"),)),)),
+))
+
+
+def line(**fields: object) -> str:
+    return json.dumps(fields)
+
+
+def test_event_has_the_inspect_shape_and_round_trips() -> None:
+    event = resolved_event(ts="2026-11-29T20:00:00Z", uid="u1", namespace="team-a",
+                           name="train", api_version="jobset.x-k8s.io/v1alpha2",
+                           kind="JobSet", definition="jobset", demand=DEMAND, priority=5)
+    assert event["event"] == "workload.resolved"
+    assert (event["pods"], event["gpus"]) == (4, 24)
+    assert event["gangs"][1] == {
+        "name": "workers", "pods": 3, "minPods": 2, "gpus": 24,
+        "podShapes": [{"count": 3, "gpus": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+                       "cpu": "64", "memory": "512Gi", "nodeSelector": {"pool": "a"},
+                       "tolerations": [{"key": "dedicated", "operator": "Equal",
+                                        "value": "x", "effect": "NoSchedule"}]}]}
+    [workload] = read_trace([json.dumps(event)])
+    assert workload.demand == DEMAND
+    assert (workload.uid, workload.kind, workload.priority, workload.at) == (
+        "u1", "JobSet", 5, 0.0)
+
+
+def test_replay_times_ends_and_noise() -> None:
+    gangs = gangs_json(DEMAND)
+    lines = [
+        "not json at all",
+        line(event="workload.placed", ts=0, uid="x"),
+        line(event="workload.resolved", ts="2026-11-29T20:00:10Z", uid="b", name="b",
+             apiVersion="v1", kind="K", gangs=gangs),
+        line(event="workload.resolved", ts="2026-11-29T20:00:00+00:00", uid="a", name="a",
+             apiVersion="v1", kind="K", gangs=gangs),
+        line(event="workload.resolved", ts="2026-11-29T20:05:00Z", uid="a", name="a",
+             apiVersion="v1", kind="K", gangs=gangs),  # re-resolved: first arrival kept
+        line(event="workload.finished", ts="2026-11-29T21:00:00Z", uid="a",
+             status="completed"),
+        "[1, 2]",
+    ]
+    first, second = read_trace(lines, source="hub.log")
+    assert (first.uid, first.at, first.end) == ("a", 0.0, 3600.0)
+    assert (second.uid, second.at, second.end) == ("b", 10.0, None)
+
+
+@pytest.mark.parametrize(("record", "key"), [
+    ({"uid": "", "ts": 0}, "uid"),
+    ({"uid": "u", "ts": "yesterday"}, "ts"),
+    ({"uid": "u", "ts": 0, "kind": None}, "kind"),
+    ({"uid": "u", "ts": 0, "gangs": []}, "gangs"),
+    ({"uid": "u", "ts": 0, "gangs": [{"podShapes": [{"count": -1, "gpus": 1}]}]},
+     "gangs[0].podShapes[0].count"),
+    ({"uid": "u", "ts": 0, "gangs": [{"pods": 5, "podShapes": [{"count": 1, "gpus": 1}]}]},
+     "gangs[0].pods"),
+    ({"uid": "u", "ts": 0, "gangs": [{"podShapes": [
+        {"count": 1, "gpus": 1, "tolerations": [{"operator": "Maybe"}]}]}]},
+     "gangs[0].podShapes[0].tolerations[0]"),
+    ({"uid": "u", "ts": 0, "priority": "high"}, "priority"),
+])
+def test_bad_lines_name_file_line_and_key(record: dict[str, object], key: str) -> None:
+    full = {"event": "workload.resolved", "name": "n", "apiVersion": "v1", "kind": "K",
+            "gangs": gangs_json(DEMAND), **record}
+    with pytest.raises(TraceError) as info:
+        read_trace(["", json.dumps(full)], source="hub.log")
+    assert str(info.value).startswith(f"hub.log:2: {key}:"), str(info.value)
+
+
+shapes = st.builds(PodShape, count=st.integers(1, 8), gpus=st.integers(0, 8),
+                   gpu_product=st.sampled_from([None, "NVIDIA-L40S"]))
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(shapes, min_size=1, max_size=3), min_size=1, max_size=3))
+def test_gangs_round_trip(gang_shapes: list[list[PodShape]]) -> None:
+    demand = Demand(gangs=tuple(
+        Gang(name=f"g{i}", pods=sum(s.count for s in group), min_pods=1,
+             pod_shapes=tuple(group)) for i, group in enumerate(gang_shapes)))
+    assert demand_from_gangs(json.loads(json.dumps(gangs_json(demand)))) == demand
