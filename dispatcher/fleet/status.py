@@ -1,0 +1,160 @@
+"""MemberCluster status: rendered from live state, written only when it says something new.
+
+Pure. ``member_status`` turns a connection's health, capacity, version and served kinds into
+the ``status`` of the CRD (deploy/crds/dispatcher.io_memberclusters.yaml); ``conditions``
+keeps ``lastTransitionTime`` when a condition's status did not change; ``needs_write``
+decides whether a write is worth it (content changed, or the ``lastSeen`` heartbeat is due)
+so that 100 members never flood the hub. ``rows`` renders MemberClusters for
+``dispatcher clusters``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.health import Health
+
+__all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "format_time",
+           "member_status", "needs_write", "parse_time", "row"]
+
+BASE_COLUMNS = ("name", "ready", "nodes", "gpus", "free", "largest-block", "products",
+                "kinds", "last-seen")
+WIDE_COLUMNS = (*BASE_COLUMNS, "version", "reason")
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes times."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime | None:
+    """Inverse of ``format_time`` (None for anything unparsable)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except (TypeError, ValueError):
+        return None
+
+
+def capacity_status(capacity: ClusterCapacity) -> dict[str, Any]:
+    """``status.capacity``: node counts, GPU roll-ups, per product with its largest block."""
+    summary = capacity.summary()
+    largest: dict[str | None, int] = {}
+    for cls in capacity.classes():
+        if cls.free_nodes:
+            largest[cls.product] = max(largest.get(cls.product, 0), *cls.free_nodes)
+    return {
+        "nodes": summary.nodes,
+        "readyNodes": summary.ready_nodes,
+        "cordonedNodes": summary.cordoned_nodes,
+        "gpus": {"total": summary.capacity, "allocatable": summary.allocatable,
+                 "used": summary.used, "reserved": summary.reserved, "free": summary.free,
+                 "largestFreeBlock": summary.largest_free_block},
+        "products": [{"product": p.product or "", "nodes": p.nodes,
+                      "allocatable": p.allocatable, "free": p.free,
+                      "largestFreeBlock": largest.get(p.product, 0)}
+                     for p in summary.products],
+    }
+
+
+def _status_word(value: bool | None) -> str:
+    return "Unknown" if value is None else ("True" if value else "False")
+
+
+def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: datetime
+               ) -> list[dict[str, Any]]:
+    """``Reachable`` and ``Ready``; a condition keeps its transition time while unchanged."""
+    before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
+    wanted = [("Reachable", _status_word(health.reachable), str(health.reachable_reason),
+               "the member's apiserver answers" if health.reachable else health.message),
+              ("Ready", _status_word(health.ready), str(health.reason), health.message)]
+    out = []
+    for kind, status, reason, message in wanted:
+        old = before.get(kind) or {}
+        since = old.get("lastTransitionTime") if old.get("status") == status else None
+        out.append({"type": kind, "status": status, "reason": reason, "message": message,
+                    "lastTransitionTime": since or format_time(now)})
+    return out
+
+
+def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
+                  kinds: Iterable[tuple[str, str]] | None,
+                  previous: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The full ``status`` to write; fields not known yet are left out (kept as they were).
+
+    ``capacity`` None (never synced) leaves the last written capacity in place, so a member
+    that is down still shows its last known size, marked by ``Ready=False``.
+    """
+    status: dict[str, Any] = {
+        "conditions": conditions(health, previous=previous.get("conditions") or (), now=now)}
+    if health.last_seen is not None:
+        status["lastSeen"] = format_time(health.last_seen)
+    if version:
+        status["kubernetesVersion"] = version
+    if kinds is not None:
+        status["workloadKinds"] = [{"apiVersion": api_version, "kind": kind}
+                                   for api_version, kind in sorted(kinds)]
+    if capacity is not None:
+        status["capacity"] = capacity_status(capacity)
+    return status
+
+
+def _without_last_seen(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "lastSeen"}
+
+
+def needs_write(desired: Mapping[str, Any], *, written: Mapping[str, Any] | None,
+                written_at: datetime | None, now: datetime, min_interval: timedelta,
+                heartbeat: timedelta) -> bool:
+    """Whether to write ``desired`` now: something changed (but not more often than
+    ``min_interval``), or ``lastSeen`` moved and the heartbeat is due."""
+    if written is None or written_at is None:
+        return True
+    if now - written_at < min_interval:
+        return False
+    if _without_last_seen(desired) != _without_last_seen(written):
+        return True
+    return desired.get("lastSeen") != written.get("lastSeen") and now - written_at >= heartbeat
+
+
+def _age(since: datetime | None, now: datetime) -> str:
+    if since is None:
+        return "<unknown>"
+    seconds = max(int((now - since).total_seconds()), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return {}
+
+
+def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[Any]:
+    """One ``dispatcher clusters`` table row for a MemberCluster dict (see BASE_COLUMNS)."""
+    status = obj.get("status") or {}
+    ready = _condition(status, "Ready")
+    capacity = status.get("capacity") or {}
+    gpus = capacity.get("gpus") or {}
+    products = ",".join(f"{p.get('product') or '-'}:{p.get('free', 0)}/{p.get('allocatable', 0)}"
+                        for p in capacity.get("products") or ())
+    kinds: Sequence[Any] = status.get("workloadKinds") or ()
+    ready_word = ready.get("status", "Unknown")
+    if (obj.get("spec") or {}).get("cordoned"):
+        ready_word = f"{ready_word},Cordoned"
+    cells: list[Any] = [
+        (obj.get("metadata") or {}).get("name"), ready_word, capacity.get("nodes"),
+        gpus.get("allocatable"), gpus.get("free"), gpus.get("largestFreeBlock"),
+        products or None, len(kinds) if "workloadKinds" in status else None,
+        _age(parse_time(str(status.get("lastSeen", ""))), now) if "lastSeen" in status
+        else None,
+    ]
+    if wide:
+        cells += [status.get("kubernetesVersion"), ready.get("reason")]
+    return cells
