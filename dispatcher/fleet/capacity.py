@@ -184,6 +184,9 @@ class ClusterCapacity:
         # product -> [nodes, allocatable, free]
         self._products: dict[str | None, list[int]] = {}
         self._class_list: tuple[NodeClass, ...] | None = None
+        # Placement memo over the current class list (e.g. pod requirement -> eligible
+        # classes); cleared whenever a class appears or disappears.
+        self.class_memo: dict[str, tuple[NodeClass, ...]] = {}
 
     # -- contributions -------------------------------------------------------------------
 
@@ -246,12 +249,14 @@ class ClusterCapacity:
         if cls is None:
             cls = self._classes[key] = NodeClass(key)
             self._class_list = None
+            self.class_memo.clear()
         return cls
 
     def _drop_empty(self, cls: NodeClass) -> None:
         if cls.nodes == 0:
             self._classes.pop(cls.key, None)
             self._class_list = None
+            self.class_memo.clear()
             product = self._products.get(cls.product)
             if product is not None and product[0] == 0:
                 del self._products[cls.product]

@@ -17,12 +17,13 @@ Policies (score: higher is better):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement.fit import PackResult, count_fits, explain_misfit, pack, pod_groups
 from dispatcher.placement.model import (
     Decision,
     MemberSnapshot,
-    NodeGrant,
     PlacementError,
     PlacementRequest,
     Verdict,
@@ -67,8 +68,18 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
     return None
 
 
+def _quick_misfit(capacity: ClusterCapacity, gpus: int, largest_pod: int) -> bool:
+    """O(1) necessary conditions: enough free GPUs, and one node with room for the largest pod."""
+    return capacity.free < gpus or capacity.largest_free_block < largest_pod
+
+
 def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Decision:
-    """Choose a member for ``request``; raises PlacementError when the request is invalid."""
+    """Choose a member for ``request``; raises PlacementError when the request is invalid.
+
+    Gates and O(1) capacity checks run for every member; the packer then runs in rank order
+    and, unless the request is exhaustive, stops after the first feasible rank (members
+    tied with it on preference and score are still packed, for a deterministic choice).
+    """
     if request.policy not in POLICIES:
         raise PlacementError(f"unknown placement policy {request.policy!r} "
                              f"(known: {', '.join(POLICIES)})")
@@ -81,59 +92,73 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
     demand = request.demand
     groups = pod_groups(demand)
     gpus = demand.gpus
+    largest_pod = max((g.gpus for g in groups), default=0)
     best_fit = request.policy == "best-fit"
+    exhaustive = request.exhaustive or request.count_fits
+    no_fits = 0 if request.count_fits else None
     prefer = {name: i for i, name in enumerate(request.prefer)}
 
-    verdicts: list[Verdict] = []
-    packs: dict[str, PackResult] = {}
-    ranks: dict[str, tuple[int, float, int, str]] = {}
-    for member in sorted(members, key=lambda m: m.name):
+    rejected: list[Verdict] = []
+    # (preference, -score, name, member, score) for members that pass every gate
+    candidates: list[tuple[int, float, str, MemberSnapshot, float]] = []
+    for member in members:
         capacity = member.capacity
         reason = _gate(member, request, selector)
+        if reason is None and _quick_misfit(capacity, gpus, largest_pod):
+            reason = explain_misfit(capacity, groups)
         if reason is not None:
-            verdicts.append(Verdict(member=member.name, feasible=False, reason=reason,
-                                    free=capacity.free, fits=0 if request.count_fits else None))
-            continue
-        result = pack(capacity, groups)
-        if result is None:
-            verdicts.append(Verdict(member=member.name, feasible=False,
-                                    reason=explain_misfit(capacity, groups), free=capacity.free,
-                                    fits=0 if request.count_fits else None))
+            rejected.append(Verdict(member=member.name, feasible=False, reason=reason,
+                                    free=capacity.free, fits=no_fits))
             continue
         free_after = capacity.free - gpus
         score = float(-free_after if best_fit else free_after)
-        leftover = result.leftover() if best_fit else 0
-        fits = count_fits(capacity, groups) if request.count_fits else None
-        packs[member.name] = result
-        ranks[member.name] = (prefer.get(member.name, len(prefer)), -score, leftover,
-                              member.name)
-        times = f", fits {fits} time(s)" if fits is not None else ""
-        verdicts.append(Verdict(
-            member=member.name, feasible=True, free=capacity.free, fits=fits,
-            free_after=free_after, score=score,
-            reason=f"fits: {capacity.free} GPUs free, {free_after} left after{times}"))
+        candidates.append((prefer.get(member.name, len(prefer)), -score, member.name,
+                           member, score))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2]))
 
-    ranked = sorted(verdicts, key=lambda v: ranks.get(v.member, (1 << 30, 0.0, 0, v.member)))
-    chosen = ranked[0].member if ranked and ranked[0].feasible else None
-    assignment: tuple[NodeGrant, ...] = ()
-    if chosen is not None:
-        assignment = packs[chosen].assignment()
-        if request.count_fits:
-            ranked = [_with_assignment(v, packs) for v in ranked]
+    feasible: list[tuple[tuple[int, float, int, str], Verdict, PackResult]] = []
+    skipped: list[Verdict] = []
+    stop_at: tuple[int, float] | None = None
+    for preference, neg_score, name, member, score in candidates:
+        capacity = member.capacity
+        if stop_at is not None and (preference, neg_score) != stop_at and not exhaustive:
+            skipped.append(Verdict(
+                member=name, feasible=None, free=capacity.free,
+                free_after=capacity.free - gpus, score=score,
+                reason="not evaluated: a better-ranked member fits"))
+            continue
+        result = pack(capacity, groups)
+        if result is None:
+            rejected.append(Verdict(member=name, feasible=False, free=capacity.free,
+                                    reason=explain_misfit(capacity, groups), fits=no_fits))
+            continue
+        if stop_at is None:
+            stop_at = (preference, neg_score)
+        free_after = capacity.free - gpus
+        fits = count_fits(capacity, groups) if request.count_fits else None
+        times = f", fits {fits} time(s)" if fits is not None else ""
+        verdict = Verdict(member=name, feasible=True, free=capacity.free, fits=fits,
+                          free_after=free_after, score=score,
+                          reason=f"fits: {capacity.free} GPUs free, {free_after} left "
+                                 f"after{times}")
+        leftover = result.leftover() if best_fit else 0
+        feasible.append(((preference, neg_score, leftover, name), verdict, result))
+
+    feasible.sort(key=lambda item: item[0])
+    chosen = feasible[0][1].member if feasible else None
+    assignment = feasible[0][2].assignment() if feasible else ()
+    ranked: list[Verdict] = []
+    for i, (_, verdict, result) in enumerate(feasible):
+        if i == 0 or request.count_fits:
+            grants = assignment if i == 0 else result.assignment()
+            ranked.append(replace(verdict, assignment=grants))
         else:
-            ranked[0] = _with_assignment(ranked[0], packs)
+            ranked.append(verdict)
+    ranked.extend(skipped)
+    ranked.extend(sorted(rejected, key=lambda v: v.member))
     return Decision(policy=request.policy, pods=demand.pods, gpus=gpus,
                     gangs=len(demand.gangs), verdicts=tuple(ranked), chosen=chosen,
                     assignment=assignment, summary=_summary(ranked, chosen, request))
-
-
-def _with_assignment(verdict: Verdict, packs: dict[str, PackResult]) -> Verdict:
-    result = packs.get(verdict.member)
-    if result is None:
-        return verdict
-    return Verdict(member=verdict.member, feasible=True, reason=verdict.reason,
-                   free=verdict.free, fits=verdict.fits, free_after=verdict.free_after,
-                   score=verdict.score, assignment=result.assignment())
 
 
 def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest) -> str:
@@ -143,8 +168,10 @@ def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRe
     if chosen is not None:
         best = ranked[0]
         feasible = sum(1 for v in ranked if v.feasible)
+        unchecked = sum(1 for v in ranked if v.feasible is None)
+        more = f", {unchecked} not evaluated" if unchecked else ""
         return (f"placed {what} on {chosen} ({request.policy}, {best.free_after} GPUs free "
-                f"after; {feasible} of {len(ranked)} member(s) feasible)")
+                f"after; {feasible} of {len(ranked)} member(s) feasible{more})")
     if not ranked:
         return f"no member can take {what}: no members"
     # Group members with the same reason so 100 cordoned members take one clause.

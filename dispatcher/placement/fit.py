@@ -175,17 +175,36 @@ class PackResult:
 
 
 def _classes_for(capacity: ClusterCapacity,
-                 groups: Sequence[PodGroup]) -> list[list[NodeClass]]:
-    classes = capacity.classes()
-    return [[c for c in classes if eligible(c, g)] for g in groups]
+                 groups: Sequence[PodGroup]) -> list[tuple[NodeClass, ...]]:
+    memo = capacity.class_memo
+    out = []
+    for group in groups:
+        classes = memo.get(group.requirement)
+        if classes is None:
+            if len(memo) >= _CACHE_LIMIT:
+                memo.clear()
+            classes = memo[group.requirement] = tuple(
+                c for c in capacity.classes() if eligible(c, group))
+        out.append(classes)
+    return out
 
 
-def _place_group(index: int, group: PodGroup, works: list[_Work], scale: int) -> bool:
+def _place_group(index: int, group: PodGroup, works: dict[int, _Work], ranks: list[int],
+                 scale: int) -> bool:
     remaining = group.count * scale
     need = group.gpus
-    candidates = sorted(((f, w.rank, w) for w in works for f in w.sizes(need)),
-                        key=lambda c: (c[0], c[1]))
-    for free, _, work in candidates:
+    candidates: set[tuple[int, int]] = set()
+    for rank in ranks:
+        work = works[rank]
+        taken = work.taken
+        for free, names in work.cls.free_nodes.items():
+            if free >= need and len(names) > taken.get(free, 0):
+                candidates.add((free, rank))
+        for free, entries in work.touched.items():
+            if free >= need and entries:
+                candidates.add((free, rank))
+    for free, rank in sorted(candidates):
+        work = works[rank]
         per = free // need
         sources: list[_Entry] = work.touched.get(free, [])
         entries = list(sources)
@@ -215,7 +234,8 @@ def _place_group(index: int, group: PodGroup, works: list[_Work], scale: int) ->
                 work.taken[free] = work.taken.get(free, 0) + used
             if not remaining:
                 break
-        work.touched[free] = [e for e in sources if int(str(e[1])) > 0]
+        if sources:
+            work.touched[free] = [e for e in sources if int(str(e[1])) > 0]
         if not remaining:
             return True
     return False
@@ -225,25 +245,26 @@ def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
          scale: int = 1) -> PackResult | None:
     """Place ``scale`` copies of every group at once; None when the heuristic finds no way."""
     eligible_classes = _classes_for(capacity, groups)
-    orders = [list(range(len(groups)))]
-    if len(groups) > 1:
-        def scarcity(i: int) -> tuple[int, int]:
-            free = sum(f * len(names) for c in eligible_classes[i]
-                       for f, names in c.free_nodes.items() if f >= groups[i].gpus)
-            return (free - groups[i].gpus * groups[i].count * scale, -groups[i].gpus)
-        second = sorted(range(len(groups)), key=scarcity)
-        if second != orders[0]:
-            orders.append(second)
-    for order in orders:
-        result = _pack_once(groups, eligible_classes, order, scale)
-        if result is not None:
-            return result
-    return None
+    first = list(range(len(groups)))
+    result = _pack_once(groups, eligible_classes, first, scale)
+    if result is not None or len(groups) < 2:
+        return result
+
+    def scarcity(i: int) -> tuple[int, int]:
+        free = sum(f * len(names) for c in eligible_classes[i]
+                   for f, names in c.free_nodes.items() if f >= groups[i].gpus)
+        return (free - groups[i].gpus * groups[i].count * scale, -groups[i].gpus)
+
+    second = sorted(first, key=scarcity)
+    if second == first:
+        return None
+    return _pack_once(groups, eligible_classes, second, scale)
 
 
-def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[list[NodeClass]],
+def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[tuple[NodeClass, ...]],
                order: list[int], scale: int) -> PackResult | None:
     works: dict[int, _Work] = {}
+    rank_of: dict[int, int] = {}
     for i in order:
         group = groups[i]
         classes = eligible_classes[i]
@@ -251,16 +272,16 @@ def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[list[NodeClass
             if not any(c.eligible for c in classes):
                 return None
             continue
-        group_works = []
+        ranks = []
         for cls in classes:
-            work = works.get(id(cls))
-            if work is None:
-                work = works[id(cls)] = _Work(cls, len(works))
-            group_works.append(work)
-        if not _place_group(i, group, group_works, scale):
+            rank = rank_of.get(id(cls))
+            if rank is None:
+                rank = rank_of[id(cls)] = len(works)
+                works[rank] = _Work(cls, rank)
+            ranks.append(rank)
+        if not _place_group(i, group, works, ranks, scale):
             return None
-    ordered = sorted(works.values(), key=lambda w: w.rank)
-    return PackResult(tuple(ordered), tuple(groups))
+    return PackResult(tuple(works[r] for r in sorted(works)), tuple(groups))
 
 
 def count_fits(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,

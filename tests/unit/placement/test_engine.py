@@ -182,7 +182,8 @@ def test_choice_is_valid_feasible_and_deterministic(specs: list[list[dict[str, A
     request = PlacementRequest(demand=wanted, policy=policy)
     decision = decide(members, request)
     by_name = {m.name: m for m in members}
-    for verdict in decision.verdicts:
+    for verdict in decide(members, PlacementRequest(demand=wanted, policy=policy,
+                                                    exhaustive=True)).verdicts:
         if verdict.feasible:
             _check_assignment(by_name[verdict.member].capacity, wanted)
     if decision.chosen is None:
@@ -195,6 +196,10 @@ def test_choice_is_valid_feasible_and_deterministic(specs: list[list[dict[str, A
         for grant in decision.assignment:
             state = by_name[decision.chosen].capacity.node(grant.node)
             assert state is not None and grant.gpus <= state.free
+    # Evaluating every member changes nothing about the choice.
+    full = decide(members, PlacementRequest(demand=wanted, policy=policy, exhaustive=True))
+    assert full.chosen == decision.chosen and full.assignment == decision.assignment
+    assert all(v.feasible is not None for v in full.verdicts)
     # Same state reached through another event order and member order: same answer.
     again = [MemberSnapshot(name=f"m{i}", capacity=_build(s, order=rng))
              for i, s in enumerate(specs)]
