@@ -7,12 +7,14 @@ time per policy. Only plain ``RunResult`` data comes in; nothing here knows the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from dispatcher.sim.results import RunResult
 
@@ -39,20 +41,24 @@ def utilization_chart(results: Sequence[RunResult], path: Path, *, title: str) -
         times = [s.t / scale for s in result.samples]
         for member in result.member_gpus:
             values = [100.0 * s.utilization.get(member, 0.0) for s in result.samples]
-            ax.plot(times, values, linewidth=1.4,
+            ax.plot(times, values, linewidth=1.0, alpha=0.85,
                     label=f"{member} ({result.member_gpus[member]} GPUs)")
         fleet = [100.0 * sum(s.utilization[m] * result.member_gpus[m] for m in s.utilization)
                  / max(1, sum(result.member_gpus.values())) for s in result.samples]
         ax.plot(times, fleet, color="black", linewidth=2.0, linestyle="--",
                 label=f"fleet (mean {100 * result.utilization:.0f}%)")
-        ax.set_title(f"policy {result.policy}")
+        ax.set_title(f"policy {result.policy}: fleet mean {100 * result.utilization:.1f}%",
+                     fontsize=10)
         ax.set_ylabel("GPUs in use (%)")
         ax.set_ylim(0, 105)
         ax.set_xlim(0, result.duration / scale)
-        ax.legend(loc="lower right", fontsize=8, ncols=2, framealpha=0.9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    labels = [label.split(" (mean")[0] for label in labels]
+    fig.legend(handles, labels, loc="upper center", ncols=len(labels), frameon=False,
+               bbox_to_anchor=(0.5, 0.965), fontsize=9)
     axes[-1, 0].set_xlabel(f"virtual time ({unit})")
     fig.suptitle(f"GPU utilization per member — {title}", fontweight="bold")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path)
     return path
 
@@ -62,21 +68,30 @@ def wait_cdf_chart(results: Sequence[RunResult], path: Path, *, title: str) -> P
     fig = Figure(figsize=(8, 4.8))
     ax = fig.subplots()
     longest = 1.0
+    lowest = 100.0
     for result in results:
         waits = sorted(w / 60.0 for w in result.waits)
         if not waits:
             continue
         longest = max(longest, waits[-1])
         shares = [100.0 * (i + 1) / len(waits) for i in range(len(waits))]
-        xs = [max(w, 0.01) for w in waits]
+        xs = [max(w, 0.1) for w in waits]
         p95 = waits[min(len(waits) - 1, int(0.95 * (len(waits) - 1) + 0.5))]
+        at_once = 100.0 * sum(1 for w in waits if w <= 0) / len(waits)
+        lowest = min(lowest, at_once)
         ax.step(xs, shares, where="post", linewidth=1.8,
-                label=f"{result.policy} (n={len(waits)}, p95 {p95:.0f} min)")
+                label=f"{result.policy}: n={len(waits)}, {at_once:.0f}% at once, "
+                      f"p95 {p95:.0f} min")
     ax.set_xscale("log")
-    ax.set_xlim(0.01, longest * 1.5)
-    ax.set_ylim(0, 101)
-    ax.set_xlabel("queue wait (minutes, log scale; 0 shown at 0.01)")
-    ax.set_ylabel("dispatched workloads (%)")
+    ax.set_xlim(0.1, max(longest * 1.5, 10.0))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    # Most workloads often start at once: start the y axis just below that share so the
+    # part that differs between policies fills the chart.
+    floor = 10.0 * math.floor(min(lowest, 100.0) / 10.0) if lowest > 50 else 0.0
+    ax.set_ylim(floor, 100.5)
+    ax.set_xlabel("queue wait (minutes, log scale; no wait drawn at the left edge)")
+    ax.set_ylabel("dispatched workloads started within x (%)"
+                  + (f"\n(axis starts at {floor:.0f}%)" if floor else ""))
     ax.set_title(f"Queue wait CDF per policy — {title}")
     ax.legend(loc="lower right")
     fig.tight_layout()
@@ -99,7 +114,7 @@ def stranded_chart(results: Sequence[RunResult], path: Path, *, title: str) -> P
     ax.set_xlim(0, results[0].duration / scale)
     ax.set_ylim(bottom=0)
     ax.set_xlabel(f"virtual time ({unit})")
-    ax.set_ylabel("stranded GPUs")
+    ax.set_ylabel("stranded GPUs\n(gaps: nothing waiting)")
     ax.set_title(f"Free GPUs no waiting workload can use — {title}")
     ax.legend(loc="upper right")
     fig.tight_layout()
