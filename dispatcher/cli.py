@@ -21,6 +21,8 @@ COMMANDS: tuple[str, ...] = (
     "dev",
     "inspect",
     "definitions",
+    "clusters",
+    "explain",
 )
 
 DESCRIPTION = """\

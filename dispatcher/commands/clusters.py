@@ -1,0 +1,191 @@
+"""``dispatcher clusters [add|remove]``: register member clusters and list them from the hub."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+EPILOG = """\
+examples:
+  dispatcher clusters                                   members, readiness and free GPUs
+  dispatcher clusters -o wide                           ... with Kubernetes version and reason
+  dispatcher clusters -o yaml                           the MemberCluster objects
+  dispatcher clusters add gpu-east --kubeconfig east.yaml --context admin@east \\
+      --label region=us-east --label tier=prod
+  dispatcher clusters add gpu-east --kubeconfig east.yaml --cordon   update: no new dispatches
+  dispatcher clusters remove gpu-east
+
+'add' stores only the chosen context of the kubeconfig, with certificate and token files
+inlined, in the Secret dispatcher-system/NAME-kubeconfig on the hub, then creates or updates
+the MemberCluster NAME that points at it. The running controller connects within seconds.
+The hub is reached through --hub-kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``clusters`` and its ``add``/``remove`` actions."""
+    from dispatcher.output import FORMATS
+
+    parser = subparsers.add_parser(
+        "clusters", help="register member clusters and show their health and free GPUs",
+        description="List the member clusters registered on the hub (MemberCluster objects) "
+                    "with their readiness, GPU capacity and served workload kinds; register "
+                    "or remove members.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _hub_flags(parser)
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table",
+                        help="output format (default: %(default)s)")
+    parser.set_defaults(run=_list)
+    sub = parser.add_subparsers(dest="clusters_command", metavar="ACTION")
+    add = sub.add_parser(
+        "add", help="register a member (creates or updates its Secret and MemberCluster)",
+        description="Register a member cluster on the hub from a kubeconfig file.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add.add_argument("name", metavar="NAME", help="member name (a DNS label)")
+    add.add_argument("--kubeconfig", type=Path, required=True,
+                     help="kubeconfig file with access to the member")
+    add.add_argument("--context", default=None,
+                     help="context to use from it (default: its current-context)")
+    add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                     help="label for cluster selectors (repeatable)")
+    add.add_argument("--cordon", action="store_true",
+                     help="register cordoned: no new dispatches until uncordoned")
+    _hub_flags(add)
+    add.set_defaults(run=_add)
+    remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
+                            description="Unregister a member cluster.")
+    remove.add_argument("name", metavar="NAME")
+    _hub_flags(remove)
+    remove.set_defaults(run=_remove)
+
+
+def _hub_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hub-kubeconfig", type=Path, default=argparse.SUPPRESS,
+                        help="kubeconfig of the hub (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--hub-context", default=argparse.SUPPRESS,
+                        help="context in the hub kubeconfig (default: current)")
+
+
+def _hub_kubeconfig(args: argparse.Namespace) -> Path:
+    path: Path | None = getattr(args, "hub_kubeconfig", None)
+    if path is not None:
+        return path
+    env = os.environ.get("KUBECONFIG", "")
+    first = next((p for p in env.split(os.pathsep) if p), "")
+    return Path(first) if first else Path.home() / ".kube" / "config"
+
+
+async def _hub(args: argparse.Namespace) -> Any:
+    import yaml
+
+    from dispatcher.kube.client import KubeClient
+
+    path = _hub_kubeconfig(args)
+    config = yaml.safe_load(path.read_text())
+    return await KubeClient.from_kubeconfig(config, name="hub",
+                                            context=getattr(args, "hub_context", None))
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _list(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from dispatcher.fleet import status
+    from dispatcher.kube import watch
+    from dispatcher.kube.errors import KubeError
+    from dispatcher.kube.resources import MEMBER_CLUSTERS
+    from dispatcher.output import emit, table
+
+    async def fetch() -> list[dict[str, Any]]:
+        async with await _hub(args) as hub:
+            listed = await watch.list_objects(hub, MEMBER_CLUSTERS)
+        return sorted(listed.objects, key=lambda o: str(o["metadata"]["name"]))
+
+    try:
+        objects = asyncio.run(fetch())
+    except (KubeError, OSError) as exc:
+        return _fail(str(exc))
+    if args.output in ("json", "yaml"):
+        emit({"apiVersion": "v1", "kind": "List", "items": objects}, fmt=args.output)
+        return 0
+    wide = args.output == "wide"
+    now = datetime.now(UTC)
+    if not objects:
+        print("No member clusters registered (add one: dispatcher clusters add NAME "
+              "--kubeconfig FILE)", file=sys.stderr)
+        return 0
+    table(columns=status.WIDE_COLUMNS if wide else status.BASE_COLUMNS,
+          rows=[status.row(o, now=now, wide=wide) for o in objects])
+    return 0
+
+
+def _parse_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _add(args: argparse.Namespace) -> int:
+    import yaml
+
+    from dispatcher.fleet import registration
+    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
+    from dispatcher.kube.errors import KubeError
+
+    try:
+        labels = _parse_labels(args.label)
+        source = yaml.safe_load(args.kubeconfig.read_text())
+        if not isinstance(source, dict):
+            return _fail(f"{args.kubeconfig} is not a kubeconfig", 2)
+        kubeconfig = flatten(source, context=args.context,
+                             base_dir=args.kubeconfig.resolve().parent)
+    except (ValueError, OSError, yaml.YAMLError, KubeconfigProblem) as exc:
+        # YAML errors can quote lines of the file: print only their kind.
+        text = "kubeconfig is not valid YAML" if isinstance(exc, yaml.YAMLError) else str(exc)
+        return _fail(text, 2)
+
+    async def apply() -> registration.Registered:
+        async with await _hub(args) as hub:
+            return await registration.register(hub, member=args.name, kubeconfig=kubeconfig,
+                                               labels=labels, cordoned=args.cordon)
+
+    try:
+        done = asyncio.run(apply())
+    except (KubeError, OSError) as exc:
+        return _fail(str(exc))
+    verb = "registered" if done.created else "updated"
+    print(f"membercluster/{done.member} {verb} (kubeconfig in secret {done.secret}, context "
+          f"{kubeconfig['current-context']})")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from dispatcher.fleet import registration
+    from dispatcher.kube.errors import KubeError
+
+    async def apply() -> bool:
+        async with await _hub(args) as hub:
+            return await registration.unregister(hub, member=args.name)
+
+    try:
+        existed = asyncio.run(apply())
+    except (KubeError, OSError) as exc:
+        return _fail(str(exc))
+    if not existed:
+        return _fail(f"membercluster {args.name!r} not found")
+    print(f"membercluster/{args.name} removed")
+    return 0

@@ -1,0 +1,353 @@
+"""One member cluster's connection: client, Node/Pod watches, health, version, served kinds.
+
+The fleet runtime (``fleet.runtime``) keeps one ``MemberConnection`` per member and nothing
+else touches a member's client (Kueue's remoteClient is the model). A connection runs one
+supervisor task:
+
+    load kubeconfig -> client -> /version -> discover kinds -> session:
+        Node informer  -> ClusterCapacity (rebuilt from each Listed, Changed applied)
+        Pod informer   -> ClusterCapacity (bound, non-terminated pods only)
+        probe loop     -> lastSeen; a failed probe ends the session
+        discovery loop -> served workload kinds
+    any failure -> health.failed (first loss kept) -> tenacity backoff -> again
+
+A reload (the kubeconfig Secret changed) ends the session and reconnects at once. The
+capacity object lives as long as the connection, so reservations and placement keep one
+reference across reconnects; while the member is not Ready, placement skips it anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import structlog
+import tenacity
+
+from dispatcher.fleet import health as healthmod
+from dispatcher.fleet.aiokit import cancel_all, guarded
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.kubeconfigs import skips_tls_verify
+from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.nodes import pod_binding, pod_key
+from dispatcher.fleet.reservations import MemberReservations
+from dispatcher.fleet.settings import FleetSettings
+from dispatcher.kube import watch
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import NODES, PODS, split_api_version
+
+__all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
+           "NotConnected"]
+
+log = structlog.get_logger(__name__)
+
+Clock = Callable[[], datetime]
+KubeconfigLoader = Callable[[], Awaitable[tuple[dict[str, Any], str]]]
+"""Returns (kubeconfig, credentials version); raises KubeconfigProblem when unusable."""
+
+# Only pods that can hold GPUs: bound and not terminated. A pod that finishes leaves the
+# selector, and the watch reports it as DELETED.
+POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+class NotConnected(RuntimeError):
+    """The member has no working connection right now."""
+
+
+class _SessionEnded(Exception):
+    """The session ended after the member had been healthy (start over, fresh backoff)."""
+
+
+class MemberConnection:
+    """The live link to one member. ``start()`` it, ``stop()`` it; read its attributes.
+
+    ``on_change`` is called (synchronously, from the event loop) whenever capacity, health,
+    version or served kinds change; it must be cheap (the runtime bumps a counter).
+    """
+
+    def __init__(self, *, spec: MemberSpec, load: KubeconfigLoader, settings: FleetSettings,
+                 clock: Clock, kinds: Sequence[tuple[str, str]],
+                 on_change: Callable[[], None]) -> None:
+        self.spec = spec
+        self.capacity = ClusterCapacity()
+        self.reservations = MemberReservations(member=spec.name, capacity=self.capacity)
+        self.health = healthmod.initial()
+        self.kubernetes_version: str | None = None
+        self.served: frozenset[tuple[str, str]] | None = None
+        """(apiVersion, kind) pairs of the catalog the member serves; None until known."""
+        self.synced = False
+        """Whether capacity was listed at least once (it may be stale while not Ready)."""
+        self.credentials_version: str | None = None
+        self._client: KubeClient | None = None
+        self._load = load
+        self._settings = settings
+        self._clock = clock
+        self._kinds = tuple(kinds)
+        self._notify = on_change
+        self._reload = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._pod_keys: set[str] = set()
+        self._listed: set[str] = set()
+        self._unreachable_after = timedelta(seconds=settings.unreachable_after_s)
+        self._log = log.bind(member=spec.name)
+
+    # -- public surface ------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def client(self) -> KubeClient:
+        """The member's client while connected; NotConnected otherwise."""
+        if self._client is None:
+            raise NotConnected(f"member {self.name} is not connected: "
+                               f"{self.health.reason}: {self.health.message}")
+        return self._client
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    def served_groups(self) -> frozenset[tuple[str, str]] | None:
+        """Served kinds as (API group, kind), the form ``MemberSnapshot`` takes."""
+        if self.served is None:
+            return None
+        return frozenset((split_api_version(v)[0], k) for v, k in self.served)
+
+    def start(self) -> None:
+        """Start the supervisor task (idempotent)."""
+        if self._task is None:
+            self._task = guarded(self._supervise(), name=f"member/{self.name}")
+
+    async def stop(self) -> None:
+        """Stop watching and close the client."""
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_all([task])
+        await self._close()
+
+    def reload(self) -> None:
+        """Credentials changed: reconnect now (ends a session or a backoff wait)."""
+        self._reload.set()
+
+    def update_spec(self, spec: MemberSpec) -> None:
+        """New labels, cordon or allowed namespaces (same credentials source)."""
+        self.spec = spec
+        self._notify()
+
+    def expire(self) -> None:
+        """Re-evaluate Reachable against the clock (called while waiting)."""
+        before = self.health
+        self.health = healthmod.expire(before, now=self._clock(),
+                                       unreachable_after=self._unreachable_after)
+        if self.health != before:
+            self._log.warning("member.unreachable", reason=str(self.health.reason),
+                              since=str(self.health.first_loss))
+            self._notify()
+
+    # -- supervisor ----------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        """Reconnect forever; a session that had been healthy starts a fresh backoff."""
+        while True:
+            retrying = tenacity.AsyncRetrying(
+                wait=tenacity.wait_exponential_jitter(
+                    initial=self._settings.reconnect_initial_s,
+                    max=self._settings.reconnect_max_s),
+                sleep=self._backoff_sleep,
+                retry=tenacity.retry_if_not_exception_type(_SessionEnded))
+            with contextlib.suppress(_SessionEnded):
+                async for attempt in retrying:
+                    with attempt:
+                        await self._session()
+
+    async def _backoff_sleep(self, seconds: float) -> None:
+        """Sleep between attempts; wake early on reload; turn unreachable on time."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (remaining := end - loop.time()) > 0:
+            step = remaining
+            deadline = healthmod.unreachable_deadline(
+                self.health, unreachable_after=self._unreachable_after)
+            if deadline is not None:
+                step = min(step, max((deadline - self._clock()).total_seconds(), 0.0) + 0.05)
+            try:
+                await asyncio.wait_for(self._reload.wait(), step)
+                return
+            except TimeoutError:
+                self.expire()
+
+    async def _session(self) -> None:
+        """Connect and watch until something fails; raises for failures before Ready."""
+        self._reload.clear()
+        was_ready = False
+        try:
+            client = await self._connect()
+            try:
+                await self._prepare(client)
+                was_ready = await self._watch(client)
+            finally:
+                await self._close()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(exc)
+            if was_ready or self._reload.is_set():
+                raise _SessionEnded from None
+            raise
+        raise _SessionEnded  # reload: reconnect at once
+
+    async def _connect(self) -> KubeClient:
+        kubeconfig, version = await self._load()
+        # Remembered before validation: a broken kubeconfig is retried when it changes.
+        self.credentials_version = version
+        if skips_tls_verify(kubeconfig, context=self.spec.context):
+            self._log.warning("member.tls_unverified",
+                              hint="the kubeconfig sets insecure-skip-tls-verify")
+        client = await KubeClient.from_kubeconfig(kubeconfig, name=self.name,
+                                                  context=self.spec.context)
+        self._client = client
+        return client
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _prepare(self, client: KubeClient) -> None:
+        timeout = self._settings.request_timeout_s
+        info = await client.request("GET", "/version", request_timeout=timeout)
+        version = str((info or {}).get("gitVersion", "")) or None
+        recovered = self.health.first_loss is not None
+        self.kubernetes_version = version
+        self.health = healthmod.connected(self.health, now=self._clock(),
+                                          version=version or "?")
+        event = "member.recovered" if recovered else "member.connected"
+        self._log.info(event, server=client.server, version=version)
+        await self._discover(client)
+        self._notify()
+
+    async def _discover(self, client: KubeClient) -> None:
+        client.discovery.forget()
+        served = set()
+        for api_version, kind in self._kinds:
+            if await client.discovery.resource(api_version, kind) is not None:
+                served.add((api_version, kind))
+        if frozenset(served) != self.served:
+            self.served = frozenset(served)
+            self._log.info("member.kinds", served=len(served), catalog=len(self._kinds))
+            self._notify()
+
+    async def _watch(self, client: KubeClient) -> bool:
+        """Run the session's loops until one fails or a reload comes; True once Ready."""
+        self._listed = set()
+        prefix = f"member/{self.name}"
+        tasks: list[asyncio.Task[Any]] = [
+            # Not ``guarded``: their failures are expected (member outages) and reported by
+            # the supervisor as health, not as crashed tasks.
+            asyncio.create_task(self._informer(client, "nodes"), name=f"{prefix}/nodes"),
+            asyncio.create_task(self._informer(client, "pods"), name=f"{prefix}/pods"),
+            asyncio.create_task(self._probe(client), name=f"{prefix}/probe"),
+            asyncio.create_task(self._rediscover(client), name=f"{prefix}/discovery"),
+            asyncio.create_task(self._reload.wait(), name=f"{prefix}/reload"),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready = self.health.ready
+            pending = [t for t in tasks if not t.done()]
+            await cancel_all(pending)
+        for task in done:
+            exc = task.exception()
+            if exc is not None:
+                raise exc
+        if not self._reload.is_set():
+            raise RuntimeError("a member watch ended unexpectedly")
+        self._log.info("member.reloading", reason="kubeconfig changed")
+        return ready
+
+    async def _informer(self, client: KubeClient, what: str) -> None:
+        """List+watch nodes or pods; re-list every resync period."""
+        ref = NODES if what == "nodes" else PODS
+        selector = POD_FIELD_SELECTOR if what == "pods" else None
+        while True:
+            # informer() is an async generator; close it when the resync timer fires.
+            stream = cast(AsyncGenerator[watch.Listed | watch.Changed, None], watch.informer(
+                client, ref, field_selector=selector,
+                timeout_seconds=self._settings.watch_timeout_s))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.resync_period_s), \
+                        contextlib.aclosing(stream):
+                    async for item in stream:
+                        if isinstance(item, watch.Listed):
+                            self._relist(what, item.objects)
+                        else:
+                            self._apply(what, item)
+                        self._notify()
+
+    def _relist(self, what: str, objects: list[dict[str, Any]]) -> None:
+        if what == "nodes":
+            names = {str((o.get("metadata") or {}).get("name")) for o in objects}
+            for state in list(self.capacity.nodes()):
+                if state.name not in names:
+                    self.capacity.delete_node(state.name)
+            for obj in objects:
+                self.capacity.upsert_node(obj)
+        else:
+            keys = {pod_key(o) for o in objects if pod_binding(o) is not None}
+            for gone in self._pod_keys - keys:
+                self.capacity.delete_pod(gone)
+            for obj in objects:
+                self.capacity.upsert_pod(obj)
+            self._pod_keys = keys
+        self._listed.add(what)
+        if self._listed >= {"nodes", "pods"} and not self.health.ready:
+            self.synced = True
+            self.health = healthmod.synced(self.health, now=self._clock())
+            self._log.info("member.ready", nodes=self.capacity.node_count,
+                           free=self.capacity.free)
+
+    def _apply(self, what: str, change: watch.Changed) -> None:
+        obj = change.object
+        if what == "nodes":
+            if change.type == "DELETED":
+                self.capacity.delete_node(str((obj.get("metadata") or {}).get("name")))
+            else:
+                self.capacity.upsert_node(obj)
+            return
+        key = pod_key(obj)
+        if change.type == "DELETED" or pod_binding(obj) is None:
+            self.capacity.delete_pod(key)
+            self._pod_keys.discard(key)
+        else:
+            self.capacity.upsert_pod(obj)
+            self._pod_keys.add(key)
+
+    async def _probe(self, client: KubeClient) -> None:
+        while True:
+            await asyncio.sleep(self._settings.probe_interval_s)
+            await client.request("GET", "/version",
+                                 request_timeout=self._settings.request_timeout_s)
+            self.health = healthmod.probed(self.health, now=self._clock())
+
+    async def _rediscover(self, client: KubeClient) -> None:
+        while True:
+            await asyncio.sleep(self._settings.discovery_interval_s)
+            await self._discover(client)
+
+    def _failed(self, exc: BaseException) -> None:
+        problem = healthmod.classify(exc)
+        before = self.health
+        self.health = healthmod.failed(before, now=self._clock(), problem=problem,
+                                       unreachable_after=self._unreachable_after)
+        if (before.reason, before.ready) != (self.health.reason, self.health.ready):
+            event = {"KubeconfigInvalid": "member.kubeconfig_invalid",
+                     "SecretMissing": "member.secret_missing"}.get(problem.reason,
+                                                                   "member.lost")
+            self._log.warning(event, reason=str(problem.reason), message=problem.message,
+                              reachable=self.health.reachable)
+        self._notify()

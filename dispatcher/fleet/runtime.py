@@ -1,0 +1,402 @@
+"""The fleet runtime: every member's connection, kept in step with the hub, as one object.
+
+The controller creates one ``Fleet`` and reads it; nothing else opens member clients.
+
+    hub MemberClusters (watch) --+                 +--> members(), snapshots() for placement
+    static members (settings) ---+--> Fleet ------ +--> client(member) to submit and mirror
+    hub kubeconfig Secrets ------+    one          +--> changes(): wake on capacity/health
+                                      MemberConnection    change (event-driven)
+                                      per member   +--> MemberCluster status (bounded rate)
+
+A MemberCluster whose credentials source changes (Secret reference, context) gets a new
+connection; one whose labels, cordon or allowed namespaces change keeps its connection. A
+change of the referenced Secret (watched in ``settings.secret_namespace``) reconnects with
+the new kubeconfig without touching anything else. Secrets in other namespaces are read at
+each (re)connect but not watched. Static members have no object, so no status is written
+for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+import tenacity
+import yaml
+
+from dispatcher.fleet import members as membersmod
+from dispatcher.fleet import status as statusmod
+from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
+from dispatcher.fleet.capacity import CapacitySummary
+from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected
+from dispatcher.fleet.health import Health
+from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret
+from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.reservations import MemberReservations
+from dispatcher.fleet.settings import FleetSettings
+from dispatcher.kube import errors, watch
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, ResourceRef
+from dispatcher.placement.model import MemberSnapshot
+
+__all__ = ["Fleet", "MemberState", "NotConnected", "UnknownMember", "utc_now"]
+
+log = structlog.get_logger(__name__)
+
+
+def utc_now() -> datetime:
+    """The production clock (inject another one in tests and simulations)."""
+    return datetime.now(UTC)
+
+
+class UnknownMember(KeyError):
+    """No member of that name is registered."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberState:
+    """One member as the controller sees it right now (a copy; does not change)."""
+
+    name: str
+    labels: Mapping[str, str]
+    cordoned: bool
+    allowed_namespaces: tuple[str, ...]
+    static: bool
+    client: KubeClient | None
+    health: Health
+    kubernetes_version: str | None
+    capacity: CapacitySummary
+    served_kinds: frozenset[tuple[str, str]] | None
+    """(apiVersion, kind) pairs of the catalog the member serves; None until discovered."""
+
+
+class Fleet:
+    """All member connections. ``async with Fleet(...) as fleet:`` or start()/stop().
+
+    ``hub`` may be None for a fleet of static members only. ``kinds`` lists the catalog's
+    workload kinds as (apiVersion, kind), discovered on every member. ``clock`` returns an
+    aware datetime; it stamps lastSeen, conditions and loss times.
+    """
+
+    def __init__(self, *, hub: KubeClient | None, settings: FleetSettings,
+                 kinds: Sequence[tuple[str, str]] = (), clock: Clock = utc_now) -> None:
+        self._hub = hub
+        self._settings = settings
+        self._kinds = tuple(kinds)
+        self._clock = clock
+        self._connections: dict[str, MemberConnection] = {}
+        self._objects: dict[str, Mapping[str, Any]] = {}
+        self._written: dict[str, tuple[dict[str, Any], datetime]] = {}
+        self._secret_versions: dict[tuple[str, str], str] = {}
+        self.pulse = Pulse()
+        """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect static members and start watching the hub."""
+        for member in self._settings.static_members:
+            self._add(membersmod.from_static(member))
+        if self._hub is not None and self._settings.watch_member_clusters:
+            self._tasks += [
+                guarded(self._watch_hub(MEMBER_CLUSTERS, None, self._on_member_clusters),
+                        name="fleet/memberclusters"),
+                guarded(self._watch_hub(SECRETS, self._settings.secret_namespace,
+                                        self._on_secrets), name="fleet/secrets"),
+                guarded(self._write_statuses(), name="fleet/status"),
+            ]
+
+    async def stop(self) -> None:
+        """Stop every task and connection."""
+        await cancel_all(self._tasks)
+        self._tasks.clear()
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.stop() for c in connections))
+
+    async def __aenter__(self) -> Fleet:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def names(self) -> tuple[str, ...]:
+        """Member names, sorted."""
+        return tuple(sorted(self._connections))
+
+    def connection(self, member: str) -> MemberConnection:
+        """The live connection object of ``member`` (UnknownMember if none)."""
+        try:
+            return self._connections[member]
+        except KeyError:
+            raise UnknownMember(member) from None
+
+    def members(self) -> dict[str, MemberState]:
+        """Name -> state, for every registered member."""
+        out = {}
+        for name in sorted(self._connections):
+            conn = self._connections[name]
+            spec = conn.spec
+            out[name] = MemberState(
+                name=name, labels=spec.labels, cordoned=spec.cordoned,
+                allowed_namespaces=spec.allowed_namespaces, static=spec.static,
+                client=conn.client if conn.connected else None, health=conn.health,
+                kubernetes_version=conn.kubernetes_version,
+                capacity=conn.capacity.summary(), served_kinds=conn.served)
+        return out
+
+    def snapshots(self) -> list[MemberSnapshot]:
+        """What placement reads: live capacity (net of reservations), health, metadata."""
+        out = []
+        for name in sorted(self._connections):
+            conn = self._connections[name]
+            health = conn.health
+            out.append(MemberSnapshot(
+                name=name, capacity=conn.capacity, labels=conn.spec.labels,
+                ready=health.ready,
+                not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
+                cordoned=conn.spec.cordoned, served_kinds=conn.served_groups()))
+        return out
+
+    def reservations(self, member: str) -> MemberReservations:
+        """The reservations of ``member`` (applied to its capacity)."""
+        return self.connection(member).reservations
+
+    def client(self, member: str) -> KubeClient:
+        """The member's client; NotConnected when it is down, UnknownMember if unknown."""
+        return self.connection(member).client
+
+    def client_or_none(self, member: str) -> KubeClient | None:
+        """The member's client, or None when it is unknown or not connected."""
+        conn = self._connections.get(member)
+        return conn.client if conn is not None and conn.connected else None
+
+    def health(self, member: str) -> Health:
+        """The member's health (``first_loss`` is kept across failed reconnects)."""
+        return self.connection(member).health
+
+    @property
+    def version(self) -> int:
+        """A counter that grows with every capacity, health or membership change."""
+        return self.pulse.version
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until ``version`` is past ``seen``; returns the new version."""
+        return await self.pulse.wait(seen)
+
+    def changes(self) -> AsyncIterator[int]:
+        """Yield after each change (bursts coalesce): re-evaluate pending workloads then."""
+        return self.pulse.changes()
+
+    # -- membership ----------------------------------------------------------------------
+
+    def _loader(self, spec: MemberSpec) -> Callable[[], Awaitable[tuple[dict[str, Any], str]]]:
+        if spec.path is not None:
+            path = Path(spec.path)
+
+            async def from_file() -> tuple[dict[str, Any], str]:
+                return await asyncio.to_thread(_read_kubeconfig_file, path)
+
+            return from_file
+        ref = spec.secret
+        hub = self._hub
+        if ref is None or hub is None:
+            raise ValueError(f"member {spec.name} has neither a Secret nor a file")
+
+        async def from_hub_secret() -> tuple[dict[str, Any], str]:
+            try:
+                secret = await hub.request("GET", SECRETS.item(ref.name, ref.namespace))
+            except errors.NotFound:
+                raise KubeconfigProblem(f"Secret {ref.namespace}/{ref.name} not found on the hub",
+                                        reason="SecretMissing") from None
+            version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
+            return from_secret(secret, key=ref.key), version
+
+        return from_hub_secret
+
+    def _add(self, spec: MemberSpec) -> None:
+        conn = MemberConnection(spec=spec, load=self._loader(spec), settings=self._settings,
+                                clock=self._clock, kinds=self._kinds,
+                                on_change=self.pulse.bump)
+        self._connections[spec.name] = conn
+        conn.start()
+        log.info("member.added", member=spec.name, static=spec.static)
+        self.pulse.bump()
+
+    async def _remove(self, name: str) -> None:
+        conn = self._connections.pop(name, None)
+        self._objects.pop(name, None)
+        self._written.pop(name, None)
+        if conn is not None:
+            await conn.stop()
+            log.info("member.removed", member=name)
+            self.pulse.bump()
+
+    async def _upsert(self, obj: Mapping[str, Any]) -> None:
+        try:
+            spec = membersmod.from_member_cluster(
+                obj, default_namespace=self._settings.secret_namespace)
+        except ValueError as exc:
+            log.warning("member.invalid_spec", message=str(exc))
+            return
+        self._objects[spec.name] = obj
+        current = self._connections.get(spec.name)
+        if current is not None and current.spec.static:
+            log.warning("member.name_conflict", member=spec.name,
+                        hint="a static member of that name exists; the MemberCluster is "
+                             "ignored")
+            return
+        if current is None:
+            self._add(spec)
+        elif not current.spec.same_source(spec):
+            await self._remove(spec.name)
+            self._objects[spec.name] = obj
+            self._add(spec)
+        elif current.spec != spec:
+            current.update_spec(spec)
+
+    async def _on_member_clusters(self, item: watch.Listed | watch.Changed) -> None:
+        if isinstance(item, watch.Listed):
+            listed = {str(o["metadata"]["name"]) for o in item.objects}
+            for name in [n for n, c in self._connections.items()
+                         if not c.spec.static and n not in listed]:
+                await self._remove(name)
+            for obj in item.objects:
+                await self._upsert(obj)
+        elif item.type == "DELETED":
+            name = str(item.object["metadata"]["name"])
+            conn = self._connections.get(name)
+            if conn is not None and not conn.spec.static:
+                await self._remove(name)
+        else:
+            await self._upsert(item.object)
+
+    async def _on_secrets(self, item: watch.Listed | watch.Changed) -> None:
+        if isinstance(item, watch.Listed):
+            changed = [(o, False) for o in item.objects]
+            listed = {str(o["metadata"]["name"]) for o in item.objects}
+            gone = [name for (_, name) in self._secret_versions if name not in listed]
+        else:
+            changed = [(item.object, item.type == "DELETED")]
+            gone = []
+        namespace = self._settings.secret_namespace
+        touched = set(gone)
+        for obj, deleted in changed:
+            name = str(obj["metadata"]["name"])
+            key = (namespace, name)
+            if deleted:
+                self._secret_versions.pop(key, None)
+            else:
+                self._secret_versions[key] = str(obj["metadata"].get("resourceVersion", ""))
+            touched.add(name)
+        for name in gone:
+            self._secret_versions.pop((namespace, name), None)
+        for conn in self._connections.values():
+            ref = conn.spec.secret
+            if ref is None or ref.namespace != namespace or ref.name not in touched:
+                continue
+            if self._secret_versions.get((ref.namespace, ref.name)) != conn.credentials_version:
+                log.info("member.credentials_changed", member=conn.name,
+                         secret=f"{ref.namespace}/{ref.name}")
+                conn.reload()
+
+    async def _watch_hub(self, ref: ResourceRef, namespace: str | None,
+                         handle: Callable[[watch.Listed | watch.Changed], Awaitable[None]]
+                         ) -> None:
+        """List+watch one hub resource forever, reconnecting with backoff."""
+        hub = self._hub
+        assert hub is not None
+
+        def report(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning("hub.watch_failed", resource=ref.plural, error=type(exc).__name__,
+                        message=str(exc).splitlines()[0][:300] if exc else "",
+                        retry_in=round(state.upcoming_sleep, 1))
+
+        async for attempt in tenacity.AsyncRetrying(
+                wait=tenacity.wait_exponential_jitter(
+                    initial=self._settings.reconnect_initial_s,
+                    max=self._settings.reconnect_max_s),
+                retry=tenacity.retry_if_exception_type(errors.KubeError),
+                before_sleep=report):
+            with attempt:
+                async for item in watch.informer(hub, ref, namespace=namespace,
+                                                 timeout_seconds=self._settings.watch_timeout_s):
+                    await handle(item)
+
+    # -- status --------------------------------------------------------------------------
+
+    async def _write_statuses(self) -> None:
+        """Write changed MemberCluster statuses, at most once per ``status_min_interval``."""
+        seen = -1
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.status_heartbeat_s):
+                    seen = await self.pulse.wait(seen)
+            await self.write_statuses_once()
+            await asyncio.sleep(self._settings.status_min_interval_s)
+
+    async def write_statuses_once(self) -> int:
+        """One pass over all MemberCluster members; returns the number of writes."""
+        hub = self._hub
+        if hub is None:
+            return 0
+        settings = self._settings
+        writes = 0
+        for name, conn in list(self._connections.items()):
+            if conn.spec.static or name not in self._objects:
+                continue
+            conn.expire()
+            now = self._clock()
+            written = self._written.get(name)
+            previous = written[0] if written else (self._objects[name].get("status") or {})
+            desired = statusmod.member_status(
+                health=conn.health, capacity=conn.capacity if conn.synced else None,
+                version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now)
+            if not statusmod.needs_write(
+                    desired, written=written[0] if written else None,
+                    written_at=written[1] if written else None, now=now,
+                    min_interval=timedelta(seconds=settings.status_min_interval_s),
+                    heartbeat=timedelta(seconds=settings.status_heartbeat_s)):
+                continue
+            try:
+                await hub.request("PATCH", MEMBER_CLUSTERS.item(name, subresource="status"),
+                                  body={"status": desired}, content_type=JSON_MERGE_PATCH)
+            except errors.NotFound:
+                continue
+            except errors.KubeError as exc:
+                log.warning("member.status_write_failed", member=name,
+                            error=type(exc).__name__, message=str(exc)[:300])
+                continue
+            self._written[name] = (desired, now)
+            writes += 1
+        return writes
+
+
+def _read_kubeconfig_file(path: Path) -> tuple[dict[str, Any], str]:
+    """A static member's kubeconfig file and its modification time (as the version)."""
+    try:
+        text = path.read_text()
+        version = str(path.stat().st_mtime_ns)
+    except OSError as exc:
+        raise KubeconfigProblem(f"cannot read kubeconfig {path}: {exc.strerror}",
+                                reason="KubeconfigInvalid") from None
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise KubeconfigProblem(f"kubeconfig {path} is not valid YAML",
+                                reason="KubeconfigInvalid") from None
+    if not isinstance(parsed, dict):
+        raise KubeconfigProblem(f"kubeconfig {path} is not a mapping",
+                                reason="KubeconfigInvalid")
+    return parsed, version

@@ -1,0 +1,59 @@
+"""Guarded tasks log crashes and unexpected exits; the pulse wakes and coalesces waiters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from structlog.testing import capture_logs
+
+from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
+
+
+async def test_guarded_logs_crash_and_exit() -> None:
+    async def boom() -> None:
+        raise RuntimeError("broken")
+
+    async def done() -> None:
+        return None
+
+    with capture_logs() as logs:
+        crashed = guarded(boom(), name="t/boom")
+        ended = guarded(done(), name="t/done")
+        with pytest.raises(RuntimeError):
+            await crashed
+        await ended
+    assert crashed.get_name() == "t/boom"
+    events = {(e["event"], e["task"]) for e in logs}
+    assert ("task.crashed", "t/boom") in events
+    assert ("task.exited", "t/done") in events
+
+
+async def test_cancelled_tasks_are_quiet() -> None:
+    with capture_logs() as logs:
+        task = guarded(asyncio.sleep(60), name="t/sleep")
+        await asyncio.sleep(0)
+        await cancel_all([task])
+    assert task.cancelled()
+    assert logs == []
+
+
+async def test_pulse_wakes_waiters_and_coalesces() -> None:
+    pulse = Pulse()
+    waiter = asyncio.create_task(pulse.wait(0))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    pulse.bump()
+    pulse.bump()
+    assert await waiter == 2
+    assert await pulse.wait(1) == 2  # already past: returns at once
+    stream = pulse.changes()
+
+    async def first() -> int:
+        return await anext(stream)
+
+    nxt = asyncio.create_task(first())
+    await asyncio.sleep(0)
+    pulse.bump()
+    assert await nxt == 3
+    await stream.aclose()  # type: ignore[attr-defined]

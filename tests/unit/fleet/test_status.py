@@ -1,0 +1,129 @@
+"""MemberCluster status rendering, write throttling and the ``dispatcher clusters`` rows.
+
+Covers: capacity roll-ups in the CRD's shape (per-product largest block, reserved GPUs
+counted out of free); conditions keep lastTransitionTime while unchanged; unknown fields
+are left out; writes happen on change (bounded by the minimum interval) or when the
+lastSeen heartbeat is due; rows for full, empty and cordoned objects. Not covered: the
+actual PATCH (integration tests).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from dispatcher.fleet import health, status
+from dispatcher.fleet.capacity import ClusterCapacity
+
+from .objects import node, pod
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def capacity() -> ClusterCapacity:
+    cap = ClusterCapacity()
+    cap.upsert_node(node("a", 8, product=H100))
+    cap.upsert_node(node("b", 8, product=H100))
+    cap.upsert_node(node("c", 4, product="NVIDIA-L40S", unschedulable=True))
+    cap.upsert_pod(pod("p", 3, node_name="a"))
+    cap.reserve("b", 2)
+    return cap
+
+
+def test_capacity_status_shape_and_numbers() -> None:
+    out = status.capacity_status(capacity())
+    assert out["nodes"] == 3
+    assert out["readyNodes"] == 3
+    assert out["cordonedNodes"] == 1
+    assert out["gpus"] == {"total": 20, "allocatable": 20, "used": 3, "reserved": 2,
+                           "free": 11, "largestFreeBlock": 6}
+    assert out["products"] == [
+        {"product": H100, "nodes": 2, "allocatable": 16, "free": 11, "largestFreeBlock": 6},
+        {"product": "NVIDIA-L40S", "nodes": 1, "allocatable": 4, "free": 0,
+         "largestFreeBlock": 0}]
+
+
+def ready() -> health.Health:
+    return health.synced(health.connected(health.initial(), now=T0, version="v1"), now=T0)
+
+
+def test_conditions_keep_transition_time_while_unchanged() -> None:
+    first = status.conditions(ready(), previous=(), now=T0)
+    assert [(c["type"], c["status"]) for c in first] == [("Reachable", "True"),
+                                                        ("Ready", "True")]
+    later = T0 + timedelta(minutes=5)
+    same = status.conditions(ready(), previous=first, now=later)
+    assert [c["lastTransitionTime"] for c in same] == [status.format_time(T0)] * 2
+    lost = health.failed(ready(), now=later, problem=health.Problem(
+        health.Reason.CONNECTION_REFUSED, "cannot connect"),
+        unreachable_after=timedelta(seconds=30))
+    changed = status.conditions(lost, previous=same, now=later)
+    by_type = {c["type"]: c for c in changed}
+    assert by_type["Reachable"]["lastTransitionTime"] == status.format_time(T0)
+    assert by_type["Ready"] == {"type": "Ready", "status": "False",
+                                "reason": "ConnectionRefused", "message": "cannot connect",
+                                "lastTransitionTime": status.format_time(later)}
+
+
+def test_member_status_leaves_unknown_fields_out() -> None:
+    out = status.member_status(health=health.initial(), capacity=None, version=None,
+                               kinds=None, previous={}, now=T0)
+    assert set(out) == {"conditions"}
+    full = status.member_status(
+        health=ready(), capacity=capacity(), version="v1.35.4",
+        kinds={("ray.io/v1", "RayJob"), ("jobset.x-k8s.io/v1alpha2", "JobSet")},
+        previous={}, now=T0)
+    assert full["lastSeen"] == "2026-01-01T12:00:00Z"
+    assert full["kubernetesVersion"] == "v1.35.4"
+    assert full["workloadKinds"] == [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                      "kind": "JobSet"},
+                                     {"apiVersion": "ray.io/v1", "kind": "RayJob"}]
+    assert full["capacity"]["gpus"]["free"] == 11
+
+
+def desired(last_seen: str = "2026-01-01T12:00:00Z", free: int = 4) -> dict[str, Any]:
+    return {"lastSeen": last_seen, "capacity": {"gpus": {"free": free}}}
+
+
+@pytest.mark.parametrize(("wanted", "age_s", "write"), [
+    (desired(), 100, False),                                   # nothing new
+    (desired(free=3), 1, False),                               # changed, too soon
+    (desired(free=3), 5, True),                                # changed, interval passed
+    (desired(last_seen="2026-01-01T12:00:30Z"), 30, False),    # only lastSeen, no heartbeat
+    (desired(last_seen="2026-01-01T12:01:00Z"), 60, True),     # heartbeat due
+])
+def test_needs_write(wanted: dict[str, Any], age_s: int, write: bool) -> None:
+    assert status.needs_write(
+        wanted, written=desired(), written_at=T0, now=T0 + timedelta(seconds=age_s),
+        min_interval=timedelta(seconds=5), heartbeat=timedelta(seconds=60)) is write
+
+
+def test_first_write_always_happens() -> None:
+    assert status.needs_write(desired(), written=None, written_at=None, now=T0,
+                              min_interval=timedelta(seconds=5),
+                              heartbeat=timedelta(seconds=60))
+
+
+def test_rows() -> None:
+    now = T0 + timedelta(seconds=42)
+    full = {"metadata": {"name": "east"}, "spec": {"cordoned": True},
+            "status": status.member_status(health=ready(), capacity=capacity(),
+                                           version="v1.35.4",
+                                           kinds={("ray.io/v1", "RayJob")},
+                                           previous={}, now=T0)}
+    assert status.row(full, now=now, wide=True) == [
+        "east", "True,Cordoned", 3, 20, 11, 6, f"{H100}:11/16,NVIDIA-L40S:0/4", 1, "42s",
+        "v1.35.4", "Connected"]
+    empty = {"metadata": {"name": "new"}, "spec": {}}
+    assert status.row(empty, now=now) == ["new", "Unknown", None, None, None, None, None,
+                                          None, None]
+    assert len(status.BASE_COLUMNS) == 9
+    assert len(status.WIDE_COLUMNS) == 11
+
+
+def test_time_round_trip() -> None:
+    assert status.parse_time(status.format_time(T0)) == T0
+    assert status.parse_time("garbage") is None
