@@ -317,27 +317,31 @@ def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str
             if group.product is None:
                 return "no nodes"
             return f"no nodes with product {group.product}"
-        noun = f"nodes with product {group.product}" if group.product else "nodes"
+        noun = f"with product {group.product}" if group.product else ""
         matching = [c for c in product_classes
                     if all(c.label_map.get(k) == v for k, v in group.selector)]
         if not matching:
             wanted = ",".join(f"{k}={v}" for k, v in group.selector)
-            return f"no {noun} match node selector {wanted}"
+            return " ".join(filter(None, ("no nodes", noun, f"match node selector {wanted}")))
         usable = [c for c in matching if eligible(c, group)]
         if not usable:
             taints = sorted({f"{k}={v}:{e}" if v else f"{k}:{e}"
                              for c in matching for k, v, e in c.hard_taints})
             count = sum(c.nodes for c in matching)
-            return f"{count} {noun} have taints the pods do not tolerate: {', '.join(taints)}"
+            return (f"{_nodes(count, noun)} {'has' if count == 1 else 'have'} taints the pods "
+                    f"do not tolerate: {', '.join(taints)}")
         if not any(c.eligible for c in usable):
             count = sum(c.nodes for c in usable)
-            return f"all {count} {noun} are NotReady or cordoned"
+            return (f"{_nodes(count, noun)} {'is' if count == 1 else 'are all'} NotReady or "
+                    f"cordoned")
         if group.gpus <= 0:
             continue
         free = sum(f * len(n) for c in usable for f, n in c.free_nodes.items())
         largest = max((f for c in usable for f in c.free_nodes), default=0)
         room = sum((f // group.gpus) * len(n) for c in usable for f, n in c.free_nodes.items())
-        where = f" on {noun}" if group.product or group.selector or group.tolerations else ""
+        where = f" on nodes {noun}" if group.product else ""
+        if group.selector or group.tolerations:
+            where = f" on the nodes these pods may use{' (' + noun + ')' if noun else ''}"
         if largest < group.gpus:
             return (f"{free} GPUs free{where}, largest free block on one node is {largest}, "
                     f"a pod needs {group.gpus}: fits 0 times{suffix}")
@@ -349,3 +353,7 @@ def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str
     return (f"{capacity.free} GPUs free, largest free block on one node is "
             f"{capacity.largest_free_block}; each pod shape fits alone but not all {pods} pods "
             f"({gpus} GPUs) at once: fits 0 times{suffix}")
+
+
+def _nodes(count: int, noun: str) -> str:
+    return " ".join(filter(None, (str(count), "node" if count == 1 else "nodes", noun)))

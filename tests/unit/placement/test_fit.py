@@ -47,7 +47,7 @@ def test_taints_block_pods_that_do_not_tolerate_them() -> None:
     groups = pod_groups(demand([shape(1, 8, tolerations=[wrong])]))
     assert pack(only_tainted, groups) is None
     assert explain_misfit(only_tainted, groups) == (
-        "1 nodes have taints the pods do not tolerate: dedicated=research:NoSchedule")
+        "1 node has taints the pods do not tolerate: dedicated=research:NoSchedule")
 
 
 def test_no_execute_taint_blocks_too() -> None:
@@ -61,7 +61,7 @@ def test_cordoned_and_not_ready_nodes_are_not_used() -> None:
     groups = pod_groups(demand([shape(1, 1, product=H100)]))
     assert pack(cap, groups) is None
     assert explain_misfit(cap, groups) == (
-        f"all 2 nodes with product {H100} are NotReady or cordoned")
+        f"2 nodes with product {H100} are all NotReady or cordoned")
 
 
 def test_node_selector_other_labels() -> None:

@@ -1,0 +1,221 @@
+"""``dispatcher explain``: which member would take a workload, and why every other would not.
+
+The decision is the controller's own (``placement.engine.decide``, exhaustive, with fit
+counts); only the source of member snapshots differs. Offline, ``--fleet FILE`` builds them
+from a fleet file's node pools through the same capacity model a live watch feeds. Live mode
+(``-n NS KIND/NAME`` against the hub) plugs in another ``SnapshotSource``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatcher.fleet.fleetfile import FleetSpec
+    from dispatcher.placement.model import Decision, MemberSnapshot
+    from dispatcher.workloads.demand import Demand
+
+__all__ = ["SnapshotSource", "explain_demand", "fleet_snapshots", "register"]
+
+# Returns the members to decide over; raises ValueError with a message for the user.
+SnapshotSource = Callable[[], "list[MemberSnapshot]"]
+
+EPILOG = """\
+examples:
+  dispatcher explain -f train.yaml --fleet clusters/local.yaml
+  dispatcher explain -f train.yaml --fleet clusters/local.yaml --policy best-fit -o wide
+  dispatcher explain -f train.yaml --fleet clusters/local.yaml -o json | jq .decision.summary
+  kubectl get jobset train -o yaml | dispatcher explain -f - --fleet clusters/local.yaml
+
+The workload's annotations apply: dispatcher.io/cluster (pin), dispatcher.io/cluster-selector
+(label selector over members, e.g. "region in (eu-west,us-east),!legacy") and
+dispatcher.io/policy; --policy overrides the annotation.
+
+exit codes: 0 a member was chosen for every workload; 1 unreadable input, broken workload or
+invalid request (unknown pinned member, bad selector); 2 no definition for a kind;
+3 no member can take a workload now.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``explain``."""
+    parser = subparsers.add_parser(
+        "explain", help="show which member would take a workload, and why (per member)",
+        description="Resolve a workload manifest through its definition, then run the "
+                    "placement decision over every member: verdict (fits or not, and how "
+                    "many times), the numeric reason an operator can act on, the policy "
+                    "score, the chosen member and the nodes its pods would use.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-f", "--filename", required=True, metavar="FILE",
+                        help="workload manifest (YAML/JSON, several documents allowed); - "
+                             "for stdin")
+    parser.add_argument("--fleet", metavar="FILE",
+                        help="fleet file describing the members as node pools "
+                             "(e.g. clusters/local.yaml)")
+    parser.add_argument("--policy", choices=("most-free", "best-fit"),
+                        help="scoring policy (default: the dispatcher.io/policy annotation, "
+                             "else most-free)")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"),
+                        default="table", help="output format (default: %(default)s)")
+    parser.add_argument("--definitions", action="append", default=[], metavar="PATH",
+                        help="extra definition file or directory (added to the built-in "
+                             "catalog); repeatable")
+    parser.set_defaults(run=run)
+
+
+def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
+    """Members of a fleet file, their nodes fed through ``ClusterCapacity`` like a watch.
+
+    Served kinds are unknown offline (every kind passes); every member is Ready.
+    """
+    from dispatcher.fleet.capacity import ClusterCapacity
+    from dispatcher.fleet.fleetfile import node_manifests
+    from dispatcher.placement.model import MemberSnapshot
+
+    members = []
+    for member in spec.members:
+        capacity = ClusterCapacity()
+        for node in node_manifests(member):
+            capacity.upsert_node(node)
+        members.append(MemberSnapshot(name=member.name, capacity=capacity,
+                                      labels=dict(member.labels)))
+    return members
+
+
+def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_version: str = "",
+                   kind: str = "", annotations: Mapping[str, str] | None = None,
+                   policy: str | None = None) -> Decision:
+    """The explained decision for a demand (what ``run`` does per workload).
+
+    Raises ``PlacementError`` for an invalid request.
+    """
+    from dispatcher.placement.engine import decide
+    from dispatcher.placement.model import PlacementRequest
+
+    request = PlacementRequest.from_annotations(
+        demand=demand, api_version=api_version, kind=kind, annotations=annotations or {},
+        count_fits=True)
+    if policy is not None:
+        request = PlacementRequest(demand=request.demand, api_version=request.api_version,
+                                   kind=request.kind, pin=request.pin,
+                                   selector=request.selector, policy=policy, count_fits=True)
+    return decide(members, request)
+
+
+def _offline_source(path: str) -> SnapshotSource:
+    def load() -> list[MemberSnapshot]:
+        from dispatcher.fleet.fleetfile import load_fleet
+
+        return fleet_snapshots(load_fleet(path))
+    return load
+
+
+def run(args: argparse.Namespace) -> int:
+    """Explain every workload of the file; decisions on stdout, problems on stderr."""
+    import yaml
+
+    from dispatcher.commands.inspect import load_catalog, read_objects
+    from dispatcher.fleet.fleetfile import FleetFileError
+    from dispatcher.output import emit
+    from dispatcher.placement.model import PlacementError
+    from dispatcher.workloads.errors import DefinitionError, NoDefinitionError, WorkloadError
+
+    if not args.fleet:
+        print("error: --fleet FILE is required (live mode against the hub, -n NS KIND/NAME, "
+              "is not available yet)", file=sys.stderr)
+        return 1
+    source = _offline_source(args.fleet)
+    try:
+        members = source()
+        catalog = load_catalog(args.definitions)
+        objects = read_objects(args.filename)
+    except FleetFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except DefinitionError as error:
+        print(f"error: invalid definitions:\n{error}", file=sys.stderr)
+        return 1
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        print(f"error: {args.filename}: cannot read manifests: {' '.join(str(error).split())}",
+              file=sys.stderr)
+        return 1
+
+    code = 0
+    reports: list[dict[str, Any]] = []
+    for index, obj in enumerate(objects):
+        label = _label(obj, index)
+        try:
+            resolution = catalog.resolve(obj)
+            meta = obj.get("metadata") or {}
+            decision = explain_demand(
+                resolution.demand, members=members, api_version=resolution.api_version,
+                kind=resolution.kind, annotations=meta.get("annotations") or {},
+                policy=args.policy)
+        except NoDefinitionError as error:
+            print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
+            code = max(code, 2)
+            continue
+        except (WorkloadError, PlacementError) as error:
+            print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
+            code = max(code, 1)
+            continue
+        if decision.chosen is None and code == 0:
+            code = 3
+        reports.append({"workload": {"apiVersion": resolution.api_version,
+                                     "kind": resolution.kind,
+                                     "namespace": resolution.namespace,
+                                     "name": resolution.name},
+                        "decision": decision.to_dict(), "_decision": decision})
+    if args.output in ("json", "yaml"):
+        data = [{k: v for k, v in r.items() if k != "_decision"} for r in reports]
+        if data:
+            emit(data[0] if len(data) == 1 else data, fmt=args.output)
+    else:
+        for i, report in enumerate(reports):
+            if i:
+                print()
+            _print_table(report, wide=args.output == "wide")
+    return code
+
+
+def _label(obj: Any, index: int) -> str:
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        return f"{obj.get('kind', '?')}/{name or f'#{index}'}"
+    return f"document #{index}"
+
+
+def _print_table(report: Mapping[str, Any], *, wide: bool) -> None:
+    from dispatcher.output import table
+
+    decision: Decision = report["_decision"]
+    workload = report["workload"]
+    print(f"{workload['kind']}/{workload['name']}: {decision.pods} pod(s), {decision.gpus} "
+          f"GPU(s), {decision.gangs} gang(s); policy {decision.policy}")
+    columns = ["member", "verdict", "free", "after", "fits", "score", "reason"]
+    if wide:
+        columns.append("nodes")
+    rows = []
+    for verdict in decision.verdicts:
+        state = ("chosen" if verdict.member == decision.chosen
+                 else "fits" if verdict.feasible else "no")
+        row: list[Any] = [verdict.member, state, verdict.free,
+                          "-" if verdict.free_after is None else verdict.free_after,
+                          "-" if verdict.fits is None else verdict.fits,
+                          "-" if verdict.score is None else f"{verdict.score:g}",
+                          verdict.reason]
+        if wide:
+            row.append(",".join(f"{g.node}={g.gpus}" for g in verdict.assignment) or "-")
+        rows.append(row)
+    table(columns=columns, rows=rows)
+    if decision.chosen is not None:
+        nodes = ", ".join(f"{g.node} ({g.gpus} GPUs, {g.pods} pod(s))"
+                          for g in decision.assignment)
+        print(f"chosen: {decision.chosen}; nodes: {nodes or 'none (no GPU pods)'}")
+    else:
+        print("chosen: none")
+    print(f"summary: {decision.summary}")
