@@ -27,6 +27,7 @@ __all__ = [
     "canonical_text",
     "check_safety",
     "compile_error",
+    "is_linear",
 ]
 
 MAX_RESULTS = 1000
@@ -144,6 +145,34 @@ def _operator_at(text: str, i: int) -> str:
     return text[i]
 
 
+_GENERATORS = frozenset({
+    "as", "reduce", "foreach", "label", "limit", "first", "last", "nth", "until", "while",
+    "repeat", "range", "recurse", "paths", "leaf_paths", "path", "splits", "scan", "match",
+    "capture", "tostream", "fromstream", "combinations", "input", "inputs",
+    "env", "$ENV", "def",
+})
+_ITERATOR = re.compile(r"\[\s*\]")
+
+
+def is_linear(expression: str) -> bool:
+    """Whether ``expression`` yields at most one result per item of one collection.
+
+    True for the common path shape: at most one ``[]`` iterator, no ``,`` and no builtin
+    that generates or binds. Such an expression cannot multiply results (no cross
+    product), so it needs no ``limit`` (which costs about as much as the path itself);
+    every other expression is evaluated under ``limit(1000; ...)``.
+    """
+    if "\\(" in expression or "#" in expression:
+        return False
+    code = _STRING.sub('""', expression)
+    if "," in code or len(_ITERATOR.findall(code)) > 1:
+        return False
+    return not any(token in _GENERATORS for token in _code_tokens(code))
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
 def compile_error(expression: str) -> str | None:
     """libjq's compile error for ``expression`` alone, or None when it compiles."""
     try:
@@ -212,7 +241,8 @@ class Batch:
     def __init__(self, expressions: Sequence[str]) -> None:
         self.expressions = tuple(expressions)
         parts = [
-            f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
+            f"(try ([{expression}\n]) catch {{\"jqerror\": .}})" if is_linear(expression)
+            else f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
             for expression in self.expressions
         ]
         self._program = jq.compile("[" + ",\n".join(parts) + "]") if parts else None

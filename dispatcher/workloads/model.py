@@ -14,6 +14,7 @@ from dispatcher.workloads.jqrun import Batch
 
 __all__ = [
     "DEFAULT_PRECEDENCE",
+    "DEMAND_FRAGMENTS",
     "FRAGMENT_FIELDS",
     "GENERIC_OF_KEY",
     "Component",
@@ -50,6 +51,12 @@ FRAGMENT_FIELDS: tuple[str, ...] = (
     "containerPath", "priorityClassNamePath", "imagePath",
     "nodeSelectorPath", "tolerationsPath", "initContainersPath",
 )
+# the fragments that change what a pod needs; the others (labels, scheduler name, image,
+# ...) are only validated at load and used by mutation, never evaluated by resolve
+DEMAND_FRAGMENTS: frozenset[str] = frozenset({
+    "resourcesPath", "nodeAffinityPath", "containersPath", "containerPath",
+    "nodeSelectorPath", "tolerationsPath", "initContainersPath",
+})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +65,7 @@ class Expr:
 
     text: str
     field: str
-    slot: int
+    slot: int  # -1: not evaluated by resolve (validated at load; mutation reads ``text``)
     section: Literal["demand", "status"] = "demand"
 
 
@@ -89,9 +96,9 @@ class Scale:
     pods_per_replica: Expr | None = None
 
     def exprs(self) -> tuple[Expr, ...]:
-        """The defined paths, in a fixed order."""
+        """The defined paths resolve evaluates (maxReplicas is not), in a fixed order."""
         return tuple(e for e in (self.replicas, self.min_replicas, self.max_replicas,
-                                 self.pods_per_replica) if e is not None)
+                                 self.pods_per_replica) if e is not None and e.slot >= 0)
 
 
 @dataclass(frozen=True, kw_only=True)

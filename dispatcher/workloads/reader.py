@@ -16,6 +16,7 @@ from dispatcher.workloads.errors import Issue
 from dispatcher.workloads.jqrun import Batch, check_safety, compile_error
 from dispatcher.workloads.model import (
     DEFAULT_PRECEDENCE,
+    DEMAND_FRAGMENTS,
     FRAGMENT_FIELDS,
     GENERIC_OF_KEY,
     Component,
@@ -269,14 +270,15 @@ class DocReader:
                                 "fragmentedPodSpecDefinition") if raw.get(k) is not None]
         if len(patterns) > 1:
             self._issue(field, f"component '{name}' has multiple pod spec definitions")
-        metadata = self._expr(raw.get("metadataPath"), f"{field}.metadataPath")
+        metadata = self._expr(raw.get("metadataPath"), f"{field}.metadataPath", section=None)
         if "fragmentedPodSpecDefinition" in patterns:
             frag_field = f"{field}.fragmentedPodSpecDefinition"
             frag = self._mapping(raw["fragmentedPodSpecDefinition"], frag_field,
                                  allowed=frozenset(FRAGMENT_FIELDS)) or {}
             fragments = []
             for key in FRAGMENT_FIELDS:
-                expr = self._expr(frag.get(key), f"{frag_field}.{key}")
+                section: Literal["demand"] | None = "demand" if key in DEMAND_FRAGMENTS else None
+                expr = self._expr(frag.get(key), f"{frag_field}.{key}", section=section)
                 if expr is not None:
                     fragments.append((key, expr))
             return SpecSource(pattern="fragmented", metadata=metadata,
@@ -293,7 +295,8 @@ class DocReader:
         raw = self._mapping(value, field, allowed=frozenset(_SCALE))
         if raw is None:
             return None
-        paths = {attr: self._expr(raw.get(key), f"{field}.{key}")
+        paths = {attr: self._expr(raw.get(key), f"{field}.{key}",
+                                  section=None if key == "maxReplicasPath" else "demand")
                  for key, attr in _SCALE.items()}
         return Scale(**paths)
 

@@ -298,7 +298,7 @@ def _specs(comp: Component, values: _Values, count: int
     spec = comp.spec
     assert spec is not None
     if spec.pattern == "fragmented":
-        frags = spec.fragments
+        frags = tuple((key, e) for key, e in spec.fragments if e.slot >= 0)
         if not frags:
             return [(Expr(text="", field="fragmentedPodSpecDefinition", slot=-1), None)] * count
         columns = values.padded([e for _, e in frags], count)
