@@ -17,8 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.errors import EvaluationError, ObjectError
+from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.resolve import resolve
 
 HERE = Path(__file__).parent
@@ -141,3 +145,58 @@ def test_every_frame_status_is_a_generic_status() -> None:
     for sample in SAMPLES:
         for frame in _frames(sample):
             assert frame["expect"] in generic, (sample.name, frame["name"])
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=_ids(SAMPLES))
+def test_mutation_keeps_the_demand(sample: Path, catalog: Catalog) -> None:
+    """The definitions' write paths only touch pod fields: stamping the dispatcher's pod
+    fields never invents a component (a RayJob cluster, a submitter template) or changes
+    what the workload needs, and the labels land where the definition reads them."""
+    obj = _load(sample)
+    definition = catalog.require(obj)
+    out = mutate_pods(obj, definition, labels={"dispatcher.io/origin": "hub-1"},
+                      annotations={"dispatcher.io/uid": "0000"}, scheduler_name="kai-scheduler",
+                      node_selector={"pool": "gpu"}, priority_class_name="high",
+                      tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists",
+                                    "effect": "NoSchedule"}])
+    before = resolve(obj, catalog=catalog).to_dict()
+    after = resolve(out, catalog=catalog).to_dict()
+    assert _gangs(after["gangs"]) == _gangs(before["gangs"])
+    assert _components(after["components"]) == _components(before["components"])
+    assert out != obj
+
+
+def _broken(draw: st.DrawFn, value: Any, depth: int = 0) -> Any:
+    """``value`` with random parts dropped, nulled or replaced by a wrong type."""
+    action = draw(st.sampled_from(["keep", "keep", "keep", "recurse", "null", "wrong"]))
+    if action == "null":
+        return None
+    if action == "wrong":
+        return draw(st.one_of(st.integers(-3, 3), st.text(max_size=3), st.booleans(),
+                              st.just([]), st.just({})))
+    if isinstance(value, dict) and depth < 12:
+        return {k: _broken(draw, v, depth + 1) for k, v in value.items()
+                if draw(st.integers(0, 9)) > 0}
+    if isinstance(value, list) and depth < 12:
+        return [_broken(draw, v, depth + 1) for v in value]
+    return value
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_broken_samples_fail_cleanly(data: st.DataObject) -> None:
+    """Every definition copes with mangled objects: a result or a clear error, never a crash."""
+    catalog = Catalog.builtin()
+    sample = data.draw(st.sampled_from(SAMPLES))
+    obj = _load(sample)
+    spec = data.draw(st.composite(lambda draw: _broken(draw, obj.get("spec")))())
+    status = data.draw(st.composite(lambda draw: _broken(draw, obj.get("status")))())
+    mangled = {**obj, "spec": spec, "status": status}
+    try:
+        result = resolve(mangled, catalog=catalog)
+    except (ObjectError, EvaluationError) as error:
+        assert str(error)
+        return
+    assert result.demand.pods >= 0
+    assert result.status in {"pending", "initializing", "running", "degraded", "completed",
+                             "failed", "suspended", "unknown"}
