@@ -1,4 +1,17 @@
-"""Sim: an in-memory fleet and a virtual clock for ``dispatcher simulate``.
+"""Sim: ``dispatcher simulate``, the dispatcher's real cores on a simulated fleet in virtual time.
 
-Runs the real resolve, placement and queue cores; only clusters and time are simulated.
+Only the clusters and the clock are simulated: workloads are resolved by the real workload
+engine, each member is a real ``fleet.capacity.ClusterCapacity`` fed real Node and Pod
+objects, and every decision comes from the real ``placement`` engine.
+
+Modules, in data-flow order:
+
+- ``scenario``: the scenario file format (fleet, stream, policies, seed) and its validation
+- ``trace``: the ``workload.resolved`` log line (what the controller emits) and its replay
+- ``stream``: scenario or trace -> resolved ``SimWorkload`` arrivals (seeded generator)
+- ``engine``: the discrete-event loop (queue, backfill, reservations) -> ``RunResult``
+- ``backend`` / ``cores``: the protocol the loop uses, and its adapter to the real cores
+- ``ledger``: an independent GPU ledger that raises on any over-allocation
+- ``results``: per-policy figures (waits, utilization, fragmentation) as plain data
+- ``runner``: one run of every policy; ``charts``: the PNGs of ``--report``
 """

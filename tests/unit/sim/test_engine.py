@@ -212,3 +212,4 @@ def test_no_node_is_ever_over_allocated(members: dict[str, list[tuple[int, int]]
     # Every workload is accounted for exactly once.
     assert (len(result.decisions) + result.pending_at_end + len(result.unplaceable)
             == len(stream))
+
