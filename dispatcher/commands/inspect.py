@@ -61,7 +61,8 @@ def read_objects(name: str) -> list[Any]:
 
     text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
     out: list[Any] = []
-    for doc in yaml.safe_load_all(text):
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+    for doc in yaml.load_all(text, Loader=loader):
         if doc is None:
             continue
         if isinstance(doc, list):

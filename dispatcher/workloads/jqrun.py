@@ -27,6 +27,8 @@ __all__ = [
     "canonical_text",
     "check_safety",
     "compile_error",
+    "compile_errors",
+    "is_balanced",
     "is_linear",
 ]
 
@@ -173,6 +175,56 @@ def is_linear(expression: str) -> bool:
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
+def is_balanced(expression: str) -> bool:
+    """Brackets balanced outside plain string literals, and no comments or interpolation.
+
+    Such an expression parses the same alone and as ``(expression)`` inside a larger
+    program, so many can be compile-checked together in one libjq compile.
+    """
+    if "\\(" in expression or "#" in expression:
+        return False
+    stack: list[str] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for ch in _STRING.sub("S", expression):
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs:
+            if not stack or stack.pop() != pairs[ch]:
+                return False
+        elif ch == '"':
+            return False  # an unterminated string
+    return not stack
+
+
+_COMPILED_OK: set[str] = set()
+
+
+def compile_errors(expressions: Sequence[str]) -> dict[str, str]:
+    """libjq compile errors by expression (absent: compiles), checking many at once.
+
+    Balanced expressions are compiled together first (one libjq compile, a few ms); only
+    when that fails, or for the others, each is compiled alone to name the culprit.
+    """
+    todo = [e for e in dict.fromkeys(expressions) if e not in _COMPILED_OK]
+    together = [e for e in todo if is_balanced(e)]
+    if together:
+        try:
+            jq.compile("[" + ",".join(f"({e}\n)" for e in together) + "]")
+        except ValueError:
+            pass
+        else:
+            _COMPILED_OK.update(together)
+            todo = [e for e in todo if e not in _COMPILED_OK]
+    errors: dict[str, str] = {}
+    for expression in todo:
+        error = compile_error(expression)
+        if error is None:
+            _COMPILED_OK.add(expression)
+        else:
+            errors[expression] = error
+    return errors
+
+
 def compile_error(expression: str) -> str | None:
     """libjq's compile error for ``expression`` alone, or None when it compiles."""
     try:
@@ -238,8 +290,15 @@ class Batch:
     ``MAX_RESULTS`` outputs or more). One expression failing never affects the others.
     """
 
-    def __init__(self, expressions: Sequence[str]) -> None:
+    def __init__(self, expressions: Sequence[str], *, lazy: bool = False) -> None:
         self.expressions = tuple(expressions)
+        self._compiled = False
+        self._program: Any = None
+        if not lazy:
+            self._compile()
+
+    def _compile(self) -> None:
+        self._compiled = True
         parts = [
             f"(try ([{expression}\n]) catch {{\"jqerror\": .}})" if is_linear(expression)
             else f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
@@ -249,6 +308,8 @@ class Batch:
 
     def run(self, text: str) -> list[list[Any] | JqFailure]:
         """Evaluate every expression on the JSON ``text`` (from ``canonical_text``)."""
+        if not self._compiled:
+            self._compile()
         if self._program is None:
             return []
         try:

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from dispatcher.workloads.errors import Issue
-from dispatcher.workloads.jqrun import Batch, check_safety, compile_error
+from dispatcher.workloads.jqrun import Batch, check_safety, compile_errors
 from dispatcher.workloads.model import (
     DEFAULT_PRECEDENCE,
     DEMAND_FRAGMENTS,
@@ -61,13 +61,9 @@ _GANG_PER = ("workload", "instance", "replica")
 
 
 @lru_cache(maxsize=4096)
-def _jq_problems(text: str) -> tuple[str, ...]:
-    """Safety and compile problems of one expression (cached: catalogs repeat paths)."""
-    problems = check_safety(text)
-    error = compile_error(text)
-    if error is not None:
-        problems.append(error)
-    return tuple(problems)
+def _safety(text: str) -> tuple[str, ...]:
+    """Safety problems of one expression (cached: catalogs repeat paths)."""
+    return tuple(check_safety(text))
 
 
 class DocReader:
@@ -80,6 +76,7 @@ class DocReader:
         self.issues: list[Issue] = []
         self.name = ""
         self._texts: dict[str, list[str]] = {"demand": [], "status": []}
+        self._pending: list[tuple[str, str]] = []
 
     # -- recording -------------------------------------------------------------------------
 
@@ -124,8 +121,16 @@ class DocReader:
         return value
 
     def _check_jq(self, text: str, field: str) -> None:
-        for problem in _jq_problems(text):
+        """Safety now; compiling is batched at the end of ``build`` (``_compile_checks``)."""
+        for problem in _safety(text):
             self._issue(field, f"failed to parse JQ expression '{text}': {problem}")
+        self._pending.append((text, field))
+
+    def _compile_checks(self) -> None:
+        errors = compile_errors([text for text, _ in self._pending])
+        for text, field in self._pending:
+            if text in errors:
+                self._issue(field, f"failed to parse JQ expression '{text}': {errors[text]}")
 
     def _expr(self, value: Any, field: str, *,
               section: Literal["demand", "status"] | None = "demand") -> Expr | None:
@@ -202,11 +207,12 @@ class DocReader:
         gangs = self._gangs(instructions.get("gangScheduling"),
                             "spec.optimizationInstructions.gangScheduling",
                             names={c.name for c in components})
+        self._compile_checks()
         if self.issues:
             return None
         try:
-            demand_batch = Batch(self._texts["demand"])
-            status_batch = Batch(self._texts["status"])
+            demand_batch = Batch(self._texts["demand"], lazy=True)
+            status_batch = Batch(self._texts["status"], lazy=True)
             full_batch = Batch(self._texts["demand"] + self._texts["status"])
         except ValueError as error:
             self._issue("spec", f"paths do not compile together: {' '.join(str(error).split())}"

@@ -13,6 +13,8 @@ from dispatcher.workloads.jqrun import (
     Limits,
     canonical_text,
     check_safety,
+    compile_errors,
+    is_balanced,
     is_linear,
 )
 
@@ -91,3 +93,16 @@ def test_result_cap_matches_upstream(items: list[int]) -> None:
         assert isinstance(result, JqFailure)
     else:
         assert result == items
+
+
+@pytest.mark.parametrize(("expression", "balanced"), [
+    (".a", True), ('.a["x)"] | {b: "]"}', True), ("(.a", False), (".a)", False),
+    ('"\\(.a)"', False), (".a # c", False), ("[.a)", False), ('"abc', False)])
+def test_balanced_classification(expression: str, balanced: bool) -> None:
+    assert is_balanced(expression) is balanced
+
+
+def test_compile_errors_found_together_or_alone() -> None:
+    errors = compile_errors([".a", ".b | nosuchfn", "(.c", '.d["x"]', ".e) , (.f"])
+    assert set(errors) == {".b | nosuchfn", "(.c", ".e) , (.f"}
+    assert "nosuchfn" in errors[".b | nosuchfn"]
