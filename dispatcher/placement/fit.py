@@ -16,7 +16,9 @@ GPUs and pods of 3, 3, 2, 2, 2 GPUs: 3+3+2 and 2+2 fit, but best fit puts the fi
 4-GPU node. Such a miss is reported as infeasible, never as a wrong "fits". With uniform pod
 sizes per product (the common case for training gangs) the packing is exact.
 
-Not modelled: CPU and memory (pods without GPUs only need one eligible node to exist), and
+Pods that request GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints, as the
+ExtendedResourceToleration admission plugin makes them on the clusters that taint GPU nodes
+that way. Not modelled: CPU and memory (pods without GPUs only need one eligible node to exist), and
 per-node selectors on ``kubernetes.io/hostname`` (classes leave the hostname out, so such a
 pod finds no node; pinning pods to one hostname across clusters is not meaningful anyway).
 """
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.fleet.capacity import ClusterCapacity, NodeClass
+from dispatcher.fleet.nodes import GPU_RESOURCE
 from dispatcher.placement.model import NodeGrant
 from dispatcher.workloads.demand import Demand, Toleration
 
@@ -53,6 +56,11 @@ class PodGroup:
         return f"{self.count} pod(s) x {self.gpus} GPU(s){product}"
 
 
+# Pods requesting GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints: the apiserver's
+# ExtendedResourceToleration admission plugin adds this toleration to every pod requesting
+# the resource (GKE and AKS enable it and taint their GPU node pools this way).
+_GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+
 _ShapeKey = tuple[int, str | None, tuple[tuple[str, str], ...], tuple[Toleration, ...]]
 
 
@@ -64,7 +72,8 @@ def pod_groups(demand: Demand) -> tuple[PodGroup, ...]:
         for shape in gang.pod_shapes:
             if shape.count <= 0:
                 continue
-            tolerations = tuple(sorted(set(shape.tolerations),
+            implied = (_GPU_TOLERATION,) if shape.gpus > 0 else ()
+            tolerations = tuple(sorted({*shape.tolerations, *implied},
                                        key=lambda t: (t.key, t.operator, t.value, t.effect)))
             key: _ShapeKey = (shape.gpus, shape.gpu_product,
                         tuple(sorted(shape.node_selector.items())), tolerations)
@@ -340,7 +349,7 @@ def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str
         largest = max((f for c in usable for f in c.free_nodes), default=0)
         room = sum((f // group.gpus) * len(n) for c in usable for f, n in c.free_nodes.items())
         where = f" on nodes {noun}" if group.product else ""
-        if group.selector or group.tolerations:
+        if group.selector or any(t != _GPU_TOLERATION for t in group.tolerations):
             where = f" on the nodes these pods may use{' (' + noun + ')' if noun else ''}"
         if largest < group.gpus:
             return (f"{free} GPUs free{where}, largest free block on one node is {largest}, "

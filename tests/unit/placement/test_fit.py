@@ -140,3 +140,10 @@ def test_documented_miss_is_reported_infeasible_never_wrongly_feasible() -> None
     groups = pod_groups(demand([shape(2, 3), shape(3, 2)]))
     assert pack(cap, groups) is None
     assert explain_misfit(cap, groups).endswith("at once: fits 0 times")
+
+
+def test_gpu_pods_tolerate_the_gpu_resource_taint_like_the_admission_plugin() -> None:
+    cap = cluster({"name": "n0", "gpus": 8, "taints": [("nvidia.com/gpu", "present",
+                                                         "NoSchedule")]})
+    assert pack(cap, pod_groups(demand([shape(1, 8)]))) is not None
+    assert pack(cap, pod_groups(demand([shape(1, 0)]))) is None
