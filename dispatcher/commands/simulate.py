@@ -89,8 +89,8 @@ def register(subparsers: Any) -> None:
                         help="policy to run (repeatable; default: the scenario's)")
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--duration", metavar="D",
-                        help="override the virtual duration (e.g. 12h); for --trace the "
-                             "default is the trace's span plus its last run")
+                        help="override the virtual duration (e.g. 12h); a --trace replay "
+                             "without one runs until every workload has finished")
     parser.add_argument("--trace-run-time", metavar="D",
                         help="run time of replayed workloads with no recorded end "
                              "(default: until the end)")
@@ -169,8 +169,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 raise ScenarioError("--trace: give the fleet with --fleet FILE or a SCENARIO")
             workloads = _trace_stream(args.trace, trace_run)
-            end = max((w.arrival + (w.run_time or 0.0) for w in workloads), default=0.0)
-            span = duration or (scenario.duration if scenario else max(end, 1.0))
+            # Without --duration (or a SCENARIO's), a replay runs until it drains.
+            span = duration or (scenario.duration if scenario else None)
+            guess = max((w.arrival + (w.run_time or 0.0) for w in workloads), default=0.0)
+            interval = (span or max(guess, 1.0)) / 200
             chosen = policies or (scenario.policies if scenario else ("most-free", "best-fit"))
             name = Path(args.trace).name
         else:
@@ -198,11 +200,12 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             if args.trace:
-                total = span
+                total = span or guess
                 simulation = run_policies(
                     name=name, source=str(args.trace), seed=None, fleet=fleet,
                     workloads=workloads, policies=chosen, duration=span,
-                    queue=scenario.queue if scenario else None, progress=progress)
+                    queue=scenario.queue if scenario else None, sample_interval=interval,
+                    progress=progress)
             else:
                 assert scenario is not None
                 total = scenario.duration

@@ -2,7 +2,8 @@
 
 No sleeping and no wall clock: a heap of timed events is drained in (time, kind, sequence)
 order, so a seed fully determines a run. At each instant, completions free capacity first,
-then arrivals join the queue, then one dispatch pass runs:
+then arrivals join the queue, then one dispatch pass runs; the fleet is sampled at fixed
+intervals in between (utilization per member, stranded GPUs):
 
 * The queue is ordered by priority (higher first), then age. A pass walks it in order,
   placing each workload that fits now on the member the policy picks (the real placement
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,7 +44,7 @@ __all__ = ["Progress", "simulate"]
 Progress = Callable[[float], None]
 """Called now and then with the virtual time reached (seconds)."""
 
-_COMPLETE, _ARRIVE, _SAMPLE = 0, 1, 2
+_COMPLETE, _ARRIVE = 0, 1
 
 
 @dataclass(slots=True)
@@ -182,17 +184,23 @@ class _Run:
 
 
 def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Backend,
-             policy: str, duration: float, queue: QueueSpec | None = None,
+             policy: str, duration: float | None, queue: QueueSpec | None = None,
              sample_interval: float | None = None, progress: Progress | None = None,
              check_every: int = 0) -> RunResult:
     """Replay ``workloads`` on ``fleet`` under ``policy`` for ``duration`` virtual seconds.
 
-    ``backend`` must be fresh (an empty fleet). ``check_every`` > 0 re-verifies the whole
-    ledger every that many events (tests); every placement is checked as it is booked anyway.
+    ``duration`` None runs until nothing more can happen (the last arrival or completion;
+    services then count as running to that point), for replays whose length is not known;
+    it needs ``sample_interval``. ``backend`` must be fresh (an empty fleet).
+    ``check_every`` > 0 re-verifies the whole ledger every that many events (tests); every
+    placement is checked as it is booked anyway.
     """
+    if duration is None and not sample_interval:
+        raise ValueError("simulate(duration=None) needs a sample_interval")
+    horizon = math.inf if duration is None else duration
     ledger = Ledger(fleet)
     run = _Run(backend=backend, ledger=ledger, policy=policy, queue_spec=queue or QueueSpec(),
-               duration=duration, gpu_seconds=dict.fromkeys(ledger.members, 0.0))
+               duration=horizon, gpu_seconds=dict.fromkeys(ledger.members, 0.0))
     events: list[tuple[float, int, int, object]] = []
     counter = iter(range(1 << 62))
 
@@ -200,17 +208,19 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         return next(counter)
 
     for workload in workloads:
-        if workload.arrival <= duration:
+        if workload.arrival <= horizon:
             heapq.heappush(events, (workload.arrival, _ARRIVE, next_seq(), workload))
-    interval = sample_interval or duration / 200
+    interval = sample_interval or horizon / 200
     samples: list[Sample] = []
-    steps = int(duration // interval)
-    for i in range(steps + 1):
-        heapq.heappush(events, (i * interval, _SAMPLE, next_seq(), None))
+    next_sample = 0.0
     processed = 0
-    report_every = max(1, len(events) // 100)
+    report_every = max(1, len(events) // 50)
     while events:
         now = events[0][0]
+        # Samples strictly before ``now`` see the state left by the previous instant.
+        while next_sample < now:
+            samples.append(_sample(run, next_sample))
+            next_sample += interval
         run.now = now
         changed = False
         while events and events[0][0] == now:
@@ -218,29 +228,27 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
             processed += 1
             if kind == _COMPLETE:
                 run.complete(payload)  # type: ignore[arg-type]
-                changed = True
-            elif kind == _ARRIVE:
-                run.arrive(payload, seq)  # type: ignore[arg-type]
-                changed = True
             else:
-                if changed:
-                    run.dispatch_pass(events, next_seq)
-                    changed = False
-                samples.append(_sample(run))
+                run.arrive(payload, seq)  # type: ignore[arg-type]
+            changed = True
             if check_every and processed % check_every == 0:
                 ledger.check()
             if progress is not None and processed % report_every == 0:
                 progress(now)
         if changed:
             run.dispatch_pass(events, next_seq)
-    run.now = duration
+    end = horizon if duration is not None else run.now
+    while next_sample <= end:
+        samples.append(_sample(run, next_sample))
+        next_sample += interval
+    run.now = end
     run.account()
     ledger.check()
     if progress is not None:
-        progress(duration)
+        progress(end)
     return RunResult(
-        policy=policy, duration=duration,
-        submitted=sum(1 for w in workloads if w.arrival <= duration),
+        policy=policy, duration=end,
+        submitted=sum(1 for w in workloads if w.arrival <= horizon),
         decisions=tuple(run.decisions), completed=run.completed,
         pending_at_end=len(run.queue), unplaceable=tuple(run.unplaceable),
         gpu_seconds=run.gpu_seconds, member_gpus=dict(ledger.member_total),
@@ -248,7 +256,7 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         placement_calls=run.placement_calls, events=processed)
 
 
-def _sample(run: _Run) -> Sample:
+def _sample(run: _Run, t: float) -> Sample:
     ledger = run.ledger
     demands = {entry.workload.demand for entry in run.queue}
     usable: set[str] = set()
@@ -261,7 +269,7 @@ def _sample(run: _Run) -> Sample:
               for shape in gang.pod_shapes]
     stranded, free = ledger.fragmentation(shapes, members=usable)
     return Sample(
-        t=run.now,
+        t=t,
         utilization={m: (ledger.member_used[m] / total if total else 0.0)
                      for m, total in ledger.member_total.items()},
         stranded=stranded if run.queue else None, free=free, pending=len(run.queue))

@@ -57,7 +57,7 @@ class Simulation:
 
 
 def run_policies(*, name: str, source: str, seed: int | None, fleet: FleetSpec,
-                 workloads: Sequence[SimWorkload], policies: Sequence[str], duration: float,
+                 workloads: Sequence[SimWorkload], policies: Sequence[str], duration: float | None,
                  queue: QueueSpec | None = None, sample_interval: float | None = None,
                  progress: PolicyProgress | None = None) -> Simulation:
     """Replay ``workloads`` once per policy, each on a fresh fleet of real cores."""

@@ -124,6 +124,14 @@ def test_trace_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert policy["dispatched"] == 6
     assert policy["completed"] == 6
     assert policy["waitSeconds"]["max"] > 0
+    # Without --duration the replay drains: u0 runs 0-30m, u1 1m-1h01m, then each waits for
+    # one of the two slots: u2 30m-1h30m, u3 1h01m-2h01m, u4 1h30m-2h30m, u5 2h01m-3h01m.
+    drained = run_json(capsys, "--trace", str(trace), "--fleet",
+                       str(ROOT / "clusters" / "local.yaml"), "--trace-run-time", "1h",
+                       "--policy", "best-fit")
+    assert drained["durationSeconds"] == 3 * 3600 + 60
+    assert drained["policies"][0]["completed"] == 6
+    assert drained["policies"][0]["waitSeconds"]["max"] == 2 * 3600 - 4 * 60
 
 
 def test_trace_needs_a_fleet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
