@@ -24,7 +24,7 @@ placement decision reads it synchronously, so the view never changes under a dec
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,6 +336,29 @@ class ClusterCapacity:
         old = self._pods.pop(key, None)
         if old is not None:
             self._add_used(old[0], -old[1])
+
+    def relist_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        """A full Node list (initial list, or re-list after 410 Gone): nodes missing from it
+        are deleted, the rest upserted; pods and reservations are kept."""
+        nodes = list(nodes)
+        present = {str((n.get("metadata") or {}).get("name") or "") for n in nodes}
+        for name in [name for name in self._nodes if name not in present]:
+            self.delete_node(name)
+        for raw in nodes:
+            self.upsert_node(raw)
+
+    def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """A full Pod list: stored pods missing from it are deleted, the rest upserted."""
+        pods = list(pods)
+        present = {pod_key(p) for p in pods}
+        for key in [key for key in self._pods if key not in present]:
+            self.delete_pod(key)
+        for raw in pods:
+            self.upsert_pod(raw)
+
+    def pod_keys(self) -> frozenset[str]:
+        """``namespace/name`` of every pod holding GPUs (the only pods stored)."""
+        return frozenset(self._pods)
 
     def reserve(self, node: str, gpus: int) -> None:
         """Add ``gpus`` (negative to release) to the reservations held on ``node``."""

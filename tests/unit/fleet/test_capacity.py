@@ -200,3 +200,24 @@ def test_rollups_equal_recomputation_after_any_events(sequence: list[Any]) -> No
     expected = _recompute(nodes, pods, reserved)
     assert _observed(cap) == expected
     assert _observed(cap.snapshot()) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(events, st.lists(node_events, max_size=5), st.lists(pod_events, max_size=6))
+def test_relist_equals_a_fresh_build(sequence: list[Any], nodes: list[Any],
+                                     pods: list[Any]) -> None:
+    cap = ClusterCapacity()
+    for kind, payload in sequence:
+        if kind == "node":
+            cap.upsert_node(payload)
+        elif kind == "pod":
+            cap.upsert_pod(payload)
+    node_list = list({n["metadata"]["name"]: n for _, n in nodes}.values())
+    pod_list = list({pod_key(p): p for _, p in pods}.values())
+    cap.relist_nodes(node_list)
+    cap.relist_pods(pod_list)
+    fresh = ClusterCapacity()
+    fresh.relist_pods(pod_list)
+    fresh.relist_nodes(node_list)
+    assert _observed(cap) == _observed(fresh)
+    assert cap.pod_keys() == fresh.pod_keys()
