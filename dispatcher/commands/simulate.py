@@ -306,6 +306,10 @@ def _print_tables(summary: dict[str, Any], *, wide: bool) -> None:
     first = summary["policies"][0] if summary["policies"] else None
     if first and first["unplaceable"]:
         print("\nnever placeable (no member of the bare fleet can run them):")
-        table(columns=["workload", "kind", "gpus", "count", "reason"],
-              rows=[[u["template"], u["kind"], u["gpus"], u["count"], u["reason"]]
-                    for u in first["unplaceable"]])
+        rows = []
+        for u in first["unplaceable"]:
+            reasons = list(u["reasons"].items()) or [("-", u["reason"])]
+            for i, (member, reason) in enumerate(reasons):
+                lead = [u["template"], u["kind"], u["gpus"], u["count"]] if i == 0 else [""] * 4
+                rows.append([*lead, member, reason])
+        table(columns=["workload", "kind", "gpus", "count", "member", "reason"], rows=rows)

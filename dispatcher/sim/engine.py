@@ -104,7 +104,8 @@ class _Run:
             self.unplaceable.append(Unplaceable(
                 uid=workload.uid, name=workload.name, kind=workload.kind,
                 template=workload.template, gpus=demand.gpus,
-                reason=verdict.summary() or "no member in the fleet"))
+                reason=verdict.summary() or "no member in the fleet",
+                reasons=verdict.reasons))
             return
         entry = _Queued(key=(-workload.priority, workload.arrival, seq), workload=workload)
         bisect.insort(self.queue, entry, key=lambda q: q.key)

@@ -54,6 +54,7 @@ class Unplaceable:
     template: str
     gpus: int
     reason: str
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +135,7 @@ class RunResult:
         for item in self.unplaceable:
             entry = unplaceable.setdefault(item.template, {
                 "template": item.template, "kind": item.kind, "gpus": item.gpus,
-                "count": 0, "reason": item.reason})
+                "count": 0, "reason": item.reason, "reasons": dict(item.reasons)})
             entry["count"] += 1
 
         def rounded(value: float | None) -> float | None:
