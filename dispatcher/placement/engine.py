@@ -2,8 +2,8 @@
 
 Filters run cheapest first and the first that rejects a member gives its reason: pin,
 cluster selector, Ready, cordoned, served kind, then gang fit at node granularity
-(``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score, name),
-so the same input always gives the same answer.
+(``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score plus
+the member's weight, name), so the same input always gives the same answer.
 
 Policies (score: higher is better):
 
@@ -112,6 +112,7 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
             continue
         free_after = capacity.free - gpus
         score = float(-free_after if best_fit else free_after)
+        score += request.weights.get(member.name, 0.0)
         candidates.append((prefer.get(member.name, len(prefer)), -score, member.name,
                            member, score))
     candidates.sort(key=lambda c: (c[0], c[1], c[2]))

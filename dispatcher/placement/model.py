@@ -32,6 +32,7 @@ SELECTOR_ANNOTATION = "dispatcher.io/cluster-selector"
 POLICY_ANNOTATION = "dispatcher.io/policy"
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_WEIGHTS: Mapping[str, float] = MappingProxyType({})
 
 
 class PlacementError(ValueError):
@@ -81,6 +82,7 @@ class PlacementRequest:
     selector: str | None = None
     policy: str = "most-free"
     prefer: tuple[str, ...] = ()
+    weights: Mapping[str, float] = field(default_factory=lambda: _EMPTY_WEIGHTS)
     count_fits: bool = False
     exhaustive: bool = False
 
@@ -127,9 +129,13 @@ class Verdict:
     assignment: tuple[NodeGrant, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"member": self.member, "feasible": self.feasible, "reason": self.reason,
+        data = {"member": self.member, "feasible": self.feasible, "reason": self.reason,
                 "free": self.free, "fits": self.fits, "freeAfter": self.free_after,
                 "score": self.score}
+        if self.assignment:
+            data["assignment"] = [{"node": g.node, "gpus": g.gpus, "pods": g.pods}
+                                  for g in self.assignment]
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,6 +54,13 @@ def test_preference_goes_before_score_and_names_break_ties() -> None:
     assert decide(twins, PlacementRequest(demand=demand([shape(1, 8)]))).chosen == "alpha"
 
 
+def test_weights_add_to_the_score_in_gpus() -> None:
+    members = _members()  # big: 24 free after, small: 8 free after (most-free)
+    assert decide(members, _request(weights={"small": 16.0})).chosen == "big"
+    decision = decide(members, _request(weights={"small": 17.0}))
+    assert decision.chosen == "small" and decision.verdict("small").score == 25.0
+
+
 def test_pin_and_selector() -> None:
     members = _members()
     decision = decide(members, _request(pin="small"))
