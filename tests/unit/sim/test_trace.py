@@ -101,3 +101,21 @@ def test_gangs_round_trip(gang_shapes: list[list[PodShape]]) -> None:
         Gang(name=f"g{i}", pods=sum(s.count for s in group), min_pods=1,
              pod_shapes=tuple(group)) for i, group in enumerate(gang_shapes)))
     assert demand_from_gangs(json.loads(json.dumps(gangs_json(demand)))) == demand
+
+
+junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                    | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=10)
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.sampled_from(["uid", "ts", "name", "kind", "apiVersion", "gangs",
+                                        "priority", "namespace"]), junk),
+       st.sampled_from(["workload.resolved", "workload.finished"]))
+def test_junk_lines_give_trace_errors_only(fields: dict[str, object], event: str) -> None:
+    record = {"event": event, **fields}
+    try:
+        read_trace([json.dumps(record)], source="fuzz.log")
+    except TraceError as exc:
+        assert str(exc).startswith("fuzz.log:1: ")
