@@ -129,7 +129,8 @@ class Verdict:
     assignment: tuple[NodeGrant, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"member": self.member, "feasible": self.feasible, "reason": self.reason,
+        data: dict[str, Any] = {"member": self.member, "feasible": self.feasible,
+                                "reason": self.reason,
                 "free": self.free, "fits": self.fits, "freeAfter": self.free_after,
                 "score": self.score}
         if self.assignment:
