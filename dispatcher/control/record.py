@@ -25,6 +25,7 @@ __all__ = [
     "DispatchRecord",
     "condition",
     "dispatch_body",
+    "dispatch_name",
     "failed_status",
     "format_time",
     "parse_time",
@@ -110,6 +111,11 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         pending_message=str((pending or {}).get("message", "")),
         last_seen=parse_time(remote.get("lastSeen")),
     )
+
+
+def dispatch_name(workload: Mapping[str, Any]) -> str:
+    """The Dispatch of a workload: ``<kind>-<name>`` (kinds may share names in a namespace)."""
+    return f"{str(workload.get('kind', '')).lower()}-{workload['metadata']['name']}"[:253]
 
 
 def dispatch_body(*, workload: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -1,0 +1,333 @@
+"""The controller's configuration file: one YAML file, validated, with flag overrides.
+
+``load(path, overrides=...)`` reads the file, applies ``key.path=value`` overrides (from
+command-line flags), validates every key and returns a ``Config``. Every key has a safe
+default (an empty file is valid); unknown keys, wrong types and bad values are errors
+that name the file and the key (``config/local.yaml: failover.policy: must be one of
+never, if-not-started, always; got 'sometimes'``). Keys are camelCase; durations are
+seconds. ``config/default.yaml`` lists every key with its default and what it does.
+Relative kubeconfig paths are read relative to the config file; ``~`` is expanded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from dispatcher.control.copies import PodMutations
+from dispatcher.control.decide import Rules
+from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
+from dispatcher.fleet.settings import FleetSettings, StaticMember
+
+__all__ = ["Config", "ConfigError", "load", "parse"]
+
+POLICIES = ("never", "if-not-started", "always")
+PLACEMENT_POLICIES = ("most-free", "best-fit")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything ``dispatcher run`` needs, validated."""
+
+    source: str
+    """Where the configuration came from (file path, or ``<defaults>``)."""
+    hub_kubeconfig: str | None = None
+    """Kubeconfig of the hub (None: $KUBECONFIG or ~/.kube/config)."""
+    hub_context: str | None = None
+    """Context in the hub kubeconfig (None: its current-context)."""
+    definitions: tuple[str, ...] = ()
+    """Extra workload definition files or directories, merged over the built-in catalog."""
+    control: ControlSettings = field(default_factory=ControlSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+
+
+class _Reader:
+    """Typed access to one mapping, remembering which keys were read (the rest are errors)."""
+
+    def __init__(self, data: Any, *, path: str, source: str) -> None:
+        self.source = source
+        self.path = path
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise self.error("", f"must be a mapping, got {type(data).__name__}")
+        self.data = data
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, problem: str) -> ConfigError:
+        where = self.key(name) if name else (self.path or "(top level)")
+        return ConfigError(f"{self.source}: {where}: {problem}")
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.used.add(name)
+        value = self.data.get(name, default)
+        if value is None:
+            return default
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.error(name, f"must be {_names(kinds)}, got a boolean")
+        if not isinstance(value, kinds):
+            raise self.error(name, f"must be {_names(kinds)}, got {type(value).__name__} "
+                                   f"{value!r}")
+        return value
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0,
+               strict: bool = False) -> float:
+        value = float(self.get(name, (int, float), default))
+        if value < minimum or (strict and value == minimum):
+            raise self.error(name, f"must be {'>' if strict else '>='} {minimum:g}, "
+                                   f"got {value:g}")
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int = 0) -> int:
+        value = int(self.get(name, int, default))
+        if value < minimum:
+            raise self.error(name, f"must be >= {minimum}, got {value}")
+        return value
+
+    def choice(self, name: str, default: str, choices: Sequence[str]) -> str:
+        value = str(self.get(name, str, default))
+        if value not in choices:
+            raise self.error(name, f"must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def strings(self, name: str) -> tuple[str, ...]:
+        value = self.get(name, list, [])
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise self.error(f"{name}[{i}]", f"must be a string, got {item!r}")
+        return tuple(value)
+
+    def string_map(self, name: str) -> Mapping[str, str]:
+        value = self.get(name, dict, {})
+        out = {}
+        for k, v in value.items():
+            if not isinstance(v, (str, int, float, bool)) or isinstance(v, bool):
+                raise self.error(f"{name}.{k}", f"must be a string, got {v!r}")
+            out[str(k)] = str(v)
+        return MappingProxyType(out)
+
+    def section(self, name: str) -> _Reader:
+        self.used.add(name)
+        return _Reader(self.data.get(name), path=self.key(name), source=self.source)
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.used)
+        if unknown:
+            known = ", ".join(sorted(self.used))
+            raise self.error(unknown[0], f"unknown key (known here: {known})")
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    names = {int: "a number", float: "a number", str: "a string", bool: "true or false",
+             list: "a list", dict: "a mapping"}
+    return " or ".join(sorted({names.get(k, k.__name__) for k in kinds}))
+
+
+def _path(value: str | None, base: Path) -> str | None:
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else (base / path))
+
+
+def _static_members(r: _Reader, base: Path) -> tuple[StaticMember, ...]:
+    r.used.add("staticMembers")
+    items = r.data.get("staticMembers") or []
+    if not isinstance(items, list):
+        raise r.error("staticMembers", "must be a list")
+    members = []
+    for i, item in enumerate(items):
+        m = _Reader(item, path=r.key(f"staticMembers[{i}]"), source=r.source)
+        name = m.get("name", str, "")
+        kubeconfig = m.get("kubeconfig", str, "")
+        if not name:
+            raise m.error("name", "is required")
+        if not kubeconfig:
+            raise m.error("kubeconfig", "is required (path of the member's kubeconfig)")
+        members.append(StaticMember(
+            name=name, kubeconfig=_path(kubeconfig, base) or kubeconfig,
+            context=m.get("context", str, None), labels=m.string_map("labels"),
+            cordoned=m.get("cordoned", bool, False),
+            allowed_namespaces=m.strings("allowedNamespaces")))
+        m.done()
+    return tuple(members)
+
+
+# camelCase key -> FleetSettings field, for the scalar fleet settings
+_FLEET_SCALARS: dict[str, tuple[str, type]] = {
+    "watchMemberClusters": ("watch_member_clusters", bool),
+    "secretNamespace": ("secret_namespace", str),
+    "probeInterval": ("probe_interval_s", float),
+    "unreachableAfter": ("unreachable_after_s", float),
+    "requestTimeout": ("request_timeout_s", float),
+    "reconnectInitial": ("reconnect_initial_s", float),
+    "reconnectMax": ("reconnect_max_s", float),
+    "statusMinInterval": ("status_min_interval_s", float),
+    "statusHeartbeat": ("status_heartbeat_s", float),
+    "discoveryInterval": ("discovery_interval_s", float),
+    "resyncPeriod": ("resync_period_s", float),
+    "watchTimeout": ("watch_timeout_s", int),
+}
+
+
+def _fleet(r: _Reader, base: Path) -> FleetSettings:
+    defaults = FleetSettings()
+    values: dict[str, Any] = {"static_members": _static_members(r, base)}
+    for key, (attr, kind) in _FLEET_SCALARS.items():
+        default = getattr(defaults, attr)
+        if kind is float:
+            values[attr] = r.number(key, default, strict=True)
+        elif kind is int:
+            values[attr] = r.integer(key, default, minimum=1)
+        else:
+            values[attr] = r.get(key, kind, default)
+    r.done()
+    try:
+        return FleetSettings(**values)
+    except ValueError as exc:
+        raise r.error("", str(exc)) from None
+
+
+def _control(r: _Reader) -> ControlSettings:
+    watch = r.section("watch")
+    namespaces, selector = watch.strings("namespaces"), watch.get("labelSelector", str, "")
+    watch.done()
+    placement = r.section("placement")
+    policy = placement.choice("defaultPolicy", "most-free", PLACEMENT_POLICIES)
+    placement.done()
+    submit = r.section("submit")
+    create_ns = submit.get("createNamespaces", bool, True)
+    tpl = submit.section("podTemplate")
+    mutations = PodMutations(labels=tpl.string_map("labels"),
+                             annotations=tpl.string_map("annotations"),
+                             scheduler_name=tpl.get("schedulerName", str, None),
+                             priority_class_name=tpl.get("priorityClassName", str, None))
+    tpl.done()
+    submit.done()
+    queue = r.section("queue")
+    backfill = queue.integer("backfillLimit", 50)
+    queue.done()
+    res = r.section("reservations")
+    ttl = res.number("ttl", 300.0, strict=True)
+    res.done()
+    fo = r.section("failover")
+    rules = Rules(policy=fo.choice("policy", "if-not-started", POLICIES),  # type: ignore[arg-type]
+                  member_lost_after=fo.number("memberLostAfter", 300.0),
+                  stuck_after=fo.number("stuckAfter", 0.0),
+                  max_attempts=fo.integer("maxAttempts", 3, minimum=1))
+    fo.done()
+    sweep = r.section("sweep")
+    sweep_interval = sweep.number("interval", 60.0, strict=True)
+    sweep.done()
+    le = r.section("leaderElection")
+    leader = LeaderSettings(enabled=le.get("enabled", bool, True),
+                            namespace=le.get("namespace", str, "dispatcher-system"),
+                            name=le.get("name", str, "dispatcher"),
+                            lease_duration_s=le.number("leaseDuration", 15.0, strict=True),
+                            renew_every_s=le.number("renewEvery", 5.0, strict=True))
+    if leader.renew_every_s >= leader.lease_duration_s:
+        raise le.error("renewEvery", f"must be below leaseDuration "
+                                     f"({leader.lease_duration_s:g}), got "
+                                     f"{leader.renew_every_s:g}")
+    le.done()
+    srv = r.section("server")
+    server = ServerSettings(address=srv.get("address", str, "0.0.0.0"),
+                            port=srv.integer("port", 8080))
+    srv.done()
+    lg = r.section("log")
+    level = lg.choice("level", "info", LOG_LEVELS)
+    lg.done()
+    hub_id = r.get("hubId", str, "hub")
+    if not hub_id:
+        raise r.error("hubId", "must not be empty")
+    return ControlSettings(
+        hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
+        create_namespaces=create_ns, pod_mutations=mutations, backfill_limit=backfill,
+        reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,
+        workers=r.integer("workers", 64, minimum=1), record_events=r.get("events", bool, True),
+        leader=leader, server=server, log_level=level)
+
+
+def parse(data: Any, *, source: str, base: Path) -> Config:
+    """Validate a parsed config document (see the module docstring)."""
+    r = _Reader(data, path="", source=source)
+    hub = r.section("hub")
+    hub_kubeconfig = _path(hub.get("kubeconfig", str, None), base)
+    hub_context = hub.get("context", str, None)
+    hub.done()
+    definitions = tuple(_path(p, base) or p for p in r.strings("definitions"))
+    control = _control(r)
+    fleet = _fleet(r.section("fleet"), base)
+    r.done()
+    return Config(source=source, hub_kubeconfig=hub_kubeconfig, hub_context=hub_context,
+                  definitions=definitions, control=control, fleet=fleet)
+
+
+def apply_override(data: dict[str, Any], assignment: str, *, flag: str = "--set") -> None:
+    """Apply ``key.path=value`` (value parsed as YAML) to a raw config document."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{flag} {assignment!r}: expected KEY.PATH=VALUE")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{flag} {assignment!r}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load(path: str | Path | None, *, overrides: Sequence[str] = (),
+         edit: Callable[[dict[str, Any]], None] | None = None) -> Config:
+    """Read, override and validate; ConfigError names the file and the key."""
+    if path is None:
+        data: Any = {}
+        source, base = "<defaults>", Path.cwd()
+    else:
+        file = Path(path)
+        source, base = str(path), file.resolve().parent
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{source}:{where}: not valid YAML: "
+                              f"{getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: (top level): must be a mapping")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    if edit is not None:
+        edit(data)
+    return parse(data, source=source, base=base)
+
+
+def replace_control(config: Config, **changes: Any) -> Config:
+    """A copy of ``config`` with some control settings changed."""
+    return dataclasses.replace(config, control=dataclasses.replace(config.control, **changes))

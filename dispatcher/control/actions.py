@@ -1,0 +1,247 @@
+"""Executing one ``decide`` action: the writes, log lines, metrics and Events of each step.
+
+Called by ``Reconciler.reconcile``; each function writes what its action needs (through the
+reconciler's helpers, which update the caches) and returns whether the loop should decide
+again at once. Log lines carry stable event names (``observe.EVENTS``) and the workload uid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from dispatcher.control import record as records
+from dispatcher.control.decide import Action, ActionKind, Snapshot
+from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.patches import merge_diff
+from dispatcher.kube.resources import DISPATCHES
+from dispatcher.placement.model import Decision
+
+if TYPE_CHECKING:
+    from dispatcher.control.reconcile import Reconciler
+
+__all__ = ["execute"]
+
+log = structlog.get_logger("dispatcher")
+
+
+async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
+                  decision: Decision | None) -> bool:
+    """Run ``action`` for workload ``uid``; True to decide again right away."""
+    workload = snap.workload
+    assert workload is not None
+    kind = action.kind
+    if kind is ActionKind.ADD_FINALIZER:
+        return await _add_finalizer(rec, uid, workload)
+    if kind is ActionKind.CREATE_RECORD:
+        return await _create_record(rec, uid, workload)
+    if kind is ActionKind.RECORD_PLACEMENT:
+        assert decision is not None
+        return await _record_placement(rec, uid, snap, decision)
+    if kind is ActionKind.RECORD_PENDING:
+        return await _record_pending(rec, uid, snap, action)
+    if kind is ActionKind.SUBMIT:
+        assert action.member is not None
+        return await rec.create_copy(uid, cluster=action.member, workload=workload)
+    if kind is ActionKind.ADOPT:
+        return await _adopt(rec, uid, snap, action)
+    if kind is ActionKind.MIRROR:
+        return await _mirror(rec, uid, snap, action)
+    if kind is ActionKind.REPORT_CONFLICT:
+        await rec.patch_record(uid, {"phase": Phase.CONFLICT.value, "conditions": [
+            records.condition(type_="Submitted", status=False, reason="Conflict",
+                              message=action.reason, now=snap.now)]})
+        log.warning("workload.conflict", uid=uid, member=action.member, reason=action.reason)
+        rec.event(workload, reason="Conflict", message=action.reason, warning=True)
+        if rec.workers is not None:
+            rec.workers.later(uid, 30.0)
+        return False
+    if kind is ActionKind.MARK_UNKNOWN:
+        return await _mark_unknown(rec, uid, snap, action)
+    if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
+        return await _requeue(rec, uid, snap, action)
+    if kind is ActionKind.DELETE_COPY:
+        assert action.member is not None
+        deleted = await rec.delete_copy(uid, cluster=action.member, workload=workload)
+        log.info("workload.deleted", uid=uid, member=action.member, deleted=deleted)
+        if rec.workers is not None:
+            rec.workers.later(uid, 0.5)
+        return False
+    if kind is ActionKind.RELEASE_FINALIZER:
+        return await _release_finalizer(rec, uid, workload)
+    raise AssertionError(f"unhandled action {kind}")
+
+
+async def _add_finalizer(rec: Reconciler, uid: str, workload: Mapping[str, Any]) -> bool:
+    item = rec.cache.workload(uid)
+    assert item is not None
+    meta = workload["metadata"]
+    finalizers = [*(meta.get("finalizers") or ()), FINALIZER]
+    try:
+        await rec.patch_workload(item, {"metadata": {
+            "finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+    except Conflict:
+        fresh = await rec.hub.request("GET", item.ref.item(meta["name"], meta.get("namespace")))
+        rec.cache.put(item.ref, fresh, force=True)
+    return True
+
+
+async def _create_record(rec: Reconciler, uid: str, workload: Mapping[str, Any]) -> bool:
+    name = records.dispatch_name(workload)
+    namespace = str(workload["metadata"].get("namespace") or "default")
+    body = records.dispatch_body(workload=workload, name=name)
+    try:
+        created = await rec.hub.request("POST", DISPATCHES.collection(namespace), body=body)
+    except Conflict:
+        existing = await rec.hub.request("GET", DISPATCHES.item(name, namespace))
+        owner = ((existing.get("spec") or {}).get("workload") or {}).get("uid")
+        if owner == uid:
+            rec.cache.put_record(existing, force=True)
+            return True
+        # A record of an earlier object with the same name: its owner is gone.
+        with contextlib.suppress(NotFound, Conflict):
+            await rec.hub.request("DELETE", DISPATCHES.item(name, namespace), body={
+                "apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": existing["metadata"]["uid"]}})
+        return True
+    rec.cache.put_record(created, force=True)
+    return True
+
+
+async def _record_placement(rec: Reconciler, uid: str, snap: Snapshot,
+                            decision: Decision) -> bool:
+    record = snap.record
+    assert record is not None and decision.chosen is not None
+    reservations = rec.fleet.reservations(decision.chosen)
+    reservation = reservations.get(uid) if reservations is not None else None
+    try:
+        await rec.patch_record(uid, records.placed_status(
+            decision=decision, reservation=reservation, attempt=record.attempt + 1,
+            now=snap.now))
+    except BaseException:
+        rec.release(uid)
+        raise
+    if decision.gpus or decision.pods:
+        rec.event(snap.workload or {}, reason="Placed",
+                  message=f"placed on {decision.chosen}: {decision.summary}")
+    return True
+
+
+async def _record_pending(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    reason = "NoFeasibleMember"
+    if action.reason.startswith("waiting behind"):
+        reason = "Queued"
+    elif action.reason.startswith("cannot resolve"):
+        reason = "ResolveFailed"
+    await rec.patch_record(uid, records.pending_status(message=action.reason, reason=reason,
+                                                       now=snap.now))
+    rec.metrics.pending.set(len(rec.queue))
+    log.info("workload.pending", uid=uid, reason=reason, message=action.reason)
+    rec.event(snap.workload or {}, reason="Pending", message=action.reason, warning=True)
+    return False
+
+
+async def _adopt(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    assert action.member is not None and snap.record is not None
+    adopted = snap.record.phase not in ("", Phase.PLACED)
+    await rec.patch_record(uid, records.submitted_status(
+        cluster=action.member, remote_uid=snap.copy.uid, now=snap.now, adopted=adopted))
+    workload = snap.workload or {}
+    created = records.parse_time(workload.get("metadata", {}).get("creationTimestamp"))
+    latency = max(snap.now - created, 0.0) if created else None
+    if latency is not None and not adopted:
+        rec.metrics.dispatch_latency.observe(latency)
+    rec.metrics.dispatches.labels(member=action.member,
+                                  result="adopted" if adopted else "submitted").inc()
+    log.info("workload.submitted", uid=uid, member=action.member, adopted=adopted,
+             attempt=snap.record.attempt, latency_s=latency)
+    rec.event(workload, reason="Submitted", message=f"copy on {action.member}"
+              + (" (adopted)" if adopted else ""))
+    return True
+
+
+async def _mirror(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    assert action.member is not None and snap.record is not None
+    item = rec.cache.workload(uid)
+    found = rec.copies.get(action.member, uid)
+    if item is None or found is None:
+        return False
+    copy_status = dict(snap.copy.status or {})
+    diff = merge_diff(dict(item.obj.get("status") or {}), copy_status)
+    if diff:
+        try:
+            await rec.patch_workload(item, {"status": diff}, subresource="status")
+        except NotFound:
+            return False
+    rec.remember_mirrored(uid, str(found.obj["metadata"].get("resourceVersion", "")))
+    generic = found.generic
+    phase = rec.phase_for(generic)
+    if generic != snap.record.generic_status or phase != snap.record.phase:
+        await rec.patch_record(uid, {
+            "phase": phase, "genericStatus": generic, "statuses": list(found.statuses),
+            "remote": {"lastSeen": records.format_time(snap.now)}})
+        rec.event(item.obj, reason=phase, message=f"{generic} on {action.member}",
+                  warning=generic == "failed")
+    lag = rec.monotonic() - found.seen_at
+    rec.metrics.mirror_lag.observe(max(lag, 0.0))
+    log.info("status.mirrored", uid=uid, member=action.member, status=generic,
+             lag_ms=round(lag * 1000, 1))
+    return False
+
+
+async def _mark_unknown(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    lost = snap.health.lost_since or snap.now
+    await rec.patch_record(uid, {
+        "phase": Phase.UNKNOWN.value,
+        "remote": {"lastSeen": records.format_time(lost)},
+        "conditions": [records.condition(type_="MemberReachable", status=False,
+                                         reason="MemberLost", message=action.reason,
+                                         now=snap.now)]})
+    log.warning("member.lost", uid=uid, member=action.member, last_seen=lost,
+                policy=rec.settings.rules.policy)
+    rec.event(snap.workload or {}, reason="Unknown", message=action.reason, warning=True)
+    if action.recheck_after is not None and rec.workers is not None:
+        rec.workers.later(uid, max(action.recheck_after, 0.05))
+    return False
+
+
+async def _requeue(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    record = snap.record
+    assert record is not None
+    rec.release(uid)
+    member = action.member
+    if member is not None and rec.fleet.health(member).reachable:
+        await rec.delete_copy(uid, cluster=member, workload=snap.workload or {})
+    fail = action.kind is ActionKind.FAIL
+    status = (records.failed_status(record=record, reason=action.reason, now=snap.now) if fail
+              else records.requeued_status(record=record, reason=action.reason,
+                                           outcome="requeued", now=snap.now))
+    await rec.patch_record(uid, status)
+    rec.metrics.dispatches.labels(member=member or "",
+                                  result="failed" if fail else "requeued").inc()
+    log.warning("workload.failed" if fail else "workload.requeued", uid=uid, member=member,
+                reason=action.reason, attempt=record.attempt)
+    rec.event(snap.workload or {}, reason="Failed" if fail else "Requeued",
+              message=action.reason, warning=True)
+    return not fail
+
+
+async def _release_finalizer(rec: Reconciler, uid: str, workload: Mapping[str, Any]) -> bool:
+    item = rec.cache.workload(uid)
+    rec.release(uid)
+    rec.queue.remove(uid)
+    if item is None:
+        return False
+    try:
+        await rec.patch_workload(item, {"metadata": {
+            "finalizers": rec.finalizers_without_ours(workload),
+            "resourceVersion": workload["metadata"]["resourceVersion"]}})
+    except NotFound:
+        rec.cache.drop(uid)
+    except Conflict:
+        return True
+    return False

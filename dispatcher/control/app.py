@@ -1,0 +1,119 @@
+"""``dispatcher run`` assembled: config -> clients, fleet, leader election, controller, server.
+
+The only place that builds the real objects; everything it wires takes them as arguments.
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when leadership was lost (a new
+leader may already act, so this replica stops at once), 2 for configuration problems.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from dispatcher.config import Config
+from dispatcher.control.controller import Controller
+from dispatcher.control.fleetview import LiveFleet
+from dispatcher.control.leader import LeaderElector
+from dispatcher.control.observe import Metrics, configure_logging, serve
+from dispatcher.fleet.runtime import Fleet
+from dispatcher.kube.client import KubeClient
+from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["hub_kubeconfig_path", "load_catalog", "run"]
+
+log = structlog.get_logger("dispatcher")
+
+
+def hub_kubeconfig_path(config: Config) -> Path:
+    """The hub kubeconfig: the config's, else $KUBECONFIG (first entry), else ~/.kube/config."""
+    if config.hub_kubeconfig:
+        return Path(config.hub_kubeconfig)
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return Path(env.split(os.pathsep)[0]).expanduser()
+    return Path.home() / ".kube" / "config"
+
+
+def load_catalog(config: Config) -> Catalog:
+    """The built-in catalog, with the config's definitions merged over it."""
+    catalog = Catalog.builtin()
+    if config.definitions:
+        catalog = Catalog.merged(catalog, Catalog.load(config.definitions))
+    return catalog
+
+
+async def _hub_client(config: Config) -> KubeClient:
+    path = hub_kubeconfig_path(config)
+    data: Any = await asyncio.to_thread(lambda: yaml.safe_load(path.read_text()))
+    return await KubeClient.from_kubeconfig(data, name="hub", context=config.hub_context)
+
+
+async def run(config: Config) -> int:
+    """Run the controller until SIGTERM/SIGINT (0) or leadership loss (1)."""
+    configure_logging(level=config.control.log_level)
+    settings = config.control
+    catalog = load_catalog(config)
+    hub = await _hub_client(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    metrics = Metrics.create()
+    kinds = [(d.api_version, d.kind) for d in catalog.definitions]
+    fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
+    controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
+                            metrics=metrics)
+    elector: LeaderElector | None = None
+    cleanup = None
+    if settings.server.port:
+        cleanup = await serve(metrics=metrics, address=settings.server.address,
+                              port=settings.server.port, ready=controller.ready)
+    code = 0
+    try:
+        log.info("controller.starting", config=config.source, hub=hub.server,
+                 hub_id=settings.hub_id, definitions=len(catalog))
+        if settings.leader.enabled:
+            elector = LeaderElector(
+                client=hub, namespace=settings.leader.namespace, name=settings.leader.name,
+                identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
+                lease_duration=settings.leader.lease_duration_s,
+                renew_every=settings.leader.renew_every_s)
+            acquire = asyncio.ensure_future(elector.acquire())
+            halt = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({acquire, halt}, return_when=asyncio.FIRST_COMPLETED)
+            if not acquire.done():
+                acquire.cancel()
+                return 0
+            halt.cancel()
+            holder = asyncio.ensure_future(elector.hold())
+            lost = asyncio.ensure_future(elector.lost.wait())
+            lost.add_done_callback(lambda _: stop.set())
+        await fleet.start()
+        try:
+            await controller.run(stop)
+        finally:
+            await fleet.stop()
+        if elector is not None and elector.lost.is_set():
+            code = 1
+        if elector is not None:
+            holder.cancel()
+            lost.cancel()
+            await elector.release()
+    finally:
+        if cleanup is not None:
+            await cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        await hub.close()
+    log.info("controller.stopped", code=code)
+    return code

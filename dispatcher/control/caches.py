@@ -1,0 +1,175 @@
+"""In-memory views the reconcile snapshots are read from, fed by watches and by our writes.
+
+``HubCache`` holds hub workloads (by uid, with the resource they belong to) and Dispatch
+records (by workload uid); ``CopyCache`` holds our copies on each member (by hub uid) and
+which (member, kind) watches have listed. Writes update the caches from the response at
+once, so the next decision never sees its own write missing; a watch event older than what
+the cache holds (by resourceVersion) is ignored. Plain data, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.kube.resources import ResourceRef
+
+__all__ = ["CopyCache", "HubCache", "HubItem", "MemberCopy"]
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class HubItem:
+    """A hub workload and the resource it is served by."""
+
+    ref: ResourceRef
+    obj: Mapping[str, Any]
+
+
+class HubCache:
+    """Hub workloads and Dispatch records."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, HubItem] = {}
+        self._records: dict[str, Mapping[str, Any]] = {}
+        self.synced: set[tuple[str, str]] = set()  # (api_version/kind, namespace or "")
+
+    def workload(self, uid: str) -> HubItem | None:
+        return self._items.get(uid)
+
+    def uids(self) -> Iterator[str]:
+        return iter(list(self._items))
+
+    def put(self, ref: ResourceRef, obj: Mapping[str, Any], *, force: bool = False) -> bool:
+        """Store a workload unless the cache already holds a newer version."""
+        uid = _uid(obj)
+        old = self._items.get(uid)
+        if old is not None and not force and _rv(old.obj) > _rv(obj):
+            return False
+        self._items[uid] = HubItem(ref=ref, obj=obj)
+        return True
+
+    def drop(self, uid: str) -> None:
+        self._items.pop(uid, None)
+
+    def relist(self, ref: ResourceRef, namespace: str, objects: Iterable[Mapping[str, Any]]
+               ) -> set[str]:
+        """Replace every workload of ``ref`` (in ``namespace``, "" for all); returns the uids
+        that changed or went away."""
+        fresh = {_uid(o): o for o in objects}
+        touched = set(fresh)
+        for uid, item in list(self._items.items()):
+            same_ns = not namespace or (item.obj.get("metadata") or {}).get(
+                "namespace") == namespace
+            if item.ref == ref and same_ns and uid not in fresh:
+                del self._items[uid]
+                touched.add(uid)
+        for obj in fresh.values():
+            self.put(ref, obj, force=True)
+        self.synced.add((f"{ref.api_version}/{ref.kind}", namespace))
+        return touched
+
+    # -- records ----------------------------------------------------------------------------
+
+    def record(self, workload_uid: str) -> Mapping[str, Any] | None:
+        return self._records.get(workload_uid)
+
+    def records(self) -> Iterator[Mapping[str, Any]]:
+        return iter(list(self._records.values()))
+
+    def put_record(self, obj: Mapping[str, Any], *, force: bool = False) -> str:
+        """Store a Dispatch by its workload uid; returns that uid ("" when it has none)."""
+        uid = str(((obj.get("spec") or {}).get("workload") or {}).get("uid") or "")
+        if not uid:
+            return ""
+        old = self._records.get(uid)
+        if old is None or force or _rv(obj) >= _rv(old):
+            self._records[uid] = obj
+        return uid
+
+    def drop_record(self, obj: Mapping[str, Any]) -> str:
+        uid = str(((obj.get("spec") or {}).get("workload") or {}).get("uid") or "")
+        current = self._records.get(uid)
+        if current is not None and _uid(current) == _uid(obj):
+            del self._records[uid]
+        return uid
+
+    def relist_records(self, objects: Iterable[Mapping[str, Any]]) -> set[str]:
+        old = set(self._records)
+        self._records.clear()
+        for obj in objects:
+            self.put_record(obj, force=True)
+        return old | set(self._records)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberCopy:
+    """Our copy on a member, its generic status, and when we saw it change (loop time)."""
+
+    obj: Mapping[str, Any]
+    generic: str
+    statuses: tuple[str, ...]
+    seen_at: float
+
+
+class CopyCache:
+    """Our copies per member, by hub uid; ``synced`` (member, kind key) after each list."""
+
+    def __init__(self) -> None:
+        self._copies: dict[str, dict[str, MemberCopy]] = {}
+        self.synced: set[tuple[str, str]] = set()
+
+    def get(self, member: str, uid: str) -> MemberCopy | None:
+        return self._copies.get(member, {}).get(uid)
+
+    def where(self, uid: str) -> list[str]:
+        """Members holding a copy of ``uid``."""
+        return sorted(m for m, copies in self._copies.items() if uid in copies)
+
+    def items(self, member: str) -> list[tuple[str, MemberCopy]]:
+        return list(self._copies.get(member, {}).items())
+
+    def put(self, member: str, uid: str, copy: MemberCopy) -> None:
+        old = self._copies.get(member, {}).get(uid)
+        if old is not None and _rv(old.obj) > _rv(copy.obj):
+            return
+        self._copies.setdefault(member, {})[uid] = copy
+
+    def drop(self, member: str, uid: str) -> None:
+        self._copies.get(member, {}).pop(uid, None)
+
+    def relist(self, member: str, kind_key: str, fresh: Mapping[str, MemberCopy]) -> set[str]:
+        """Replace the copies of one kind on ``member``; returns uids that changed."""
+        copies = self._copies.setdefault(member, {})
+        touched = set(fresh)
+        for uid, copy in list(copies.items()):
+            if _kind_key(copy.obj) == kind_key and uid not in fresh:
+                del copies[uid]
+                touched.add(uid)
+        copies.update(fresh)
+        self.synced.add((member, kind_key))
+        return touched
+
+    def unsync(self, member: str) -> None:
+        """The member's watches broke: its copy state is unknown until they list again."""
+        self.synced = {s for s in self.synced if s[0] != member}
+
+
+def _kind_key(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('apiVersion')}/{obj.get('kind')}"
+
+
+def kind_key(api_version: str, kind: str) -> str:
+    """The key of a kind in ``synced`` sets."""
+    return f"{api_version}/{kind}"

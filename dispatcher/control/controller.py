@@ -1,0 +1,226 @@
+"""The controller: caches, watches, per-workload workers, queue rounds, sweep and expiry.
+
+Wiring only; every decision is made in ``decide`` (per workload) or ``queue`` (order),
+every step executed by ``reconcile``/``actions``. Start order matters for crash safety:
+workers process nothing until the hub watches (workloads and Dispatch records) and the
+copy watches of every connected member have listed once, so a restarted controller sees
+every earlier decision and every existing copy before it decides anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from dispatcher.control import record as records
+from dispatcher.control.caches import CopyCache, HubCache, kind_key
+from dispatcher.control.copies import delete_if_owned
+from dispatcher.control.events import EventRecorder
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.observe import Metrics
+from dispatcher.control.queue import PendingQueue
+from dispatcher.control.reconcile import Reconciler
+from dispatcher.control.settings import ControlSettings
+from dispatcher.control.tasks import cancel_all, guarded
+from dispatcher.control.watchers import HubWatchers, MemberWatchers
+from dispatcher.control.workers import Workers
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["Controller"]
+
+log = structlog.get_logger("dispatcher")
+
+SYNC_TIMEOUT_S = 15.0
+_ROUND_MIN_INTERVAL_S = 0.2
+_EXPIRE_EVERY_S = 2.0
+
+
+class Controller:
+    """One leader's control loop over a hub and a fleet. ``await run(stop)``."""
+
+    def __init__(self, *, settings: ControlSettings, catalog: Catalog, hub: KubeClient,
+                 fleet: FleetView, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.fleet = fleet
+        self.hub = hub
+        self.clock = clock
+        self.metrics = metrics or Metrics.create()
+        self.cache = HubCache()
+        self.copies = CopyCache()
+        self.queue = PendingQueue(backfill_limit=settings.backfill_limit)
+        self.events = EventRecorder(client=hub, clock=clock) if settings.record_events \
+            else None
+        self.reconciler = Reconciler(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
+                                     hub_cache=self.cache, copies=self.copies,
+                                     queue=self.queue, metrics=self.metrics,
+                                     events=self.events, clock=clock, monotonic=monotonic)
+        self.workers = Workers(handler=self.reconciler.reconcile,
+                               concurrency=settings.workers)
+        self.reconciler.workers = self.workers
+        self._backlog: set[str] | None = set()
+        self.hub_watchers = HubWatchers(hub=hub, catalog=catalog, cache=self.cache,
+                                        kick=self.kick, namespaces=settings.namespaces,
+                                        label_selector=settings.label_selector)
+        self.member_watchers = MemberWatchers(fleet=fleet, catalog=catalog, copies=self.copies,
+                                              kick=self.kick, hub_id=settings.hub_id,
+                                              monotonic=monotonic)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    def kick(self, uid: str) -> None:
+        """Reconcile ``uid`` (held back until the caches have synced)."""
+        if self._backlog is not None:
+            self._backlog.add(uid)
+        else:
+            self.workers.kick(uid)
+
+    def ready(self) -> bool:
+        """Caches synced and workers running (``/readyz``)."""
+        return self.started
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; then drain workers and stop every task."""
+        await self.member_watchers.start()
+        await self.hub_watchers.start()
+        if self.events is not None:
+            self._tasks.append(guarded(self.events.run(), name="events"))
+        try:
+            await self._wait_synced(stop)
+            self._rebuild_reservations()
+            backlog, self._backlog = self._backlog or set(), None
+            for uid in backlog:
+                self.workers.kick(uid)
+            self.started = True
+            log.info("controller.started", workloads=len(backlog),
+                     members=list(self.fleet.names()))
+            self._tasks += [guarded(self._rounds(), name="queue-rounds"),
+                            guarded(self._expire(), name="reservation-expiry"),
+                            guarded(self._sweeps(), name="orphan-sweep")]
+            await stop.wait()
+        finally:
+            self.started = False
+            await self.workers.stop()
+            await cancel_all(self._tasks)
+            await self.hub_watchers.stop()
+            await self.member_watchers.stop()
+
+    async def _wait_synced(self, stop: asyncio.Event) -> None:
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        while not stop.is_set():
+            hub_ok = self.hub_watchers.synced()
+            members = [m for m in self.fleet.names() if self.fleet.client(m) is not None]
+            copies_ok = all(any(s[0] == m for s in self.copies.synced) for m in members)
+            if hub_ok and (copies_ok or time.monotonic() > deadline):
+                return
+            await asyncio.sleep(0.05)
+
+    def _rebuild_reservations(self) -> None:
+        """Reservations of decisions not yet visible as pods, from the Dispatch records."""
+        now = self.clock()
+        for raw in self.cache.records():
+            record = records.read(raw)
+            res = record.reservation
+            if res is None or record.cluster != res.member or res.expires_at <= now:
+                continue
+            held = self.fleet.reservations(res.member)
+            if held is not None:
+                held.add(res)
+
+    async def _rounds(self) -> None:
+        """Event-driven: when capacity or health changes, retry waiting workloads in order."""
+        seen = self.fleet.pulse.version
+        while True:
+            seen = await self.fleet.pulse.wait(seen, timeout=30.0)
+            for snap in self.fleet.snapshots():
+                self.metrics.free_gpus.labels(member=snap.name).set(snap.capacity.free)
+            for entry in self.queue.ordered():
+                self.workers.kick(entry.uid)
+            self.metrics.pending.set(len(self.queue))
+            await asyncio.sleep(_ROUND_MIN_INTERVAL_S)
+
+    async def _expire(self) -> None:
+        while True:
+            await asyncio.sleep(_EXPIRE_EVERY_S)
+            now = self.clock()
+            expired = False
+            for name in self.fleet.names():
+                held = self.fleet.reservations(name)
+                if held is not None and held.expire(now):
+                    expired = True
+            if expired:
+                self.fleet.pulse.bump()
+
+    async def _sweeps(self) -> None:
+        seen = self.fleet.pulse.version
+        while True:
+            await self.sweep()
+            seen = await self.fleet.pulse.wait(seen, timeout=self.settings.sweep_interval_s)
+            await asyncio.sleep(2.0)  # coalesce reconnect bursts
+
+    async def sweep(self) -> int:
+        """Delete our copies whose hub object is gone or that a failover left behind."""
+        deleted = 0
+        for member in self.fleet.names():
+            client = self.fleet.client(member)
+            if client is None:
+                continue
+            for uid, found in self.copies.items(member):
+                obj = found.obj
+                key = kind_key(str(obj.get("apiVersion")), str(obj.get("kind")))
+                if (member, key) not in self.copies.synced:
+                    continue
+                reason = await self._stale(uid, member=member, obj=obj)
+                if reason is None:
+                    continue
+                try:
+                    ref = await client.discovery.resource(str(obj["apiVersion"]),
+                                                          str(obj["kind"]))
+                    if ref is None:
+                        continue
+                    meta = obj["metadata"]
+                    if await delete_if_owned(client, ref, namespace=str(meta["namespace"]),
+                                             name=str(meta["name"]),
+                                             hub_id=self.settings.hub_id, hub_uid=uid):
+                        deleted += 1
+                        self.copies.drop(member, uid)
+                        log.info("copy.swept", uid=uid, member=member, reason=reason)
+                except KubeError as exc:
+                    log.warning("sweep.failed", uid=uid, member=member,
+                                error=type(exc).__name__)
+        return deleted
+
+    async def _stale(self, uid: str, *, member: str, obj: Mapping[str, Any]) -> str | None:
+        """Why our copy of ``uid`` on ``member`` should go, or None to keep it."""
+        item = self.cache.workload(uid)
+        if item is not None:
+            raw = self.cache.record(uid)
+            record = records.read(raw) if raw is not None else None
+            if record is None or record.cluster is None or record.cluster == member:
+                return None
+            return f"workload moved to {record.cluster}"
+        meta = obj.get("metadata") or {}
+        api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
+        if not any(k.startswith(kind_key(api_version, kind)) for k, _ in self.cache.synced):
+            return None  # the hub kind is not watched (yet): never guess
+        with contextlib.suppress(KubeError):
+            ref = await self.hub.discovery.resource(api_version, kind)
+            if ref is None:
+                return None
+            try:
+                hub_obj = await self.hub.request("GET", ref.item(str(meta["name"]),
+                                                                 str(meta["namespace"])))
+            except NotFound:
+                return "hub object gone"
+            if str((hub_obj.get("metadata") or {}).get("uid")) != uid:
+                return "hub object replaced"
+            return None
+        return None

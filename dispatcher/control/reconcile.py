@@ -1,0 +1,348 @@
+"""The shell around ``decide``: read a snapshot, decide, execute, repeat.
+
+Fed by ``Workers`` (one call per hub workload uid at a time), reads ``HubCache``,
+``CopyCache`` and the ``FleetView``, writes the hub (finalizer, Dispatch, status mirror),
+the members (create, delete-if-owned) and the log. Every write's response goes back into
+the caches, so the next ``decide`` sees it. Placement and its reservation happen without an
+``await`` in between, so two decisions can never take the same GPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from dispatcher.control import actions
+from dispatcher.control import record as records
+from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
+from dispatcher.control.copies import build_copy, delete_if_owned, owner_state
+from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
+from dispatcher.control.events import EventRecorder
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.observe import Metrics
+from dispatcher.control.queue import Entry, PendingQueue, priority_of
+from dispatcher.control.settings import ControlSettings
+from dispatcher.control.workers import Workers
+from dispatcher.fleet.reservations import Reservation
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.patches import strip_nulls
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES
+from dispatcher.placement import engine
+from dispatcher.placement.model import Decision, PlacementError, PlacementRequest, Verdict
+from dispatcher.sim.trace import resolved_event
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.resolve import Resolution, status_of
+
+__all__ = ["Reconciler", "member_copy"]
+
+log = structlog.get_logger("dispatcher")
+
+MAX_STEPS = 12
+_FOREIGN_RECHECK_S = 30.0
+_WAIT_FALLBACK_S = 5.0
+
+
+def member_copy(obj: Mapping[str, Any], *, catalog: Catalog, seen_at: float) -> MemberCopy:
+    """A copy as cached: its generic status read through the catalog (unknown when broken)."""
+    try:
+        reading = status_of(obj, catalog=catalog)
+        generic, statuses = reading.status, reading.statuses
+    except WorkloadError:
+        generic, statuses = "unknown", ("unknown",)
+    return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
+
+
+def _no_choice(summary: str, *, policy: str) -> Decision:
+    return Decision(policy=policy, pods=0, gpus=0, gangs=0, verdicts=(), chosen=None,
+                    assignment=(), summary=summary)
+
+
+class Reconciler:
+    """Executes ``decide``'s actions for one workload at a time (see the module docstring)."""
+
+    def __init__(self, *, settings: ControlSettings, catalog: Catalog, hub: KubeClient,
+                 fleet: FleetView, hub_cache: HubCache, copies: CopyCache,
+                 queue: PendingQueue, metrics: Metrics, events: EventRecorder | None,
+                 workers: Workers | None = None,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.hub = hub
+        self.fleet = fleet
+        self.cache = hub_cache
+        self.copies = copies
+        self.queue = queue
+        self.metrics = metrics
+        self.events = events
+        self.workers = workers
+        self.clock = clock
+        self.monotonic = monotonic
+        self._resolved: dict[str, tuple[int, Resolution]] = {}
+        self._foreign: dict[tuple[str, str], float] = {}
+        self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
+
+    # -- snapshot ------------------------------------------------------------------------
+
+    def snapshot(self, uid: str, decision: Decision | None = None) -> Snapshot:
+        """The frozen input of ``decide`` for ``uid``, from the caches."""
+        now = self.clock()
+        item = self.cache.workload(uid)
+        raw = self.cache.record(uid)
+        record = records.read(raw) if raw is not None else None
+        workload = item.obj if item is not None else None
+        snap = Snapshot(now=now, workload=workload, record=record, decision=decision,
+                        rules=self.settings.rules)
+        cluster = record.cluster if record is not None else None
+        if cluster is None or workload is None:
+            return snap
+        health = self.fleet.health(cluster)
+        return replace(snap, health=health,
+                       copy=self._copy(cluster, uid, workload) if health.reachable
+                       else Copy(state=CopyState.UNKNOWN))
+
+    def _copy(self, cluster: str, uid: str, workload: Mapping[str, Any]) -> Copy:
+        found = self.copies.get(cluster, uid)
+        if found is not None:
+            rv = str(found.obj["metadata"].get("resourceVersion", ""))
+            status = strip_nulls(found.obj.get("status") or {})
+            if self._mirrored.get(uid) == rv:  # pruned fields would never compare equal
+                status = workload.get("status") or {}
+            return Copy(state=CopyState.OURS, uid=str(found.obj["metadata"].get("uid", "")),
+                        status=status, generic=found.generic)
+        seen = self._foreign.get((cluster, uid))
+        if seen is not None and self.clock() - seen < _FOREIGN_RECHECK_S:
+            return Copy(state=CopyState.FOREIGN)
+        key = kind_key(str(workload.get("apiVersion")), str(workload.get("kind")))
+        synced = (cluster, key) in self.copies.synced
+        return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
+
+    # -- loop ------------------------------------------------------------------------------
+
+    async def reconcile(self, uid: str) -> None:
+        """Decide and act until nothing is left to do now (at most ``MAX_STEPS`` steps)."""
+        decision: Decision | None = None
+        for _ in range(MAX_STEPS):
+            snap = self.snapshot(uid, decision)
+            action = decide(snap)
+            if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
+                self._idle(uid, snap, action)
+                return
+            if action.kind is ActionKind.PLACE:
+                decision = self._place(uid, snap)
+                continue
+            if not await self._execute(uid, snap, action, decision):
+                return
+            if action.kind is ActionKind.REQUEUE:
+                decision = None
+
+    def _idle(self, uid: str, snap: Snapshot, action: Action) -> None:
+        if snap.workload is None:
+            self.release(uid)
+            self.queue.remove(uid)
+            self._resolved.pop(uid, None)
+            self._mirrored.pop(uid, None)
+            self.metrics.pending.set(len(self.queue))
+            return
+        delay = action.recheck_after
+        if delay is None and action.kind is ActionKind.WAIT:
+            delay = _WAIT_FALLBACK_S
+        if delay is not None and self.workers is not None:
+            self.workers.later(uid, max(delay, 0.05))
+
+    # -- placement (synchronous: decision and reservation in one step) ---------------------
+
+    def resolution(self, uid: str, workload: Mapping[str, Any]) -> Resolution:
+        """The workload resolved through the catalog, once per generation (logged once)."""
+        generation = int(workload["metadata"].get("generation") or 0)
+        cached = self._resolved.get(uid)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        resolution = self.catalog.resolve(workload)
+        self._resolved[uid] = (generation, resolution)
+        meta = workload["metadata"]
+        event = resolved_event(ts=records.format_time(self.clock()), uid=uid,
+                               namespace=str(meta.get("namespace") or ""),
+                               name=str(meta["name"]), api_version=resolution.api_version,
+                               kind=resolution.kind, definition=resolution.definition_name,
+                               demand=resolution.demand,
+                               priority=priority_of(meta.get("annotations")))
+        event.pop("ts")
+        log.info(event.pop("event"), **event)
+        return resolution
+
+    def _place(self, uid: str, snap: Snapshot) -> Decision:
+        workload, record = snap.workload, snap.record
+        assert workload is not None and record is not None
+        meta = workload["metadata"]
+        policy = self.settings.default_policy
+        entry = Entry(uid=uid, priority=priority_of(meta.get("annotations")),
+                      created=records.parse_time(meta.get("creationTimestamp")) or snap.now,
+                      name=f"{meta.get('namespace')}/{meta['name']}")
+        try:
+            resolution = self.resolution(uid, workload)
+        except WorkloadError as exc:
+            self.queue.add(entry)
+            return _no_choice(f"cannot resolve: {str(exc).splitlines()[0][:500]}",
+                              policy=policy)
+        held = [m for m in self.copies.where(uid) if self.fleet.health(m).reachable]
+        if held:  # a copy already exists (record lost or requeued): adopt, never duplicate
+            self.queue.remove(uid)
+            return Decision(policy=policy, pods=resolution.demand.pods,
+                            gpus=resolution.demand.gpus, gangs=len(resolution.demand.gangs),
+                            verdicts=(Verdict(member=held[0], feasible=True, free=0,
+                                              reason="a copy of this workload is there"),),
+                            chosen=held[0], assignment=(),
+                            summary=f"adopting the copy already on {held[0]}")
+        blocker = self.queue.gate(entry)
+        if blocker is not None:
+            self.queue.add(entry)
+            return _no_choice(f"waiting behind {blocker.name} (bypassed "
+                              f"{self.queue.bypasses(blocker.uid)} times; backfill limit "
+                              f"{self.queue.backfill_limit})", policy=policy)
+        request = PlacementRequest.from_annotations(
+            demand=resolution.demand, api_version=resolution.api_version,
+            kind=resolution.kind, annotations=meta.get("annotations") or {},
+            default_policy=policy)
+        members = [m for m in self.fleet.snapshots() if m.name not in record.excluded]
+        try:
+            decision = engine.decide(members, request)
+        except PlacementError as exc:
+            self.queue.add(entry)
+            return _no_choice(str(exc), policy=policy)
+        log.info("placement.decided", uid=uid, **decision.to_dict())
+        if decision.chosen is None:
+            self.queue.add(entry)
+            return decision
+        reservations = self.fleet.reservations(decision.chosen)
+        if reservations is not None and decision.assignment:
+            reservations.add(Reservation(
+                workload_uid=uid, member=decision.chosen,
+                nodes=tuple((g.node, g.gpus) for g in decision.assignment),
+                expires_at=snap.now + self.settings.reservation_ttl_s))
+        self.queue.placed(entry)
+        self.metrics.pending.set(len(self.queue))
+        return decision
+
+    def release(self, uid: str) -> None:
+        """Drop ``uid``'s reservation wherever it is held."""
+        for name in self.fleet.names():
+            reservations = self.fleet.reservations(name)
+            if reservations is not None:
+                reservations.release(uid)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def _execute(self, uid: str, snap: Snapshot, action: Action,
+                       decision: Decision | None) -> bool:
+        """Run one action; True when the loop should decide again right away."""
+        return await actions.execute(self, uid=uid, snap=snap, action=action,
+                                     decision=decision)
+
+    # -- write helpers used by ``actions`` -------------------------------------------------
+
+    async def patch_record(self, uid: str, status: dict[str, Any]) -> Mapping[str, Any]:
+        """Merge-patch the Dispatch status (conditions merged by type); updates the cache."""
+        raw = self.cache.record(uid)
+        assert raw is not None
+        if "conditions" in status:
+            status = {**status, "conditions": records.merge_conditions(
+                (raw.get("status") or {}).get("conditions") or (), status["conditions"])}
+        meta = raw["metadata"]
+        updated = await self.hub.request(
+            "PATCH", DISPATCHES.item(meta["name"], meta["namespace"], "status"),
+            body={"status": status}, content_type=JSON_MERGE_PATCH)
+        self.cache.put_record(updated, force=True)
+        return updated  # type: ignore[no-any-return]
+
+    async def patch_workload(self, item: HubItem, body: Mapping[str, Any], *,
+                             subresource: str = "") -> None:
+        """Merge-patch the hub workload (or its status); updates the cache."""
+        meta = item.obj["metadata"]
+        updated = await self.hub.request(
+            "PATCH", item.ref.item(meta["name"], meta.get("namespace"), subresource),
+            body=body, content_type=JSON_MERGE_PATCH)
+        self.cache.put(item.ref, updated, force=True)
+
+    async def ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        with contextlib.suppress(Conflict):
+            await client.request("POST", NAMESPACES.collection(), body={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        """Create the copy on ``cluster``; True when it exists now (created or ours)."""
+        client = self.fleet.client(cluster)
+        if client is None:
+            return False
+        ref = await client.discovery.resource(str(workload["apiVersion"]),
+                                              str(workload["kind"]))
+        if ref is None:
+            raise NotFound(f"{cluster} does not serve {workload['kind']} "
+                           f"({workload['apiVersion']})")
+        namespace = str(workload["metadata"].get("namespace") or "default")
+        body = build_copy(workload, hub_id=self.settings.hub_id,
+                          definition=self.catalog.find(str(workload["apiVersion"]),
+                                                       str(workload["kind"])),
+                          mutations=self.settings.pod_mutations)
+        try:
+            try:
+                created = await client.request("POST", ref.collection(namespace), body=body)
+            except NotFound:
+                if not self.settings.create_namespaces:
+                    raise
+                await self.ensure_namespace(client, namespace)
+                created = await client.request("POST", ref.collection(namespace), body=body)
+        except Conflict:
+            existing = await client.request("GET", ref.item(body["metadata"]["name"],
+                                                            namespace))
+            if owner_state(existing, hub_id=self.settings.hub_id,
+                           hub_uid=uid) is CopyState.OURS:
+                self.copies.put(cluster, uid, member_copy(existing, catalog=self.catalog,
+                                                          seen_at=self.monotonic()))
+                return True
+            self._foreign[(cluster, uid)] = self.clock()
+            return False
+        self.copies.put(cluster, uid, member_copy(created, catalog=self.catalog,
+                                                  seen_at=self.monotonic()))
+        return True
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        """Delete our copy of ``uid`` on ``cluster`` (only if owned)."""
+        client = self.fleet.client(cluster)
+        found = self.copies.get(cluster, uid)
+        if client is None:
+            return False
+        obj = found.obj if found is not None else workload
+        ref = await client.discovery.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        if ref is None:
+            return False
+        deleted = await delete_if_owned(
+            client, ref, namespace=str(obj["metadata"].get("namespace") or "default"),
+            name=str(obj["metadata"]["name"]), hub_id=self.settings.hub_id, hub_uid=uid)
+        self.copies.drop(cluster, uid)
+        return deleted
+
+    def remember_mirrored(self, uid: str, copy_rv: str) -> None:
+        self._mirrored[uid] = copy_rv
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        if self.events is not None:
+            self.events.record(workload=workload, reason=reason, message=message,
+                               warning=warning)
+
+    def finalizers_without_ours(self, workload: Mapping[str, Any]) -> list[str]:
+        return [f for f in workload["metadata"].get("finalizers") or () if f != FINALIZER]
+
+    def phase_for(self, generic: str) -> str:
+        return Phase.of_generic(generic).value

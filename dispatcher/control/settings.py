@@ -1,0 +1,89 @@
+"""Control-loop settings: what ``dispatcher.config`` builds from the config file.
+
+Every field has a safe default; durations are seconds. Field docstrings say what each knob
+does; the config file's keys are the camelCase of these names (see ``config/default.yaml``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatcher.control.copies import PodMutations
+from dispatcher.control.decide import Rules
+
+__all__ = ["ControlSettings", "LeaderSettings", "ServerSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderSettings:
+    """Leader election on a coordination.k8s.io Lease on the hub."""
+
+    enabled: bool = True
+    """Off only for a single replica you are sure of (tests, local runs)."""
+    namespace: str = "dispatcher-system"
+    """Namespace of the Lease."""
+    name: str = "dispatcher"
+    """Lease name; replicas sharing it elect one leader."""
+    lease_duration_s: float = 15.0
+    """How long a Lease is honoured without renewal (failover time after a crash)."""
+    renew_every_s: float = 5.0
+    """How often the leader renews (must be well below the duration)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    """The /metrics, /healthz and /readyz HTTP server."""
+
+    address: str = "0.0.0.0"
+    """Listen address."""
+    port: int = 8080
+    """Listen port (0: no server)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlSettings:
+    """How the control loop watches, places, submits and fails over."""
+
+    hub_id: str = "hub"
+    """This hub's id, stamped on every member copy as ``dispatcher.io/origin``. Must be
+    unique per hub sharing a member, and stable: copies are owned by it."""
+    namespaces: tuple[str, ...] = ()
+    """Hub namespaces to watch (empty: all)."""
+    label_selector: str = ""
+    """Only hub workloads matching this label selector are dispatched."""
+    default_policy: str = "most-free"
+    """Placement policy when a workload has no ``dispatcher.io/policy`` annotation."""
+    create_namespaces: bool = True
+    """Create the workload's namespace on the member when it does not exist."""
+    pod_mutations: PodMutations = field(default_factory=PodMutations)
+    """Pod-template changes applied to every copy (labels, scheduler, ...)."""
+    backfill_limit: int = 50
+    """How many later workloads may be placed ahead of a waiting one before it blocks them."""
+    reservation_ttl_s: float = 300.0
+    """GPUs of a decision stay reserved this long unless the pods show up first."""
+    rules: Rules = field(default_factory=Rules)
+    """Failover and stuck detection (``failover.*``)."""
+    sweep_interval_s: float = 60.0
+    """How often member copies whose hub object is gone (or moved) are deleted."""
+    workers: int = 64
+    """Workloads reconciled at the same time."""
+    record_events: bool = True
+    """Write a Kubernetes Event on the hub workload at every transition."""
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    log_level: str = "info"
+    """Log level: debug, info, warning, error."""
+
+    def __post_init__(self) -> None:
+        if not self.hub_id:
+            raise ValueError("hubId must not be empty")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.backfill_limit < 0:
+            raise ValueError(f"queue.backfillLimit must be >= 0, got {self.backfill_limit}")
+        if self.reservation_ttl_s <= 0:
+            raise ValueError("reservations.ttl must be > 0")
+        if self.rules.max_attempts < 1:
+            raise ValueError("failover.maxAttempts must be >= 1")
+        if self.leader.renew_every_s >= self.leader.lease_duration_s:
+            raise ValueError("leaderElection.renewEvery must be below leaseDuration")

@@ -1,0 +1,223 @@
+"""Watches that feed the caches and kick workers: hub kinds, Dispatches, member copies.
+
+One watcher task per (cluster, resource): it only updates a cache and maps each event to
+hub workload uids (``kick``); the reconnect loop around the tested ``kube.watch.informer``
+stays thin. Hub kinds are the catalog's kinds the hub serves; a CRD watch re-runs
+discovery so kinds installed later are picked up without a restart. Member copies are
+watched by our origin label, per served kind, on each connected member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.control.copies import stamped
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.reconcile import member_copy
+from dispatcher.control.tasks import cancel_all, guarded
+from dispatcher.kube import watch
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import KubeError
+from dispatcher.kube.resources import CRDS, DISPATCHES, ResourceRef
+from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["HubWatchers", "MemberWatchers"]
+
+log = structlog.get_logger("dispatcher.watch")
+
+Kick = Callable[[str], None]
+_SKIP_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+
+
+def _api_version(group: str, version: str) -> str:
+    return f"{group}/{version}" if group else version
+
+
+async def _forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
+                   | None = None) -> None:
+    """Run ``body`` (a list-then-watch) again after every failure, with growing delays."""
+    delay = 0.5
+    while True:
+        started = time.monotonic()
+        try:
+            await body()
+        except KubeError as exc:
+            log.warning("watch.failed", watch=what, error=type(exc).__name__,
+                        message=str(exc)[:300])
+        if on_error is not None:
+            on_error()
+        delay = 0.5 if time.monotonic() - started > 30 else min(delay * 2, 30.0)
+        await asyncio.sleep(delay)
+
+
+class HubWatchers:
+    """Hub workloads of every served catalog kind, and Dispatch records."""
+
+    def __init__(self, *, hub: KubeClient, catalog: Catalog, cache: HubCache, kick: Kick,
+                 namespaces: tuple[str, ...], label_selector: str) -> None:
+        self._hub = hub
+        self._catalog = catalog
+        self._cache = cache
+        self._kick = kick
+        self._namespaces = namespaces or ("",)
+        self._selector = label_selector or None
+        self._watched: set[str] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.records_synced = False
+
+    def synced(self) -> bool:
+        """Every started watch has listed at least once."""
+        want = {(k, ns) for k in self._watched for ns in self._namespaces}
+        return self.records_synced and want <= self._cache.synced
+
+    async def start(self) -> None:
+        self._tasks.append(guarded(_forever("dispatches", self._records), name="hub:dispatches"))
+        await self.discover()
+        self._tasks.append(guarded(_forever("crds", self._crds), name="hub:crds"))
+
+    async def stop(self) -> None:
+        await cancel_all(self._tasks)
+
+    async def discover(self) -> None:
+        """Start a watch for every catalog kind the hub serves and is not watched yet."""
+        self._hub.discovery.forget()
+        for group, version, kind in self._catalog.kinds():
+            api_version = _api_version(group, version)
+            key = kind_key(api_version, kind)
+            if key in self._watched:
+                continue
+            try:
+                ref = await self._hub.discovery.resource(api_version, kind)
+            except KubeError:
+                continue
+            if ref is None:
+                continue
+            self._watched.add(key)
+            for namespace in self._namespaces:
+                self._tasks.append(guarded(
+                    _forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
+                    name=f"hub:{key}:{namespace or '*'}"))
+            log.info("watch.started", cluster="hub", kind=key)
+
+    async def _crds(self) -> None:
+        async for _ in watch.informer(self._hub, CRDS):
+            await self.discover()
+
+    async def _workloads(self, ref: ResourceRef, namespace: str) -> None:
+        async for item in watch.informer(self._hub, ref, namespace=namespace or None,
+                                         label_selector=self._selector):
+            if isinstance(item, watch.Listed):
+                objects = [o for o in item.objects if _wanted(o)]
+                for uid in self._cache.relist(ref, namespace, objects):
+                    self._kick(uid)
+                continue
+            obj = item.object
+            if not _wanted(obj):
+                continue
+            uid = str(obj["metadata"]["uid"])
+            if item.type == "DELETED":
+                self._cache.drop(uid)
+            else:
+                self._cache.put(ref, obj)
+            self._kick(uid)
+
+    async def _records(self) -> None:
+        async for item in watch.informer(self._hub, DISPATCHES):
+            if isinstance(item, watch.Listed):
+                for uid in self._cache.relist_records(item.objects):
+                    self._kick(uid)
+                self.records_synced = True
+                continue
+            uid = (self._cache.drop_record(item.object) if item.type == "DELETED"
+                   else self._cache.put_record(item.object))
+            self._kick(uid)
+
+
+def _wanted(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("metadata") or {}).get("namespace") not in _SKIP_NAMESPACES
+
+
+class MemberWatchers:
+    """Our copies on every member, by origin label, for each served catalog kind."""
+
+    def __init__(self, *, fleet: FleetView, catalog: Catalog, copies: CopyCache, kick: Kick,
+                 hub_id: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._fleet = fleet
+        self._catalog = catalog
+        self._copies = copies
+        self._kick = kick
+        self._hub_id = hub_id
+        self._monotonic = monotonic
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for name in self._fleet.names():
+            self._tasks.append(guarded(self._member(name), name=f"copies:{name}"))
+
+    async def stop(self) -> None:
+        await cancel_all(self._tasks)
+
+    async def _member(self, name: str) -> None:
+        """Wait for a client, watch every served kind; start over when the member is lost."""
+        seen = -1
+        while True:
+            client = self._fleet.client(name)
+            if client is None:
+                seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+                continue
+            tasks = []
+            for group, version, kind in self._catalog.kinds():
+                api_version = _api_version(group, version)
+                try:
+                    ref = await client.discovery.resource(api_version, kind)
+                except KubeError:
+                    ref = None
+                if ref is not None:
+                    tasks.append(guarded(self._kind(name, client, ref),
+                                         name=f"copies:{name}:{ref.kind}"))
+            try:
+                while self._fleet.client(name) is client:
+                    seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+            finally:
+                await cancel_all(tasks)
+                self._copies.unsync(name)
+
+    async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
+        key = kind_key(ref.api_version, ref.kind)
+
+        def lost() -> None:
+            self._copies.unsync(member)
+
+        async def body() -> None:
+            async for item in watch.informer(client, ref,
+                                             label_selector=f"{ORIGIN_LABEL}={self._hub_id}"):
+                now = self._monotonic()
+                if isinstance(item, watch.Listed):
+                    fresh: dict[str, MemberCopy] = {}
+                    for obj in item.objects:
+                        uid = stamped(obj, hub_id=self._hub_id)
+                        if uid:
+                            fresh[uid] = member_copy(obj, catalog=self._catalog, seen_at=now)
+                    for uid in self._copies.relist(member, key, fresh):
+                        self._kick(uid)
+                    continue
+                uid = stamped(item.object, hub_id=self._hub_id)
+                if not uid:
+                    continue
+                if item.type == "DELETED":
+                    self._copies.drop(member, uid)
+                else:
+                    self._copies.put(member, uid, member_copy(item.object,
+                                                              catalog=self._catalog,
+                                                              seen_at=now))
+                self._kick(uid)
+
+        await _forever(f"{member} {key}", body, on_error=lost)
