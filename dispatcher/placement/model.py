@@ -129,10 +129,10 @@ class Verdict:
     assignment: tuple[NodeGrant, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"member": self.member, "feasible": self.feasible,
-                                "reason": self.reason,
-                "free": self.free, "fits": self.fits, "freeAfter": self.free_after,
-                "score": self.score}
+        data: dict[str, Any] = {
+            "member": self.member, "feasible": self.feasible, "reason": self.reason,
+            "free": self.free, "fits": self.fits, "freeAfter": self.free_after,
+            "score": self.score}
         if self.assignment:
             data["assignment"] = [{"node": g.node, "gpus": g.gpus, "pods": g.pods}
                                   for g in self.assignment]
