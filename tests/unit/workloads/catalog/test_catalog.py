@@ -21,11 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.errors import EvaluationError, ObjectError
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.resolve import resolve
 
 HERE = Path(__file__).parent
+DEFINITIONS = Path(__file__).parents[4] / "definitions"
+FORMATS = {
+    "Karta": "apiVersion: run.ai/v1alpha1\nkind: Karta\n",
+    "ResourceInterface": "apiVersion: optimization.nvidia.com/v1alpha1\nkind: ResourceInterface\n",
+}
 SAMPLES = sorted(p for p in HERE.glob("*/*.yaml") if not p.name.endswith(".frames.yaml"))
 SHAPE_KEYS = ("gpus", "gpuProduct", "cpu", "memory")
 
@@ -200,3 +206,32 @@ def test_broken_samples_fail_cleanly(data: st.DataObject) -> None:
     assert result.demand.pods >= 0
     assert result.status in {"pending", "initializing", "running", "degraded", "completed",
                              "failed", "suspended", "unknown"}
+
+
+def _in_other_format(path: Path) -> str:
+    """The definition file with its document header switched to the other upstream GVK."""
+    text = path.read_text(encoding="utf-8")
+    for this, other in (("Karta", "ResourceInterface"), ("ResourceInterface", "Karta")):
+        if FORMATS[this] in text:
+            return text.replace(FORMATS[this], FORMATS[other])
+    raise AssertionError(f"{path.name}: no upstream header")
+
+
+def test_catalog_has_both_upstream_formats() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in DEFINITIONS.glob("*.yaml")]
+    for header in FORMATS.values():
+        assert any(header in text for text in texts), header
+
+
+def test_either_upstream_format_gives_the_same_results(catalog: Catalog) -> None:
+    """Karta and ResourceInterface share one spec: swapping the header changes nothing."""
+    swapped = Catalog([d for path in sorted(DEFINITIONS.glob("*.yaml"))
+                       for d in load_text(_in_other_format(path), source=str(path))])
+    assert len(swapped) == len(catalog)
+    for sample in SAMPLES:
+        obj = _load(sample)
+        frames = [None, *(f["status"] for f in _frames(sample))]
+        for status in frames:
+            probe = {**obj, "status": status} if status is not None else obj
+            assert (resolve(probe, catalog=swapped).to_dict()
+                    == resolve(probe, catalog=catalog).to_dict()), sample.name
