@@ -6,7 +6,7 @@ test shapes when there are no samples. Prints a readable summary and one JSON li
 ``all`` (full resolve), ``demand`` (demand_of only), ``status`` (status_of only) and one
 ``kind:<Kind>`` case per workload kind.
 
-    python benchmarks/resolve.py [--rounds 200]
+    python benchmarks/resolve.py [--rounds 100] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -89,10 +89,18 @@ def fallback() -> tuple[Any, list[Mapping[str, Any]]]:
 
 
 def measure(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
-            *, rounds: int) -> dict[str, Any]:
-    """Time each call; median/p99 per object and overall throughput."""
+            *, rounds: int, repeats: int) -> dict[str, Any]:
+    """Best of ``repeats`` runs (by median): other processes on a shared 2-core machine
+    only ever add time, so the quietest run is the closest to the code's own cost."""
     for obj in objects:  # warm-up
         call(obj)
+    runs = [_run(call, objects, rounds=rounds) for _ in range(repeats)]
+    return min(runs, key=lambda r: r["median_us"])
+
+
+def _run(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
+         *, rounds: int) -> dict[str, Any]:
+    """Time each call; median/p99 per object and overall throughput."""
     samples: list[int] = []
     clock = time.perf_counter_ns
     started = clock()
@@ -112,7 +120,8 @@ def measure(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from dispatcher.workloads.catalog import Catalog
@@ -139,9 +148,11 @@ def main() -> int:
         by_kind.setdefault(str(obj["kind"]), []).append(obj)
     cases += [(f"kind:{kind}", catalog.resolve, items) for kind, items in sorted(by_kind.items())]
     for name, call, items in cases:
-        figures = measure(call, items, rounds=args.rounds)
+        figures = measure(call, items, rounds=args.rounds, repeats=args.repeats)
         print(json.dumps({"bench": "resolve", "case": name, "objects": len(items), **figures,
-                          "rounds": args.rounds, "machine": where}))
+                          "rounds": args.rounds, "repeats": args.repeats,
+                          "load_avg_1m": round(os.getloadavg()[0], 2), "machine": where}),
+              flush=True)
     return 0
 
 

@@ -8,14 +8,18 @@ Raises ValueError with a field path for anything of the wrong type.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from dispatcher.workloads.demand import TaintEffect, Toleration
 from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity
+
+_MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
 __all__ = ["GPU", "GPU_PRODUCT", "PodNeeds", "pod_needs"]
 
@@ -42,11 +46,31 @@ class PodNeeds:
                 tuple(sorted(self.node_selector.items())), self.tolerations)
 
 
+_NOTHING = PodNeeds()
+
+
 def pod_needs(spec: Any) -> PodNeeds:
-    """Requirements of a pod whose spec is ``spec`` (None or {} -> nothing needed)."""
+    """Requirements of a pod whose spec is ``spec`` (None or {} -> nothing needed).
+
+    Memoized on the spec's JSON: the same templates come back on every resolve of an
+    object (status updates), and the key costs a fraction of the computation.
+    """
     if spec is None:
-        return PodNeeds()
-    if not isinstance(spec, Mapping):
+        return _NOTHING
+    try:
+        key = json.dumps(spec, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return _pod_needs(spec)
+    return _cached_needs(key)
+
+
+@lru_cache(maxsize=4096)
+def _cached_needs(key: str) -> PodNeeds:
+    return _pod_needs(json.loads(key))
+
+
+def _pod_needs(spec: Any) -> PodNeeds:
+    if not isinstance(spec, _MAP):
         raise ValueError(f"pod spec must be an object, not {_type(spec)}")
     containers = _containers(spec.get("containers"), "containers")
     inits = _containers(spec.get("initContainers"), "initContainers")
@@ -77,7 +101,7 @@ def _containers(value: Any, where: str) -> list[Mapping[str, Any]]:
     if not isinstance(value, list):
         raise ValueError(f"{where} must be a list, not {_type(value)}")
     for i, item in enumerate(value):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, _MAP):
             raise ValueError(f"{where}[{i}] must be an object, not {_type(item)}")
     return cast(list[Mapping[str, Any]], value)
 
@@ -88,14 +112,14 @@ def _amount(container: Mapping[str, Any], *, resource: str, prefer: str, where: 
     resources = container.get("resources")
     if not resources:
         return 0
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, _MAP):
         raise ValueError(f"{where}.resources must be an object, not {_type(resources)}")
     other = "requests" if prefer == "limits" else "limits"
     for block in (prefer, other):
         values = resources.get(block)
         if values is None:
             continue
-        if not isinstance(values, Mapping):
+        if not isinstance(values, _MAP):
             raise ValueError(f"{where}.resources.{block} must be an object")
         if resource in values:
             try:
@@ -128,7 +152,7 @@ def _effective(containers: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[
 def _string_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, _MAP):
         raise ValueError(f"{where} must be an object, not {_type(value)}")
     out: dict[str, str] = {}
     for key, item in value.items():
@@ -140,19 +164,19 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
 
 def _affinity_product(affinity: Any) -> str | None:
     """The GPU product when every required node-affinity term pins one and the same value."""
-    if not isinstance(affinity, Mapping):
+    if not isinstance(affinity, _MAP):
         return None
     node = affinity.get("nodeAffinity")
     required = node.get("requiredDuringSchedulingIgnoredDuringExecution") \
-        if isinstance(node, Mapping) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+        if isinstance(node, _MAP) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, _MAP) else None
     if not isinstance(terms, list) or not terms:
         return None
     found: set[str] = set()
     for term in terms:
-        expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        expressions = term.get("matchExpressions") if isinstance(term, _MAP) else None
         pinned = [e.get("values") for e in expressions or []
-                  if isinstance(e, Mapping) and e.get("key") == GPU_PRODUCT
+                  if isinstance(e, _MAP) and e.get("key") == GPU_PRODUCT
                   and e.get("operator") == "In"]
         if len(pinned) != 1 or not isinstance(pinned[0], list) or len(pinned[0]) != 1 \
                 or not isinstance(pinned[0][0], str):
@@ -168,7 +192,7 @@ def _tolerations(value: Any) -> tuple[Toleration, ...]:
         raise ValueError(f"tolerations must be a list, not {_type(value)}")
     out = []
     for i, item in enumerate(value):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, _MAP):
             raise ValueError(f"tolerations[{i}] must be an object, not {_type(item)}")
         operator = item.get("operator") or "Equal"
         effect = item.get("effect") or ""

@@ -24,6 +24,8 @@ from dispatcher.workloads.status import StatusReading, read_status
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
 
+_MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
+
 __all__ = ["ComponentView", "Instance", "Resolution", "demand_of", "resolve", "resolve_with",
            "status_of"]
 
@@ -137,13 +139,13 @@ def resolve_with(definition: Definition, obj: Any, *,
 
 
 def _identity(obj: Any) -> tuple[str, str | None]:
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, _MAP):
         raise ObjectError(f"a workload must be an object, not {type(obj).__name__}")
     for key in ("apiVersion", "kind"):
         if not isinstance(obj.get(key), str) or not obj[key]:
             raise ObjectError(f"{key} is missing or not a string")
     meta = obj.get("metadata")
-    if meta is not None and not isinstance(meta, Mapping):
+    if meta is not None and not isinstance(meta, _MAP):
         raise ObjectError("metadata must be an object")
     meta = meta or {}
     name = meta.get("name") or meta.get("generateName") or ""
@@ -315,12 +317,12 @@ def _specs(comp: Component, values: _Values, count: int
     expr = spec.path
     result: list[tuple[Expr, Mapping[str, Any] | None]] = []
     for value in values.aligned(expr, count):
-        if value is not None and not isinstance(value, Mapping):
+        if value is not None and not isinstance(value, _MAP):
             raise values.fail(expr, f"must be an object, not {type(value).__name__}")
         pod = value
         if spec.pattern == "template" and value is not None:
             pod = value.get("spec")
-            if pod is not None and not isinstance(pod, Mapping):
+            if pod is not None and not isinstance(pod, _MAP):
                 raise values.fail(expr, "pod template .spec must be an object")
         result.append((expr, pod))
     return result
@@ -342,13 +344,13 @@ def _assemble(parts: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("containersPath must give a list of containers")
     listed = list(containers or [])
     main = parts.get("containerPath")
-    if main is not None and not isinstance(main, Mapping):
+    if main is not None and not isinstance(main, _MAP):
         raise ValueError("containerPath must give a container object")
     resources = parts.get("resourcesPath")
     if resources is not None:
         main = {**(main or {"name": "main"}), "resources": resources}
     if main is not None:
-        names = [c.get("name") for c in listed if isinstance(c, Mapping)]
+        names = [c.get("name") for c in listed if isinstance(c, _MAP)]
         if main.get("name") in names:
             at = names.index(main.get("name"))
             if resources is not None:

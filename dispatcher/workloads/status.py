@@ -14,6 +14,8 @@ from typing import Any
 from dispatcher.workloads.jqrun import JqFailure
 from dispatcher.workloads.model import GENERIC_OF_KEY, Condition, Expr, Matcher, StatusRules
 
+_MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
+
 __all__ = ["ConditionValue", "StatusReading", "read_status"]
 
 Results = Sequence[list[Any] | JqFailure]
@@ -99,7 +101,7 @@ def _conditions(rules: StatusRules, results: Results, *, fail: Fail
             raise fail(expr, f"failed to extract conditions: want a list, got "
                              f"{type(item).__name__}")
         for entry in item:
-            if not isinstance(entry, Mapping):
+            if not isinstance(entry, _MAP):
                 raise fail(expr, "failed to extract conditions: an entry is not an object")
             out.append(ConditionValue(
                 type=_text(entry.get(rules.type_field)) or "",
