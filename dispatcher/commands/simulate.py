@@ -303,6 +303,12 @@ def _print_tables(summary: dict[str, Any], *, wide: bool) -> None:
         table(columns=["member", "gpus", "gpu-util", "dispatched"],
               rows=[[name, m["gpus"], f"{100 * m['utilization']:.1f}%", m["dispatched"]]
                     for name, m in p["members"].items()])
+        if wide:
+            print()
+            table(columns=["workload", "kind", "gpus", "dispatched", "wait-p50", "wait-p95"],
+                  rows=[[w["template"], w["kind"], w["gpus"], w["dispatched"],
+                         _minutes(w["waitP50"]), _minutes(w["waitP95"])]
+                        for w in p["workloads"]])
     first = summary["policies"][0] if summary["policies"] else None
     if first and first["unplaceable"]:
         print("\nnever placeable (no member of the bare fleet can run them):")

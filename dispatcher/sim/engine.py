@@ -118,7 +118,8 @@ class _Run:
         self.backend.bind(uid=workload.uid, choice=choice, durable=workload.run_time is None)
         self.decisions.append(Decision(
             uid=workload.uid, name=workload.name, member=choice.member, start=self.now,
-            wait=self.now - workload.arrival, nodes=choice.pods))
+            wait=self.now - workload.arrival, nodes=choice.pods, template=workload.template,
+            kind=workload.kind, gpus=workload.demand.gpus))
         if entry.reserved is not None:
             del self.reserved[entry.reserved]
         if workload.run_time is not None and self.now + workload.run_time <= self.duration:

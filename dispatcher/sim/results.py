@@ -42,6 +42,9 @@ class Decision:
     start: float
     wait: float
     nodes: tuple[tuple[str, int], ...]
+    template: str = ""
+    kind: str = ""
+    gpus: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +144,15 @@ class RunResult:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 3)
 
+        by_template: dict[str, list[Decision]] = {}
+        for decision in self.decisions:
+            by_template.setdefault(decision.template, []).append(decision)
+        templates = [{"template": name, "kind": group[0].kind, "gpus": group[0].gpus,
+                      "dispatched": len(group),
+                      "waitP50": rounded(percentile([d.wait for d in group], 50)),
+                      "waitP95": rounded(percentile([d.wait for d in group], 95))}
+                     for name, group in sorted(by_template.items())]
+
         return {
             "policy": self.policy,
             "submitted": self.submitted,
@@ -157,6 +169,7 @@ class RunResult:
             "members": per_member,
             "fragmentation": {"strandedGpusMean": rounded(stranded),
                               "strandedShareOfFree": rounded(share)},
+            "workloads": templates,
             "reservations": self.reservations,
             "unplaceable": list(unplaceable.values()),
             "placementCalls": self.placement_calls,
