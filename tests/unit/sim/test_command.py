@@ -46,6 +46,9 @@ def test_scenario_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert policy["dispatched"] + policy["pendingAtEnd"] == policy["submitted"]
         assert 0 < policy["gpuUtilization"] < 1
         assert set(policy["members"]) == {"member-1", "member-2"}
+        [train] = policy["workloads"]
+        assert (train["template"], train["kind"], train["gpus"]) == ("train", "Job", 8)
+        assert train["dispatched"] == policy["dispatched"]
 
 
 def test_same_seed_same_output_other_seed_differs(
