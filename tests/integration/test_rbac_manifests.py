@@ -1,0 +1,189 @@
+"""The install manifests themselves, read from deploy/ (no apiserver needed).
+
+Covers: no wildcard in any Role or ClusterRole; the hub ClusterRole and the member
+ClusterRole grant each catalog workload kind exactly the verbs the controller uses, and no
+resource outside the catalog; every CRD of deploy/crds is installed by the kustomization;
+the Deployment is hardened (non-root, read-only root, no capabilities, RuntimeDefault
+seccomp, probes on the config's server port) and runs as the ServiceAccount the RBAC
+binds; the in-cluster config is config/default.yaml but for the hub kubeconfig.
+Not covered here: what an apiserver makes of them (test_rbac_hub.py, test_rbac_member.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher import config as configmod
+from dispatcher.devfleet.workload_crds import WORKLOAD_KINDS
+from dispatcher.workloads.catalog import Catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+# Plurals of the catalog's built-in (non-CRD) kinds; CRD kinds come from the dev fleet's
+# stand-in CRDs, which carry each framework's real plural.
+BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("apps", "Deployment"): "deployments",
+                   ("apps", "StatefulSet"): "statefulsets"}
+
+HUB_WORKLOAD_VERBS = {"get", "list", "watch", "update", "patch"}
+HUB_SUBRESOURCE_VERBS = {"update", "patch"}
+MEMBER_WORKLOAD_VERBS = {"create", "get", "list", "watch", "update", "patch", "delete"}
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomized(directory: Path) -> Iterator[dict[str, Any]]:
+    """The documents of a kustomization's ``resources`` (files only)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    for entry in kustomization["resources"]:
+        yield from load(directory / entry)
+
+
+def one(docs: Iterator[dict[str, Any]] | list[dict[str, Any]], kind: str, name: str
+        ) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def catalog_resources() -> set[tuple[str, str]]:
+    """(group, plural) of every root kind of the built-in catalog."""
+    plurals = {(g, k): p for g, _, k, p in WORKLOAD_KINDS} | BUILTIN_PLURALS
+    return {(group, plurals[(group, kind)]) for group, _, kind in Catalog.builtin().kinds()}
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(group, resource) -> verbs, over rules without resourceNames."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        if rule.get("resourceNames"):
+            continue
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def all_roles() -> list[tuple[Path, dict[str, Any]]]:
+    roles = []
+    for path in sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "member").glob("*.yaml")):
+        roles += [(path, d) for d in load(path) if d.get("kind") in ("Role", "ClusterRole")]
+    return roles
+
+
+def test_no_role_uses_a_wildcard() -> None:
+    roles = all_roles()
+    assert len(roles) >= 4
+    for path, role in roles:
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames",
+                        "nonResourceURLs"):
+                assert "*" not in rule.get(key, []), f"{path.name}: {rule}"
+                assert not any("*" in str(v) for v in rule.get(key, [])), f"{path.name}"
+
+
+def test_hub_role_grants_each_catalog_kind_exactly_what_the_controller_uses() -> None:
+    role = one(kustomized(DEPLOY), "ClusterRole", "dispatcher")
+    granted = grants(role["rules"])
+    workloads = catalog_resources()
+    assert len(workloads) == len(Catalog.builtin().kinds())
+    for group, plural in workloads:
+        assert granted.get((group, plural)) == HUB_WORKLOAD_VERBS, (group, plural)
+        for sub in ("status", "finalizers"):
+            assert granted.get((group, f"{plural}/{sub}")) == HUB_SUBRESOURCE_VERBS, \
+                (group, plural, sub)
+    own = {("dispatcher.io", r) for r in ("memberclusters", "memberclusters/status",
+                                          "dispatches", "dispatches/status")}
+    extra = set(granted) - own - {("", "events")} - workloads - {
+        (g, f"{p}/{s}") for g, p in workloads for s in ("status", "finalizers")}
+    assert extra == set()
+    assert granted[("", "events")] == {"create"}
+    assert granted[("dispatcher.io", "memberclusters")] == {"get", "list", "watch"}
+
+
+def test_hub_secrets_and_lease_are_namespaced_to_dispatcher_system() -> None:
+    docs = list(kustomized(DEPLOY))
+    role = one(docs, "Role", "dispatcher")
+    assert role["metadata"]["namespace"] == "dispatcher-system"
+    assert grants(role["rules"])[("", "secrets")] == {"get", "list", "watch"}
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [configmod.load(DEPLOY / "config.yaml")
+                                        .control.leader.name],
+                      "verbs": ["get", "update"]}]
+    cluster_role = one(docs, "ClusterRole", "dispatcher")
+    assert ("", "secrets") not in grants(cluster_role["rules"])
+
+
+def test_member_role_grants_each_catalog_kind_and_read_only_capacity() -> None:
+    docs = list(kustomized(DEPLOY / "member"))
+    granted = grants(one(docs, "ClusterRole", "dispatcher-member")["rules"])
+    workloads = catalog_resources()
+    for resource in workloads:
+        assert granted.get(resource) == MEMBER_WORKLOAD_VERBS, resource
+    assert granted[("", "nodes")] == granted[("", "pods")] == {"get", "list", "watch"}
+    assert granted[("", "namespaces")] == {"get"}
+    extra = set(granted) - workloads - {("", "nodes"), ("", "pods"), ("", "namespaces"),
+                                        ("apiextensions.k8s.io", "customresourcedefinitions")}
+    assert extra == set()
+    create_ns = grants(one(docs, "ClusterRole", "dispatcher-member-namespaces")["rules"])
+    assert create_ns == {("", "namespaces"): {"create"}}
+
+
+def test_every_crd_is_installed_by_the_kustomization() -> None:
+    listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+    crds = sorted(f"crds/{p.name}" for p in (DEPLOY / "crds").glob("*.yaml"))
+    assert crds and set(crds) <= set(listed)
+
+
+def test_deployment_is_hardened_and_probes_the_configured_port() -> None:
+    docs = list(kustomized(DEPLOY))
+    pod = one(docs, "Deployment", "dispatcher")["spec"]["template"]["spec"]
+    binding = one(docs, "ClusterRoleBinding", "dispatcher")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                    "namespace": "dispatcher-system"}]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    server = configmod.load(DEPLOY / "config.yaml").control.server
+    (port,) = container["ports"]
+    assert port["containerPort"] == server.port
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert container["args"][-1] == "/etc/dispatcher/config.yaml"
+    service = one(docs, "Service", "dispatcher-metrics")
+    labels = one(docs, "Deployment", "dispatcher")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_in_cluster_config_is_the_default_but_for_the_hub_kubeconfig() -> None:
+    deployed = yaml.safe_load((DEPLOY / "config.yaml").read_text())
+    default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    assert deployed["hub"].pop("kubeconfig") == "in-cluster.kubeconfig"
+    default["hub"].pop("kubeconfig")
+    assert deployed == default
+    loaded = configmod.load(DEPLOY / "config.yaml")
+    assert loaded.hub_kubeconfig == str(DEPLOY / "in-cluster.kubeconfig")
+    kubeconfig = yaml.safe_load((DEPLOY / "in-cluster.kubeconfig").read_text())
+    assert kubeconfig["users"][0]["user"] == {
+        "tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+
+
+@pytest.mark.parametrize("path", ["Dockerfile"])
+def test_image_runs_as_non_root(path: str) -> None:
+    text = (ROOT / path).read_text()
+    assert "FROM python:3.11-slim" in text
+    users = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
+    assert users and all(not u.startswith(("root", "0")) for u in users)
