@@ -291,6 +291,11 @@ def _ids(comp: Component, values: _Values) -> list[str]:
     if "" in ids:
         raise values.fail(comp.instance_ids,
                           f"instance id path contained empty string values [{','.join(ids)}]")
+    if len(set(ids)) != len(ids):
+        # upstream keeps the last (a map by id) and silently loses pods; the frameworks'
+        # own validation rejects such objects, so say so instead
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        raise values.fail(comp.instance_ids, f"duplicate instance ids {duplicates}")
     return ids
 
 

@@ -201,3 +201,10 @@ def test_thousand_results_fail_like_upstream() -> None:
         resolve_with(define(BATCHSET), obj)
     obj["spec"]["jobs"] = obj["spec"]["jobs"][:999]
     assert resolve_with(define(BATCHSET), obj).demand.pods == 999 * 6
+
+
+def test_duplicate_instance_ids_are_an_error_not_a_silent_loss() -> None:
+    obj = copy.deepcopy(BATCHSET_OBJ)
+    obj["spec"]["jobs"][1]["name"] = "leader"
+    with pytest.raises(EvaluationError, match=r"duplicate instance ids \['leader'\]"):
+        resolve_with(define(BATCHSET), obj)
