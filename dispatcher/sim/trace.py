@@ -24,10 +24,12 @@ policy. The format, one JSON object per line (other events and non-JSON lines ar
 
 ``gangs`` is exactly the ``gangs`` list of the inspect JSON (DESIGN.md), with two optional
 pod-shape keys (``nodeSelector`` without the product label, ``tolerations``) so a replay
-places pods with the same constraints. Two more events end a workload's run in a replay:
-``{"event": "workload.finished", "ts": ..., "uid": ..., "status": "completed"}`` and
-``{"event": "workload.deleted", "ts": ..., "uid": ...}``. A workload with neither runs until
-the replay ends (a service, or a job still running when the log was taken).
+places pods with the same constraints. The first of these later lines (same ``uid``) ends a
+workload's run in a replay: ``{"event": "status.mirrored", "uid": ..., "status":
+"completed"}`` (or ``"failed"``; the controller logs it when the member's copy reaches that
+generic status), ``{"event": "workload.finished", "uid": ...}`` and ``{"event":
+"workload.deleted", "uid": ...}``, each with its ``ts``. A workload with none runs until the
+replay ends (a service, or a job still running when the log was taken).
 
 ``resolved_event`` builds the line from a ``Demand``, so the controller and the replay cannot
 drift apart; ``read_trace`` parses a file back into arrivals.
@@ -46,6 +48,7 @@ from dispatcher.workloads.demand import Demand, Gang, PodShape, TaintEffect, Tol
 __all__ = [
     "EVENT_DELETED",
     "EVENT_FINISHED",
+    "EVENT_MIRRORED",
     "EVENT_RESOLVED",
     "TraceError",
     "TraceWorkload",
@@ -58,6 +61,8 @@ __all__ = [
 EVENT_RESOLVED = "workload.resolved"
 EVENT_FINISHED = "workload.finished"
 EVENT_DELETED = "workload.deleted"
+EVENT_MIRRORED = "status.mirrored"
+_FINAL_STATUSES = frozenset({"completed", "failed"})
 
 _OPERATORS: dict[str, Literal["Exists", "Equal"]] = {"Exists": "Exists", "Equal": "Equal"}
 _EFFECTS: dict[str, TaintEffect] = {"": "", "NoSchedule": "NoSchedule",
@@ -221,7 +226,9 @@ def read_trace(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceWo
             continue
         where = f"{source}:{number}"
         event = record.get("event")
-        if event not in (EVENT_RESOLVED, EVENT_FINISHED, EVENT_DELETED):
+        if event == EVENT_MIRRORED and record.get("status") not in _FINAL_STATUSES:
+            continue
+        if event not in (EVENT_RESOLVED, EVENT_FINISHED, EVENT_DELETED, EVENT_MIRRORED):
             continue
         uid = record.get("uid")
         if not isinstance(uid, str) or not uid:

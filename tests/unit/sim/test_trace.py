@@ -59,13 +59,19 @@ def test_replay_times_ends_and_noise() -> None:
              apiVersion="v1", kind="K", gangs=gangs),
         line(event="workload.resolved", ts="2026-11-29T20:05:00Z", uid="a", name="a",
              apiVersion="v1", kind="K", gangs=gangs),  # re-resolved: first arrival kept
-        line(event="workload.finished", ts="2026-11-29T21:00:00Z", uid="a",
+        line(event="status.mirrored", ts="2026-11-29T20:30:00Z", uid="a", status="running"),
+        line(event="status.mirrored", ts="2026-11-29T21:00:00.5Z", uid="a",
              status="completed"),
+        line(event="workload.deleted", ts="2026-11-29T22:00:00Z", uid="a"),
+        line(event="workload.resolved", ts="2026-11-29T20:00:20Z", uid="c", name="c",
+             apiVersion="v1", kind="K", gangs=gangs),
+        line(event="workload.deleted", ts="2026-11-29T20:10:20Z", uid="c"),
         "[1, 2]",
     ]
-    first, second = read_trace(lines, source="hub.log")
-    assert (first.uid, first.at, first.end) == ("a", 0.0, 3600.0)
+    first, second, third = read_trace(lines, source="hub.log")
+    assert (first.uid, first.at, first.end) == ("a", 0.0, 3600.5)
     assert (second.uid, second.at, second.end) == ("b", 10.0, None)
+    assert (third.uid, third.at, third.end) == ("c", 20.0, 620.0)
 
 
 @pytest.mark.parametrize(("record", "key"), [
@@ -119,3 +125,26 @@ def test_junk_lines_give_trace_errors_only(fields: dict[str, object], event: str
         read_trace([json.dumps(record)], source="fuzz.log")
     except TraceError as exc:
         assert str(exc).startswith("fuzz.log:1: ")
+
+
+def test_structlog_rendered_lines_replay() -> None:
+    # The controller logs the event dict through structlog with an ISO UTC "ts" key and a
+    # JSON renderer (control/observe.py); such lines must replay as they are.
+    import io
+
+    import structlog
+
+    buffer = io.StringIO()
+    log = structlog.wrap_logger(structlog.PrintLogger(buffer), processors=[
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        structlog.processors.JSONRenderer()])
+    event = resolved_event(ts="unused", uid="u1", namespace="ns", name="train",
+                           api_version="batch/v1", kind="Job", definition="batch-job",
+                           demand=DEMAND)
+    event.pop("ts")
+    log.info(event.pop("event"), **event)
+    log.info("status.mirrored", uid="u1", member="m", status="completed", lag_ms=1.0)
+    [workload] = read_trace(buffer.getvalue().splitlines(), source="controller.log")
+    assert workload.demand == DEMAND
+    assert workload.end is not None and workload.end >= 0
