@@ -19,6 +19,8 @@ examples:
   dispatcher clusters add gpu-east --kubeconfig east.yaml --context admin@east \\
       --label region=us-east --label tier=prod
   dispatcher clusters add gpu-east --kubeconfig east.yaml --cordon   update: no new dispatches
+  dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity
+                                  register a least-privilege token, not the admin kubeconfig
   dispatcher clusters remove gpu-east
 
 'add' stores only the chosen context of the kubeconfig, with certificate and token files
@@ -56,6 +58,14 @@ def register(subparsers: Any) -> None:
                      help="label for cluster selectors (repeatable)")
     add.add_argument("--cordon", action="store_true",
                      help="register cordoned: no new dispatches until uncordoned")
+    add.add_argument("--create-identity", action="store_true",
+                     help="--kubeconfig is an admin's: apply deploy/member/ on the member with "
+                          "it, mint a token for that ServiceAccount and register only that")
+    add.add_argument("--token-source", choices=("auto", "secret", "request"), default="auto",
+                     help="with --create-identity: the token Secret (long-lived), a "
+                          "TokenRequest (expires, works without a token controller), or the "
+                          "Secret when it fills within seconds, else a TokenRequest "
+                          "(default: %(default)s)")
     _hub_flags(add)
     add.set_defaults(run=_add)
     remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
@@ -157,6 +167,18 @@ def _add(args: argparse.Namespace) -> int:
         # YAML errors can quote lines of the file: print only their kind.
         text = "kubeconfig is not valid YAML" if isinstance(exc, yaml.YAMLError) else str(exc)
         return _fail(text, 2)
+    if args.create_identity:
+        from dispatcher.fleet import identity
+
+        try:
+            minted = asyncio.run(identity.create_identity(kubeconfig,
+                                                          token_source=args.token_source))
+        except (identity.IdentityError, KubeError, OSError) as exc:
+            return _fail(f"cannot create the member identity: {exc}")
+        kubeconfig = minted.kubeconfig
+        print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
+              f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
+                                          else ""))
 
     async def apply() -> registration.Registered:
         async with await _hub(args) as hub:
