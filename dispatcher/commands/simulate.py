@@ -45,6 +45,8 @@ Scenario file (YAML; errors name the file and the key):
     - {name: exp, weight: 5, file: jobs/exp.yaml, runTime: {exponential: 30m}}
 
 Run times: 2h | {exponential: MEAN} | {lognormal: {median, sigma}} | {uniform: [LOW, HIGH]}.
+Manifests may carry the dispatcher.io/cluster, dispatcher.io/cluster-selector and
+dispatcher.io/policy annotations; they are honoured as in the controller.
 See `python -c 'import dispatcher.sim.scenario as s; help(s)'` for every key.
 
 Output: per policy, workloads dispatched and completed, queue wait p50/p95/p99, GPU

@@ -9,16 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from dispatcher.placement.model import PIN_ANNOTATION, POLICY_ANNOTATION, SELECTOR_ANNOTATION
 from dispatcher.workloads.demand import Demand
 
-__all__ = ["Backend", "Choice", "NoFit", "Outcome", "View"]
+__all__ = ["NO_RULES", "Backend", "Choice", "NoFit", "Outcome", "Rules", "View"]
 
 View = Literal["live", "durable", "empty"]
 """Which capacity a question is about: ``live`` (everything running now), ``durable`` (only
 workloads that never end, i.e. services: what is left once every batch job finishes) or
 ``empty`` (the bare fleet: can this workload ever run here?)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    """A workload's own placement rules, from its ``dispatcher.io/*`` annotations: pinned
+    member, cluster selector, and a policy that overrides the run's."""
+
+    pin: str | None = None
+    selector: str | None = None
+    policy: str | None = None
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> Rules:
+        """The rules written on a manifest (none when it has no such annotations)."""
+        meta = manifest.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        if not isinstance(annotations, Mapping):
+            return NO_RULES
+        return cls(pin=_text(annotations.get(PIN_ANNOTATION)),
+                   selector=_text(annotations.get(SELECTOR_ANNOTATION)),
+                   policy=_text(annotations.get(POLICY_ANNOTATION)))
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+NO_RULES = Rules()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,11 +77,13 @@ class Backend(Protocol):
     """The capacity model and placement engine behind a simulated fleet (one policy run)."""
 
     def place(self, demand: Demand, *, policy: str, view: View = "live",
-              exclude: frozenset[str] = frozenset()) -> Outcome:
-        """Where ``demand`` fits on ``view``, members in ``exclude`` left out."""
+              exclude: frozenset[str] = frozenset(), rules: Rules = NO_RULES) -> Outcome:
+        """Where ``demand`` fits on ``view``, members in ``exclude`` left out. A request
+        the placement rejects (unknown pinned member, bad selector) is a NoFit whose reason
+        says so."""
         ...
 
-    def fitting(self, demand: Demand) -> frozenset[str]:
+    def fitting(self, demand: Demand, *, rules: Rules = NO_RULES) -> frozenset[str]:
         """Members where ``demand`` fits now as a whole (live view), for fragmentation."""
         ...
 

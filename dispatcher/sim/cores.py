@@ -19,8 +19,13 @@ from typing import Any
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec, node_manifests
 from dispatcher.placement.engine import POLICIES, decide
-from dispatcher.placement.model import MemberSnapshot, NodeGrant, PlacementRequest
-from dispatcher.sim.backend import Choice, NoFit, Outcome, View
+from dispatcher.placement.model import (
+    MemberSnapshot,
+    NodeGrant,
+    PlacementError,
+    PlacementRequest,
+)
+from dispatcher.sim.backend import NO_RULES, Choice, NoFit, Outcome, Rules, View
 from dispatcher.sim.stream import Resolver
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.demand import Demand
@@ -67,6 +72,7 @@ class CoreBackend:
                 MemberSnapshot(name=m.name, capacity=models[m.name], labels=dict(m.labels))
                 for m in fleet.members)
         self._bound: dict[str, tuple[str, list[str], bool]] = {}
+        self._names = frozenset(m.name for m in fleet.members)
 
     @staticmethod
     def _candidates(demand: Demand, members: tuple[MemberSnapshot, ...]
@@ -78,27 +84,45 @@ class CoreBackend:
         return tuple(m for m in members if m.capacity.free >= gpus
                      and m.capacity.largest_free_block >= largest)
 
+    def _request(self, demand: Demand, *, policy: str, rules: Rules,
+                 members: tuple[MemberSnapshot, ...]) -> PlacementRequest | None:
+        """The placement request, or None when a pinned member is not among ``members``
+        (placement would call that an error; here it only means "not there now")."""
+        if rules.pin is not None and rules.pin in self._names and all(
+                m.name != rules.pin for m in members):
+            return None
+        return PlacementRequest(demand=demand, policy=rules.policy or policy, pin=rules.pin,
+                                selector=rules.selector)
+
     def place(self, demand: Demand, *, policy: str, view: View = "live",
-              exclude: frozenset[str] = frozenset()) -> Outcome:
+              exclude: frozenset[str] = frozenset(), rules: Rules = NO_RULES) -> Outcome:
         members = self._snapshots[view]
         if exclude:
             members = tuple(m for m in members if m.name not in exclude)
         if view != "empty":
             # Reasons are only reported for the empty view, so skipping here loses nothing.
             members = self._candidates(demand, members)
-        if not members:
+        request = self._request(demand, policy=policy, rules=rules, members=members)
+        if not members or request is None:
             return NoFit(reasons={})
-        decision = decide(members, PlacementRequest(demand=demand, policy=policy))
+        try:
+            decision = decide(members, request)
+        except PlacementError as exc:
+            return NoFit(reasons={"request": str(exc)})
         if decision.chosen is None:
             return NoFit(reasons={v.member: v.reason for v in decision.verdicts})
         score = next((v.score for v in decision.verdicts if v.member == decision.chosen), None)
         return Choice(member=decision.chosen, pods=_pods(decision.assignment), score=score or 0.0)
 
-    def fitting(self, demand: Demand) -> frozenset[str]:
+    def fitting(self, demand: Demand, *, rules: Rules = NO_RULES) -> frozenset[str]:
         members = self._candidates(demand, self._snapshots["live"])
-        if not members:
+        request = self._request(demand, policy="most-free", rules=rules, members=members)
+        if not members or request is None:
             return frozenset()
-        decision = decide(members, PlacementRequest(demand=demand))
+        try:
+            decision = decide(members, request)
+        except PlacementError:
+            return frozenset()
         return frozenset(v.member for v in decision.verdicts if v.feasible)
 
     def bind(self, *, uid: str, choice: Choice, durable: bool) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.fleet.fleetfile import FleetSpec
-from dispatcher.sim.backend import Backend, Choice, NoFit, View
+from dispatcher.sim.backend import Backend, Choice, NoFit, Rules, View
 from dispatcher.sim.ledger import Ledger
 from dispatcher.sim.results import Decision, RunResult, Sample, SimWorkload, Unplaceable
 from dispatcher.sim.scenario import QueueSpec
@@ -70,10 +70,10 @@ class _Run:
     reserved: dict[str, str] = field(default_factory=dict)  # member -> uid
     # (demand, excluded members) -> epoch of its last "fits nowhere"; capacity only shrinks
     # between completions, so only members freed since then need asking again.
-    failed: dict[tuple[Demand, frozenset[str]], int] = field(default_factory=dict)
+    failed: dict[tuple[Demand, Rules, frozenset[str]], int] = field(default_factory=dict)
     epoch: int = 0
     freed_at: dict[str, int] = field(default_factory=dict)
-    empty_verdicts: dict[Demand, NoFit | None] = field(default_factory=dict)
+    empty_verdicts: dict[tuple[Demand, Rules], NoFit | None] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     unplaceable: list[Unplaceable] = field(default_factory=list)
     gpu_seconds: dict[str, float] = field(default_factory=dict)
@@ -90,16 +90,19 @@ class _Run:
                 self.gpu_seconds[member] += used * span
         self.last_change = self.now
 
-    def place(self, demand: Demand, *, view: View, exclude: frozenset[str]) -> Choice | NoFit:
+    def place(self, workload: SimWorkload, *, view: View,
+              exclude: frozenset[str]) -> Choice | NoFit:
         self.placement_calls += 1
-        return self.backend.place(demand, policy=self.policy, view=view, exclude=exclude)
+        return self.backend.place(workload.demand, policy=self.policy, view=view,
+                                  exclude=exclude, rules=workload.rules)
 
     def arrive(self, workload: SimWorkload, seq: int) -> None:
         demand = workload.demand
-        if demand not in self.empty_verdicts:
-            outcome = self.place(demand, view="empty", exclude=frozenset())
-            self.empty_verdicts[demand] = outcome if isinstance(outcome, NoFit) else None
-        verdict = self.empty_verdicts[demand]
+        key = (demand, workload.rules)
+        if key not in self.empty_verdicts:
+            outcome = self.place(workload, view="empty", exclude=frozenset())
+            self.empty_verdicts[key] = outcome if isinstance(outcome, NoFit) else None
+        verdict = self.empty_verdicts[key]
         if verdict is not None:
             self.unplaceable.append(Unplaceable(
                 uid=workload.uid, name=workload.name, kind=workload.kind,
@@ -138,7 +141,7 @@ class _Run:
         """Place ``entry`` now if it fits, asking only members that could have changed."""
         exclude = frozenset(m for m, uid in self.reserved.items()
                             if uid != entry.workload.uid)
-        key = (entry.workload.demand, exclude)
+        key = (entry.workload.demand, entry.workload.rules, exclude)
         since = self.failed.get(key)
         ask = exclude
         if since is not None:
@@ -146,7 +149,7 @@ class _Run:
             if not changed:
                 return None
             ask = frozenset(self.ledger.members) - changed
-        verdict = self.place(entry.workload.demand, view="live", exclude=ask)
+        verdict = self.place(entry.workload, view="live", exclude=ask)
         if isinstance(verdict, Choice):
             return verdict
         self.failed[key] = self.epoch
@@ -155,7 +158,7 @@ class _Run:
     def reserve(self, entry: _Queued) -> None:
         """Reserve a member where ``entry`` fits once the batch jobs there have finished."""
         others = frozenset(self.reserved)
-        verdict = self.place(entry.workload.demand, view="durable", exclude=others)
+        verdict = self.place(entry.workload, view="durable", exclude=others)
         if isinstance(verdict, NoFit):
             entry.no_reservation = True
             return
@@ -260,14 +263,14 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
 
 def _sample(run: _Run, t: float) -> Sample:
     ledger = run.ledger
-    demands = {entry.workload.demand for entry in run.queue}
+    wanted = {(entry.workload.demand, entry.workload.rules) for entry in run.queue}
     usable: set[str] = set()
-    for demand in demands:
-        since = run.failed.get((demand, frozenset()))
+    for demand, rules in wanted:
+        since = run.failed.get((demand, rules, frozenset()))
         if since is not None and not any(at > since for at in run.freed_at.values()):
             continue  # known to fit nowhere since the last completion
-        usable |= run.backend.fitting(demand)
-    shapes = [shape for demand in demands for gang in demand.gangs
+        usable |= run.backend.fitting(demand, rules=rules)
+    shapes = [shape for demand, _ in wanted for gang in demand.gangs
               for shape in gang.pod_shapes]
     stranded, free = ledger.fragmentation(shapes, members=usable)
     return Sample(

@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = ["Decision", "RunResult", "Sample", "SimWorkload", "Unplaceable", "percentile"]
 
+from dispatcher.sim.backend import NO_RULES, Rules
 from dispatcher.workloads.demand import Demand
 
 
@@ -30,6 +31,7 @@ class SimWorkload:
     run_time: float | None
     priority: int
     demand: Demand
+    rules: Rules = NO_RULES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,10 @@ file and the key (``scenario.yaml: generator.mix[1].runTime: expected ...``)::
         file: workloads/isvc-8.yaml    # no runTime: a service
         priority: 100
 
+Manifests are real objects of any kind the catalog knows; their ``dispatcher.io/cluster``,
+``dispatcher.io/cluster-selector`` and ``dispatcher.io/policy`` annotations are honoured as
+the controller honours them.
+
 Run times: ``2h`` (fixed), ``{exponential: 1h}`` (mean), ``{lognormal: {median: 4h, sigma:
 0.6}}``, ``{uniform: [30m, 2h]}``. Durations: seconds as numbers or ``90s``, ``30m``, ``2h``,
 ``1d``; rates ``N/s``, ``N/m``, ``N/h``, ``N/d``.

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dispatcher.sim.backend import Rules
 from dispatcher.sim.results import SimWorkload
 from dispatcher.sim.scenario import Scenario, ScenarioError
 from dispatcher.sim.trace import TraceWorkload
@@ -53,7 +54,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
             uid=f"w{i:06d}", namespace=namespace, name=name,
             kind=str(entry.manifest["kind"]), api_version=str(entry.manifest["apiVersion"]),
             template=name, arrival=entry.at, run_time=entry.run_time,
-            priority=entry.priority,
+            priority=entry.priority, rules=Rules.from_manifest(entry.manifest),
             demand=demand_of(entry.manifest, entry.where or f"workloads[{i}]"))))
     generator = scenario.generator
     if generator is not None:
@@ -62,6 +63,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
         until = min(generator.until if generator.until is not None else scenario.duration,
                     scenario.duration)
         counts: dict[str, int] = {}
+        rules = [Rules.from_manifest(mix.manifest) for mix in generator.mix]
         t, n = 0.0, 0
         while generator.count is None or n < generator.count:
             t += rng.expovariate(generator.rate)
@@ -76,6 +78,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
                 uid=f"g{n:06d}", namespace=namespace, name=f"{mix.name}-{counts[mix.name]}",
                 kind=str(mix.manifest["kind"]), api_version=str(mix.manifest["apiVersion"]),
                 template=mix.name, arrival=t, run_time=run_time, priority=mix.priority,
+                rules=rules[index],
                 demand=demand_of(mix.manifest,
                                  f"{scenario.source}: generator.mix[{index}]"))))
             n += 1
@@ -92,4 +95,5 @@ def stream_from_trace(trace: Sequence[TraceWorkload], *,
         api_version=item.api_version, template=item.definition or item.kind,
         arrival=item.at,
         run_time=(item.end - item.at) if item.end is not None else default_run_time,
-        priority=item.priority, demand=item.demand) for item in trace]
+        priority=item.priority, demand=item.demand,
+        rules=Rules.from_manifest(item.manifest or {})) for item in trace]

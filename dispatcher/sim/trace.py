@@ -88,6 +88,7 @@ class TraceWorkload:
     at: float
     end: float | None = None
     priority: int = 0
+    manifest: Mapping[str, Any] | None = None
 
 
 def gangs_json(demand: Demand) -> list[dict[str, Any]]:
@@ -256,6 +257,7 @@ def read_trace(lines: Iterable[str], *, source: str = "<trace>") -> list[TraceWo
             definition=str(record.get("definition") or ""),
             demand=demand_from_gangs(record.get("gangs"), where=where),
             at=ts - origin, end=None if end is None or end < ts else end - origin,
-            priority=priority))
+            priority=priority,
+            manifest=record["manifest"] if isinstance(record.get("manifest"), dict) else None))
     workloads.sort(key=lambda w: (w.at, w.uid))
     return workloads

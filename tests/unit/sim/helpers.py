@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.fleet.fleetfile import FleetSpec, parse_fleet
+from dispatcher.sim.backend import NO_RULES, Rules
 from dispatcher.sim.results import SimWorkload
 from dispatcher.workloads.demand import Demand, Gang, PodShape
 
@@ -26,7 +27,7 @@ def demand(*gangs: tuple[int, int]) -> Demand:
 
 
 def workload(uid: str, *, at: float, run: float | None, need: Demand,
-             priority: int = 0) -> SimWorkload:
+             priority: int = 0, rules: Rules = NO_RULES) -> SimWorkload:
     return SimWorkload(uid=uid, namespace="default", name=uid, kind="Job",
                        api_version="batch/v1", template=uid, arrival=at, run_time=run,
-                       priority=priority, demand=need)
+                       priority=priority, demand=need, rules=rules)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.fleet.fleetfile import FleetSpec, node_manifests
+from dispatcher.fleet.fleetfile import FleetSpec, node_manifests, parse_fleet
+from dispatcher.sim.backend import Rules
 from dispatcher.sim.cores import CoreBackend
 from dispatcher.sim.engine import simulate
 from dispatcher.sim.results import RunResult, SimWorkload
@@ -213,3 +214,31 @@ def test_no_node_is_ever_over_allocated(members: dict[str, list[tuple[int, int]]
     assert (len(result.decisions) + result.pending_at_end + len(result.unplaceable)
             == len(stream))
 
+
+
+def test_annotations_pin_select_and_override_the_policy() -> None:
+    spec = parse_fleet({"members": [
+        {"name": "a", "labels": {"region": "us"}, "nodePools": [{"name": "p", "count": 2,
+                                                                  "gpus": 8}]},
+        {"name": "b", "labels": {"region": "eu"}, "nodePools": [{"name": "p", "count": 1,
+                                                                  "gpus": 8}]}]})
+    manifest = {"metadata": {"annotations": {"dispatcher.io/cluster-selector": "region=eu"}}}
+    result = run(spec, [
+        workload("pinned", at=0, run=10, need=demand((1, 2)), rules=Rules(pin="b")),
+        workload("selected", at=1, run=10, need=demand((1, 2)),
+                 rules=Rules.from_manifest(manifest)),
+        workload("free", at=2, run=10, need=demand((1, 2))),          # most-free: a
+        workload("packed", at=3, run=10, need=demand((1, 2)),         # best-fit: fuller b
+                 rules=Rules(policy="best-fit")),
+        workload("waits", at=4, run=10, need=demand((1, 4)), rules=Rules(pin="b")),
+        workload("ghost", at=5, run=10, need=demand((1, 1)), rules=Rules(pin="zz")),
+    ])
+    placed = {d.uid: (d.member, d.start) for d in result.decisions}
+    assert placed["pinned"][0] == "b"
+    assert placed["selected"][0] == "b"
+    assert placed["free"][0] == "a"
+    assert placed["packed"][0] == "b"
+    assert placed["waits"] == ("b", 10)  # b has 2 free until "pinned" ends at 10
+    [ghost] = result.unplaceable
+    assert ghost.uid == "ghost"
+    assert "pinned member 'zz'" in ghost.reason
