@@ -71,7 +71,8 @@ def main() -> None:
             "workloads_per_s": round(len(workloads) / seconds, 1),
             "events": result.events, "placement_calls": result.placement_calls,
             "dispatched": summary["dispatched"], "gpu_utilization": summary["gpuUtilization"],
-            "wait_p95_s": summary["waitSeconds"]["p95"], "machine": machine}), flush=True)
+            "wait_p95_s": summary["waitSeconds"]["p95"], "machine": machine,
+            "load_avg_1m": round(os.getloadavg()[0], 2)}), flush=True)
 
 
 if __name__ == "__main__":
