@@ -255,21 +255,35 @@ def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 def _check_shape(obj: Any, *, limits: Limits) -> bool:
-    """Depth check (recursion stops at ``max_depth``); returns whether any float occurs."""
-    return _scan(obj, 1, limits.max_depth)
+    """Depth and size check before serializing; returns whether any float occurs.
+
+    The size is a lower bound of the JSON length (keys, strings, one byte per other value),
+    so an object far over the limit is rejected before ``json.dumps`` spends time on it.
+    """
+    return _scan(obj, 1, limits, [limits.max_bytes])
 
 
-def _scan(value: Any, depth: int, max_depth: int) -> bool:
-    if depth > max_depth:
-        raise ValueError(f"object is nested deeper than {max_depth} levels")
-    items = value.values() if type(value) is dict else value
+def _scan(value: Any, depth: int, limits: Limits, budget: list[int]) -> bool:
+    if depth > limits.max_depth:
+        raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
+    if type(value) is dict:
+        items: Any = value.values()
+        used = 2 + sum(len(key) + 4 for key in value)
+    else:
+        items = value
+        used = 2 + len(value)
     has_float = False
     for item in items:
         kind = type(item)
         if kind is dict or kind is list:
-            has_float = _scan(item, depth + 1, max_depth) or has_float
+            has_float = _scan(item, depth + 1, limits, budget) or has_float
+        elif kind is str:
+            used += len(item)
         elif kind is float:
             has_float = True
+    budget[0] -= used
+    if budget[0] < 0:
+        raise ValueError(f"object is more than {limits.max_bytes} bytes as JSON")
     return has_float
 
 

@@ -165,3 +165,25 @@ def test_random_jq_text_as_a_path(expression: str) -> None:
         return
     with contextlib.suppress(WorkloadError):
         resolve_with(definition, BATCHSET_OBJ)
+
+
+def _huge(kind_list: list[Any]) -> dict[str, Any]:
+    return {"spec": {key: kind_list for key in (
+        "replicatedJobs", "workerGroupSpecs", "jobs", "containers", "services", "components",
+        "cliques", "conditions")}, "status": {"conditions": kind_list}}
+
+
+@pytest.mark.parametrize("name", [d.name for d in Catalog.builtin().definitions])
+def test_huge_objects_finish_with_a_result_or_a_clear_error(name: str) -> None:
+    """Big lists everywhere a definition iterates: bounded by the result cap or the size cap."""
+    definition = Catalog.builtin().get(name)
+    assert definition is not None
+    item = {"name": "x", "replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}},
+            "type": "Ready", "status": "True"}
+    for size in (500, 100_000):
+        obj = {"apiVersion": definition.api_version, "kind": definition.kind,
+               "metadata": {"name": "huge"}, **_huge([item] * size)}
+        try:
+            resolve_with(definition, obj)
+        except WorkloadError as error:
+            assert str(error)
