@@ -268,7 +268,7 @@ def _scan(value: Any, depth: int, limits: Limits, budget: list[int]) -> bool:
         raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
     if type(value) is dict:
         items: Any = value.values()
-        used = 2 + sum(len(key) + 4 for key in value)
+        used = 2 + 4 * len(value) + sum(map(len, value))
     else:
         items = value
         used = 2 + len(value)
