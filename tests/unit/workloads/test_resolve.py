@@ -208,3 +208,48 @@ def test_duplicate_instance_ids_are_an_error_not_a_silent_loss() -> None:
     obj["spec"]["jobs"][1]["name"] = "leader"
     with pytest.raises(EvaluationError, match=r"duplicate instance ids \['leader'\]"):
         resolve_with(define(BATCHSET), obj)
+
+
+MAPFRAG = """
+apiVersion: optimization.nvidia.com/v1alpha1
+kind: ResourceInterface
+metadata: {name: demo-graph}
+spec:
+  structureDefinition:
+    rootComponent:
+      name: graph
+      kind: {group: demo.example, version: v1, kind: Graph}
+      statusDefinition:
+        phaseDefinition: {path: .status.state}
+        statusMappings: {running: [{byPhase: successful}]}
+    childComponents:
+    - name: service
+      ownerRef: graph
+      instanceIdPath: .spec.services | keys[]
+      specDefinition:
+        fragmentedPodSpecDefinition:
+          resourcesPath: .spec.services[] | .resources
+          containerPath: .spec.services[] | .main
+          labelsPath: .spec.services[] | .labels
+      scaleDefinition:
+        replicasPath: .spec.services[] | (.replicas // 1)
+        podsPerReplicaPath: .spec.services[] | (.nodes // 1)
+      podSelector:
+        componentInstanceSelector: {idPath: '.metadata.labels["demo/service"]'}
+"""
+
+
+def test_fragmented_map_instances_align_in_key_order() -> None:
+    obj = {"apiVersion": "demo.example/v1", "kind": "Graph", "metadata": {"name": "g"},
+           "spec": {"services": {
+               "worker": {"replicas": 2, "nodes": 2, "main": {"name": "main"},
+                          "resources": {"limits": {"nvidia.com/gpu": 8}}},
+               "frontend": {"main": {"name": "main",
+                                     "resources": {"requests": {"cpu": "2"}}}}}},
+           "status": {"state": "successful"}}
+    out = resolve_with(define(MAPFRAG), obj).to_dict()
+    assert out["components"][0]["instances"] == [
+        {"id": "frontend", "replicas": 1, "pods": 1, "gpusPerPod": 0},
+        {"id": "worker", "replicas": 2, "pods": 4, "gpusPerPod": 8}]
+    assert (out["pods"], out["gpus"], out["status"]) == (5, 32, "running")
+    assert out["gangs"][0]["podShapes"][0]["cpu"] == "2"
