@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from dispatcher.fleet.nodes import (
@@ -409,7 +410,7 @@ class ClusterCapacity:
         return NodeState(name=node.name, product=node.cls.product,
                          allocatable=node.allocatable, used=node.used, reserved=node.reserved,
                          free=node.free, ready=node.ready, unschedulable=node.unschedulable,
-                         labels=node.cls.label_map, taints=node.cls.taints)
+                         labels=MappingProxyType(node.cls.label_map), taints=node.cls.taints)
 
     def nodes(self) -> Iterator[NodeState]:
         """Every node, by name."""

@@ -154,10 +154,10 @@ def _build(specs: list[dict[str, Any]], *, order: random.Random | None = None
     return cap
 
 
-def _check_assignment(cap: ClusterCapacity, wanted: Demand) -> None:
+def _check_assignment(cap: ClusterCapacity, wanted: Demand, *, scale: int = 1) -> None:
     """The packer's explicit placements obey every per-node rule, checked from scratch."""
     groups = pod_groups(wanted)
-    result = pack(cap, groups)
+    result = pack(cap, groups, scale=scale)
     assert result is not None
     load: dict[str, int] = {}
     placed = [0] * len(groups)
@@ -176,7 +176,7 @@ def _check_assignment(cap: ClusterCapacity, wanted: Demand) -> None:
     for name, gpus in load.items():
         state = cap.node(name)
         assert state is not None and gpus <= state.free
-    assert placed == [g.count if g.gpus > 0 else 0 for g in groups]
+    assert placed == [g.count * scale if g.gpus > 0 else 0 for g in groups]
 
 
 @settings(max_examples=300, deadline=None)
@@ -189,10 +189,15 @@ def test_choice_is_valid_feasible_and_deterministic(specs: list[list[dict[str, A
     request = PlacementRequest(demand=wanted, policy=policy)
     decision = decide(members, request)
     by_name = {m.name: m for m in members}
-    for verdict in decide(members, PlacementRequest(demand=wanted, policy=policy,
-                                                    exhaustive=True)).verdicts:
+    explained = decide(members, PlacementRequest(demand=wanted, policy=policy, count_fits=True))
+    for verdict in explained.verdicts:
         if verdict.feasible:
+            assert verdict.fits is not None and verdict.fits >= 1
             _check_assignment(by_name[verdict.member].capacity, wanted)
+            # "fits k times" is backed by a packing of k copies at once.
+            _check_assignment(by_name[verdict.member].capacity, wanted, scale=verdict.fits)
+        else:
+            assert verdict.fits == 0
     if decision.chosen is None:
         assert not any(v.feasible for v in decision.verdicts)
         assert decision.assignment == ()
