@@ -132,8 +132,11 @@ def test_mutated_samples(data: st.DataObject) -> None:
         return
     with contextlib.suppress(WorkloadError):
         resolve_with(definition, obj)
+    before = copy.deepcopy(obj)
     with contextlib.suppress(WorkloadError):
-        mutate_pods(obj, definition, labels={"a": "b"}, scheduler_name="s")
+        out = mutate_pods(obj, definition, labels={"a": "b"}, scheduler_name="s")
+        assert out is not obj
+    assert obj == before  # the input is never modified, even when mutation fails
 
 
 @FUZZ
