@@ -23,6 +23,7 @@ placement decision reads it synchronously, so the view never changes under a dec
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,12 +48,12 @@ class NodeClass:
     """Nodes placement cannot tell apart except by free GPUs: one product, labels, taints.
 
     ``free_nodes`` maps a free-GPU amount (> 0) to the names of the Ready, schedulable nodes
-    of the class with exactly that many free GPUs; ``eligible`` counts those nodes including
-    the ones with nothing free.
+    of the class with exactly that many free GPUs (``sizes``: its keys, ascending);
+    ``eligible`` counts those nodes including the ones with nothing free.
     """
 
     __slots__ = ("eligible", "fit_cache", "free_nodes", "hard_taints", "key", "label_map",
-                 "labels", "nodes", "product", "taints")
+                 "labels", "nodes", "product", "sizes", "taints")
 
     def __init__(self, key: ClassKey) -> None:
         self.key = key
@@ -61,6 +62,7 @@ class NodeClass:
         self.hard_taints: tuple[TaintTuple, ...] = tuple(
             t for t in self.taints if t[2] in HARD_EFFECTS)
         self.free_nodes: dict[int, set[str]] = {}
+        self.sizes: list[int] = []  # keys of free_nodes, ascending
         self.eligible = 0
         self.nodes = 0
         # Placement memo: pod requirement -> may such a pod run on this class (labels/taints
@@ -215,6 +217,7 @@ class ClusterCapacity:
                 names.discard(node.name)
                 if not names:
                     del cls.free_nodes[free]
+                    cls.sizes.remove(free)
                 left = self._free_hist[free] - 1
                 if left:
                     self._free_hist[free] = left
@@ -241,7 +244,11 @@ class ClusterCapacity:
             product[2] += free
             self._free += free
             if free > 0:
-                cls.free_nodes.setdefault(free, set()).add(node.name)
+                names = cls.free_nodes.get(free)
+                if names is None:
+                    names = cls.free_nodes[free] = set()
+                    bisect.insort(cls.sizes, free)
+                names.add(node.name)
                 self._free_hist[free] = self._free_hist.get(free, 0) + 1
 
     def _class(self, facts: NodeFacts) -> NodeClass:

@@ -25,6 +25,8 @@ pod finds no node; pinning pods to one hostname across clusters is not meaningfu
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -131,12 +133,6 @@ class _Work:
         self.taken: dict[int, int] = {}  # free amount -> pristine nodes used
         self.touched: dict[int, list[_Entry]] = {}  # current free -> partly used nodes
 
-    def sizes(self, minimum: int) -> set[int]:
-        sizes = {f for f, names in self.cls.free_nodes.items()
-                 if f >= minimum and len(names) > self.taken.get(f, 0)}
-        sizes.update(f for f, entries in self.touched.items() if f >= minimum and entries)
-        return sizes
-
 
 @dataclass(frozen=True, slots=True)
 class PackResult:
@@ -198,26 +194,45 @@ def _classes_for(capacity: ClusterCapacity,
     return out
 
 
-def _place_group(index: int, group: PodGroup, works: dict[int, _Work], ranks: list[int],
-                 scale: int) -> bool:
+def _place_group(index: int, group: PodGroup, classes: tuple[NodeClass, ...],
+                 works: dict[int, _Work], scale: int) -> bool:
+    """Best fit for every pod of one group, in batches; mutates ``works`` (created lazily).
+
+    Candidates (free amount, class position) are visited in ascending order through a heap:
+    classes untouched by this decision contribute one size at a time from their sorted
+    ``sizes`` (most groups are placed from the first bucket or two), classes already used
+    contribute every bucket they still have.
+    """
     remaining = group.count * scale
     need = group.gpus
-    candidates: set[tuple[int, int]] = set()
-    for rank in ranks:
-        work = works[rank]
+    heap: list[tuple[int, int, int]] = []  # (free, class position, next index in sizes or -1)
+    for pos, cls in enumerate(classes):
+        work = works.get(id(cls))
+        if work is None:
+            start = bisect.bisect_left(cls.sizes, need)
+            if start < len(cls.sizes):
+                heap.append((cls.sizes[start], pos, start + 1))
+            continue
         taken = work.taken
-        for free, names in work.cls.free_nodes.items():
-            if free >= need and len(names) > taken.get(free, 0):
-                candidates.add((free, rank))
-        for free, entries in work.touched.items():
-            if free >= need and entries:
-                candidates.add((free, rank))
-    for free, rank in sorted(candidates):
-        work = works[rank]
+        found = {free for free, names in cls.free_nodes.items()
+                 if free >= need and len(names) > taken.get(free, 0)}
+        found.update(free for free, entries in work.touched.items() if free >= need and entries)
+        heap.extend((free, pos, -1) for free in found)
+    heapq.heapify(heap)
+    while heap:
+        free, pos, following = heapq.heappop(heap)
+        if following >= 0:
+            sizes = classes[pos].sizes
+            if following < len(sizes):
+                heapq.heappush(heap, (sizes[following], pos, following + 1))
+        cls = classes[pos]
+        work = works.get(id(cls))
+        if work is None:
+            work = works[id(cls)] = _Work(cls, len(works))
         per = free // need
         sources: list[_Entry] = work.touched.get(free, [])
         entries = list(sources)
-        pristine = len(work.cls.free_nodes.get(free, ())) - work.taken.get(free, 0)
+        pristine = len(cls.free_nodes.get(free, ())) - work.taken.get(free, 0)
         if pristine > 0:
             entries.append([free, pristine, ()])
         for entry in entries:
@@ -273,7 +288,6 @@ def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
 def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[tuple[NodeClass, ...]],
                order: list[int], scale: int) -> PackResult | None:
     works: dict[int, _Work] = {}
-    rank_of: dict[int, int] = {}
     for i in order:
         group = groups[i]
         classes = eligible_classes[i]
@@ -281,16 +295,9 @@ def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[tuple[NodeClas
             if not any(c.eligible for c in classes):
                 return None
             continue
-        ranks = []
-        for cls in classes:
-            rank = rank_of.get(id(cls))
-            if rank is None:
-                rank = rank_of[id(cls)] = len(works)
-                works[rank] = _Work(cls, rank)
-            ranks.append(rank)
-        if not _place_group(i, group, works, ranks, scale):
+        if not _place_group(i, group, classes, works, scale):
             return None
-    return PackResult(tuple(works[r] for r in sorted(works)), tuple(groups))
+    return PackResult(tuple(sorted(works.values(), key=lambda w: w.rank)), tuple(groups))
 
 
 def count_fits(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,

@@ -165,6 +165,7 @@ def _observed(cap: ClusterCapacity) -> dict[str, Any]:
                for free, names in cls.free_nodes.items() for name in names}
     expected = {name: v[3] for name, v in per_node.items() if v[4] and v[3] > 0}
     assert indexed == expected
+    assert all(cls.sizes == sorted(cls.free_nodes) for cls in cap.classes())
     return {"free": summary.free, "largest": summary.largest_free_block,
             "allocatable": summary.allocatable, "cordoned": summary.cordoned_nodes,
             "not_ready": summary.not_ready_nodes, "nodes": per_node, "used": summary.used,
