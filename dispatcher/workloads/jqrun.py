@@ -260,10 +260,10 @@ def _check_shape(obj: Any, *, limits: Limits) -> bool:
     The size is a lower bound of the JSON length (keys, strings, one byte per other value),
     so an object far over the limit is rejected before ``json.dumps`` spends time on it.
     """
-    return _scan(obj, 1, limits, [limits.max_bytes])
+    return _scan(obj, depth=1, limits=limits, budget=[limits.max_bytes])
 
 
-def _scan(value: Any, depth: int, limits: Limits, budget: list[int]) -> bool:
+def _scan(value: Any, *, depth: int, limits: Limits, budget: list[int]) -> bool:
     if depth > limits.max_depth:
         raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
     if type(value) is dict:
@@ -276,7 +276,7 @@ def _scan(value: Any, depth: int, limits: Limits, budget: list[int]) -> bool:
     for item in items:
         kind = type(item)
         if kind is dict or kind is list:
-            has_float = _scan(item, depth + 1, limits, budget) or has_float
+            has_float = _scan(item, depth=depth + 1, limits=limits, budget=budget) or has_float
         elif kind is str:
             used += len(item)
         elif kind is float:

@@ -69,7 +69,7 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
         raise MutationError(f"cannot read the object: {error}") from None
     for comp in targets:
         for key, value in wanted.items():
-            expr, suffix = _where(definition, comp, key)
+            expr, suffix = _where(definition, comp, key=key)
             for location in _locations(expr, text, definition=definition, comp=comp):
                 _apply(out, [*location, *suffix], key=key, value=value,
                        where=f"component {comp.name}: {expr.field}")
@@ -89,7 +89,8 @@ def _targets(definition: Definition, names: Iterable[str] | None) -> list[Compon
     return [c for c in pods if c.name in chosen]
 
 
-def _where(definition: Definition, comp: Component, key: str) -> tuple[Expr, tuple[str, ...]]:
+def _where(definition: Definition, comp: Component, *, key: str
+           ) -> tuple[Expr, tuple[str, ...]]:
     """The path expression to write ``key`` through, and the suffix below its locations."""
     spec = comp.spec
     assert spec is not None
@@ -142,22 +143,22 @@ def _apply(root: dict[str, Any], path: Sequence[str | int], *, key: str, value: 
     if key in _MERGED:
         if current is not None and not isinstance(current, Mapping):
             raise MutationError(f"{where}: {key} is not an object")
-        _set(node, last, {**(current or {}), **value}, where=where)
+        _set(node, last, value={**(current or {}), **value}, where=where)
     elif key == "tolerations":
         if current is not None and not isinstance(current, list):
             raise MutationError(f"{where}: tolerations is not a list")
         merged = list(current or [])
         merged.extend(t for t in value if t not in merged)
-        _set(node, last, merged, where=where)
+        _set(node, last, value=merged, where=where)
     else:
-        _set(node, last, value, where=where)
+        _set(node, last, value=value, where=where)
 
 
 def _child(node: Any, step: str | int, *, create_object: bool, where: str) -> Any:
     current = _get(node, step, where=where)
     if current is None:
         current = {} if create_object else []
-        _set(node, step, current, where=where)
+        _set(node, step, value=current, where=where)
     return current
 
 
@@ -171,7 +172,7 @@ def _get(node: Any, step: str | int, *, where: str) -> Any:
     return node.get(step)
 
 
-def _set(node: Any, step: str | int, value: Any, *, where: str) -> None:
+def _set(node: Any, step: str | int, *, value: Any, where: str) -> None:
     if isinstance(step, int):
         if not isinstance(node, list) or not -len(node) <= step < len(node):
             raise MutationError(f"{where}: index {step} is out of range")

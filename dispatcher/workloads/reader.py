@@ -242,7 +242,7 @@ class DocReader:
             owner = None
         else:
             owner = self._string(raw.get("ownerRef"), f"{field}.ownerRef")
-        spec = self._spec(raw.get("specDefinition"), f"{field}.specDefinition", name)
+        spec = self._spec(raw.get("specDefinition"), f"{field}.specDefinition", name=name)
         scale = self._scale(raw.get("scaleDefinition"), f"{field}.scaleDefinition")
         if not root and raw.get("statusDefinition") is not None:
             self._status(raw.get("statusDefinition"), f"{field}.statusDefinition", used=False)
@@ -268,7 +268,7 @@ class DocReader:
                  ("group", "version", "kind")]
         return parts[0], parts[1], parts[2]
 
-    def _spec(self, value: Any, field: str, name: str) -> SpecSource | None:
+    def _spec(self, value: Any, field: str, *, name: str) -> SpecSource | None:
         raw = self._mapping(value, field, allowed=_SPECDEF)
         if raw is None:
             return None

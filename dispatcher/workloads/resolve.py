@@ -248,7 +248,7 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
 def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
     ids = _ids(comp, values)
     count = len(ids)
-    specs = _specs(comp, values, count)
+    specs = _specs(comp, values, count=count)
     scale = comp.scale
     exprs = scale.exprs() if scale is not None else ()
     columns = dict(zip(exprs, values.padded(exprs, count), strict=True)) if exprs else {}
@@ -299,7 +299,7 @@ def _ids(comp: Component, values: _Values) -> list[str]:
     return ids
 
 
-def _specs(comp: Component, values: _Values, count: int
+def _specs(comp: Component, values: _Values, *, count: int
            ) -> list[tuple[Expr, Mapping[str, Any] | None]]:
     """Per instance: the path the spec came from (for errors) and the pod spec."""
     spec = comp.spec
