@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -38,6 +37,7 @@ from dispatcher.fleet.nodes import (
     pod_binding,
     pod_key,
 )
+from dispatcher.fleet.rollups import CapacitySummary, NodeState, ProductCapacity
 
 __all__ = ["CapacitySummary", "ClusterCapacity", "NodeClass", "NodeState", "ProductCapacity"]
 
@@ -108,62 +108,6 @@ class _Node:
     @property
     def free(self) -> int:
         return max(self.allocatable - self.used - self.reserved, 0)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeState:
-    """One node as placement and tests see it."""
-
-    name: str
-    product: str | None
-    allocatable: int
-    used: int
-    reserved: int
-    free: int
-    ready: bool
-    unschedulable: bool
-    labels: Mapping[str, str]
-    taints: tuple[TaintTuple, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProductCapacity:
-    """Roll-up for one GPU product (``None``: nodes without the product label)."""
-
-    product: str | None
-    nodes: int
-    allocatable: int
-    free: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CapacitySummary:
-    """Cluster roll-ups, for MemberCluster status, ``dispatcher clusters`` and reasons."""
-
-    nodes: int
-    ready_nodes: int
-    not_ready_nodes: int
-    cordoned_nodes: int
-    capacity: int
-    allocatable: int
-    used: int
-    reserved: int
-    free: int
-    largest_free_block: int
-    products: tuple[ProductCapacity, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """camelCase keys, as written to MemberCluster ``status.capacity``."""
-        return {
-            "nodes": self.nodes, "readyNodes": self.ready_nodes,
-            "notReadyNodes": self.not_ready_nodes, "cordonedNodes": self.cordoned_nodes,
-            "gpus": self.capacity, "allocatable": self.allocatable, "used": self.used,
-            "reserved": self.reserved, "free": self.free,
-            "largestFreeBlock": self.largest_free_block,
-            "products": [{"product": p.product, "nodes": p.nodes,
-                          "allocatable": p.allocatable, "free": p.free}
-                         for p in self.products],
-        }
 
 
 class ClusterCapacity:
