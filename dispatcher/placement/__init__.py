@@ -1,5 +1,13 @@
 """Placement: which member can run every pod of every gang now, and which is best.
 
-Pure: a function of a ``Demand`` and capacity snapshots. Fed by ``workloads`` and ``fleet``,
-feeds ``control``.
+Pure: a function of a ``Demand`` and member snapshots (``fleet.capacity.ClusterCapacity``
+with reservations applied). Fed by ``workloads`` and ``fleet``, feeds ``control``.
+
+- ``model``: the boundary values (``MemberSnapshot``, ``PlacementRequest``, ``Verdict``,
+  ``Decision``, ``NodeGrant``, ``PlacementError``);
+- ``selector``: Kubernetes label selector strings (``dispatcher.io/cluster-selector``);
+- ``fit``: gang fit at node granularity (best-fit decreasing over node classes bucketed by
+  free GPUs), explicit node assignments, numeric misfit reasons, fit counts;
+- ``engine``: ``decide``: gates, fit, policies (``most-free``, ``best-fit``), choice,
+  one-line summary.
 """
