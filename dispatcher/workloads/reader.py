@@ -1,35 +1,29 @@
 """One definition document -> a ``Definition``, recording every problem on the way.
 
-The reader walks the document once with typed accessors that note (field path, message)
-instead of raising, so a lint run reports everything wrong with a file. Structural rules
-follow upstream's validator (reference §2.1); the extensions are in docs/definitions.md.
+The reader walks the document once with typed accessors (``recorder.Recorder``) that note
+(field path, message) instead of raising, so a lint run reports everything wrong with a
+file. Structural rules follow upstream's validator (reference §2.1); status parsing is in
+``statusdef``; the extensions are in docs/definitions.md.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any, Literal
 
 from dispatcher.workloads.errors import Issue
-from dispatcher.workloads.jqrun import Batch, check_safety, compile_errors
+from dispatcher.workloads.jqrun import Batch
 from dispatcher.workloads.model import (
-    DEFAULT_PRECEDENCE,
     DEMAND_FRAGMENTS,
     FRAGMENT_FIELDS,
-    GENERIC_OF_KEY,
     Component,
-    Condition,
     Definition,
-    Expr,
     GangGroup,
     GangScheduling,
-    Matcher,
     Scale,
     SpecSource,
-    StatusRules,
 )
+from dispatcher.workloads.statusdef import StatusReader
 
 __all__ = ["FORMATS", "DocReader", "structure_issues"]
 
@@ -37,8 +31,6 @@ FORMATS: frozenset[tuple[str, str]] = frozenset({
     ("optimization.nvidia.com/v1alpha1", "ResourceInterface"),
     ("run.ai/v1alpha1", "Karta"),
 })
-_GENERIC_PRECEDENCE: tuple[str, ...] = tuple(dict.fromkeys(
-    GENERIC_OF_KEY[key] for key in DEFAULT_PRECEDENCE))
 
 _TOP = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 _SPEC = frozenset({"structureDefinition", "optimizationInstructions"})
@@ -50,104 +42,12 @@ _SPECDEF = frozenset({"podTemplateSpecPath", "podSpecPath", "metadataPath",
                       "fragmentedPodSpecDefinition"})
 _SCALE = {"replicasPath": "replicas", "minReplicasPath": "min_replicas",
           "maxReplicasPath": "max_replicas", "podsPerReplicaPath": "pods_per_replica"}
-_STATUSDEF = frozenset({"phaseDefinition", "conditionsDefinition", "statusMappings",
-                        "statusPrecedence"})
-_CONDDEF = {"typeFieldName": "type", "statusFieldName": "status",
-            "messageFieldName": "message", "reasonFieldName": "reason"}
-_MATCHER = frozenset({"byPhase", "byConditions", "byExpression"})
-_EXPECTED = frozenset({"type", "status", "reason", "absent", "statusNot"})
 _SELECTOR = frozenset({"componentTypeSelector", "componentInstanceSelector", "replicaSelector"})
 _GANG_PER = ("workload", "instance", "replica")
 
 
-@lru_cache(maxsize=4096)
-def _safety(text: str) -> tuple[str, ...]:
-    """Safety problems of one expression (cached: catalogs repeat paths)."""
-    return tuple(check_safety(text))
-
-
-class DocReader:
+class DocReader(StatusReader):
     """Reads one document; ``build()`` returns the Definition, ``issues`` every problem."""
-
-    def __init__(self, *, source: str, document: Any, index: int) -> None:
-        self.source = source
-        self.document = document
-        self.index = index
-        self.issues: list[Issue] = []
-        self.name = ""
-        self._texts: dict[str, list[str]] = {"demand": [], "status": []}
-        self._pending: list[tuple[str, str]] = []
-
-    # -- recording -------------------------------------------------------------------------
-
-    def _issue(self, field: str, message: str) -> None:
-        self.issues.append(Issue(source=self.source, definition=self.name, field=field,
-                                 message=message))
-
-    def _mapping(self, value: Any, field: str, *, required: bool = False,
-                 allowed: frozenset[str] | None = None) -> Mapping[str, Any] | None:
-        if value is None:
-            if required:
-                self._issue(field, "is required")
-            return None
-        if not isinstance(value, Mapping):
-            self._issue(field, f"must be a mapping, not {type(value).__name__}")
-            return None
-        if allowed is not None:
-            for key in value:
-                if key not in allowed:
-                    self._issue(f"{field}.{key}", "unknown field")
-        return value
-
-    def _string(self, value: Any, field: str, *, required: bool = False) -> str | None:
-        if value is None:
-            if required:
-                self._issue(field, "is required")
-            return None
-        if not isinstance(value, str):
-            self._issue(field, f"must be a string, not {type(value).__name__}")
-            return None
-        if required and not value:
-            self._issue(field, "must not be empty")
-        text: str = value
-        return text
-
-    def _list(self, value: Any, field: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self._issue(field, f"must be a list, not {type(value).__name__}")
-            return []
-        return value
-
-    def _check_jq(self, text: str, field: str) -> None:
-        """Safety now; compiling is batched at the end of ``build`` (``_compile_checks``)."""
-        for problem in _safety(text):
-            self._issue(field, f"failed to parse JQ expression '{text}': {problem}")
-        self._pending.append((text, field))
-
-    def _compile_checks(self) -> None:
-        errors = compile_errors([text for text, _ in self._pending])
-        for text, field in self._pending:
-            if text in errors:
-                self._issue(field, f"failed to parse JQ expression '{text}': {errors[text]}")
-
-    def _expr(self, value: Any, field: str, *,
-              section: Literal["demand", "status"] | None = "demand") -> Expr | None:
-        """A jq path: checked, and (when ``section`` is set) given a slot in that batch."""
-        text = self._string(value, field)
-        if not text:
-            return None  # upstream: an empty path is "not defined"
-        self._check_jq(text, field)
-        if section is None:
-            return Expr(text=text, field=field, slot=-1)
-        slots = self._texts[section]
-        slots.append(text)
-        return Expr(text=text, field=field, slot=len(slots) - 1, section=section)
-
-    def _pod_side(self, value: Any, field: str) -> None:
-        """A path evaluated against Pods (selectors, gang keys): only checked."""
-        self._expr(value, field, section=None)
 
     # -- document --------------------------------------------------------------------------
 
@@ -333,114 +233,6 @@ class DocReader:
                 item = self._mapping(action, f"{field}.{key}[{i}]",
                                      allowed=frozenset({"path", "value"})) or {}
                 self._expr(item.get("path"), f"{field}.{key}[{i}].path", section=None)
-
-    # -- status ----------------------------------------------------------------------------
-
-    def _status(self, value: Any, field: str, *, used: bool) -> StatusRules | None:
-        raw = self._mapping(value, field, allowed=_STATUSDEF)
-        if raw is None:
-            return None
-        section: Literal["status"] | None = "status" if used else None
-        phase_raw = self._mapping(raw.get("phaseDefinition"), f"{field}.phaseDefinition",
-                                  allowed=frozenset({"path"}))
-        phase = None
-        if phase_raw is not None:
-            self._string(phase_raw.get("path"), f"{field}.phaseDefinition.path",
-                         required=True)
-            phase = self._expr(phase_raw.get("path"), f"{field}.phaseDefinition.path",
-                               section=section)
-        cond_raw = self._mapping(raw.get("conditionsDefinition"),
-                                 f"{field}.conditionsDefinition",
-                                 allowed=frozenset({"path", *_CONDDEF}))
-        conditions = None
-        names = dict(_CONDDEF)
-        if cond_raw is not None:
-            self._string(cond_raw.get("path"), f"{field}.conditionsDefinition.path",
-                         required=True)
-            conditions = self._expr(cond_raw.get("path"), f"{field}.conditionsDefinition.path",
-                                    section=section)
-            for key, default in _CONDDEF.items():
-                # CRD default; an explicit null also means the default (as the API server)
-                names[key] = self._string(cond_raw.get(key),
-                                          f"{field}.conditionsDefinition.{key}") or default
-        mappings_raw = self._mapping(raw.get("statusMappings"), f"{field}.statusMappings") or {}
-        mappings: dict[str, tuple[Matcher, ...]] = {}
-        for key, matchers in mappings_raw.items():
-            where = f"{field}.statusMappings.{key}"
-            if key not in GENERIC_OF_KEY:
-                self._issue(where, f"unknown status; use one of {', '.join(GENERIC_OF_KEY)}")
-                continue
-            mappings[key] = tuple(
-                self._matcher(m, f"{where}[{i}]", section=section)
-                for i, m in enumerate(self._list(matchers, where)))
-        precedence = self._precedence(raw.get("statusPrecedence"),
-                                      f"{field}.statusPrecedence")
-        ordered = sorted(mappings, key=lambda k: (precedence.index(GENERIC_OF_KEY[k]),
-                                                  DEFAULT_PRECEDENCE.index(k)))
-        return StatusRules(
-            phase=phase, conditions=conditions, type_field=names["typeFieldName"],
-            status_field=names["statusFieldName"], reason_field=names["reasonFieldName"],
-            message_field=names["messageFieldName"],
-            mappings=tuple((key, mappings[key]) for key in ordered))
-
-    def _precedence(self, value: Any, field: str) -> list[str]:
-        given: list[str] = []
-        for i, item in enumerate(self._list(value, field)):
-            name = self._string(item, f"{field}[{i}]")
-            if name is None:
-                continue
-            generic = GENERIC_OF_KEY.get(name)
-            if generic is None:
-                self._issue(f"{field}[{i}]", f"unknown status {name!r}")
-            elif generic not in given:
-                given.append(generic)
-        return given + [g for g in _GENERIC_PRECEDENCE if g not in given]
-
-    def _matcher(self, value: Any, field: str, *, section: Literal["status"] | None) -> Matcher:
-        raw = self._mapping(value, field, allowed=_MATCHER)
-        if raw is None:
-            return Matcher(phase="\0never")  # already reported
-        phase = self._string(raw.get("byPhase"), f"{field}.byPhase") or ""
-        conditions = tuple(
-            self._expected(c, f"{field}.byConditions[{i}]")
-            for i, c in enumerate(self._list(raw.get("byConditions"), f"{field}.byConditions")))
-        expression = None
-        expr_raw = self._mapping(raw.get("byExpression"), f"{field}.byExpression",
-                                 allowed=frozenset({"expression", "expectedResult"}))
-        if expr_raw is not None:
-            text = self._string(expr_raw.get("expression"),
-                                f"{field}.byExpression.expression", required=True)
-            expected = self._string(expr_raw.get("expectedResult"),
-                                    f"{field}.byExpression.expectedResult", required=True)
-            if text:
-                self._check_jq(text, f"{field}.byExpression.expression")
-                wrapped = f"(({text}\n) | tostring) == {json.dumps(expected or '')}"
-                expression = Expr(text=text, field=f"{field}.byExpression.expression",
-                                  slot=-1, section="status")
-                if section is not None:
-                    slots = self._texts["status"]
-                    slots.append(wrapped)
-                    expression = Expr(text=text, field=expression.field,
-                                      slot=len(slots) - 1, section="status")
-        return Matcher(phase=phase, conditions=conditions, expression=expression)
-
-    def _expected(self, value: Any, field: str) -> Condition:
-        raw = self._mapping(value, field, allowed=_EXPECTED) or {}
-        ctype = self._string(raw.get("type"), f"{field}.type", required=True) or ""
-        status = self._string(raw.get("status"), f"{field}.status") or ""
-        reason = self._string(raw.get("reason"), f"{field}.reason") or ""
-        absent = raw.get("absent", False)
-        if not isinstance(absent, bool):
-            self._issue(f"{field}.absent", "must be true or false")
-            absent = False
-        status_not = self._string(raw.get("statusNot"), f"{field}.statusNot")
-        if absent and (status or reason or status_not is not None):
-            self._issue(field, "absent: true cannot be combined with status, reason or "
-                        "statusNot")
-        if status and status_not is not None:
-            self._issue(field, "status and statusNot cannot be combined")
-        return Condition(type=ctype, status=status, reason=reason, absent=absent,
-                         status_not=status_not)
 
     # -- gangs -----------------------------------------------------------------------------
 
