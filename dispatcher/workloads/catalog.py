@@ -51,6 +51,7 @@ class Catalog:
                 definitions.extend(load_file(path))
             except DefinitionError as error:
                 issues.extend(error.issues)
+        issues.extend(_conflicts(definitions))
         if issues:
             raise DefinitionError(issues)
         return cls(definitions)
@@ -114,9 +115,26 @@ def _builtin() -> Catalog:
                                          source=f"definitions/{entry.name}"))
         except DefinitionError as error:
             issues.extend(error.issues)
+    issues.extend(_conflicts(definitions))
     if issues:
         raise DefinitionError(issues)
     return Catalog(definitions)
+
+
+def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
+    """Two definitions of one source set for the same kind: ambiguous, so an error."""
+    seen: dict[tuple[str, str], Definition] = {}
+    issues = []
+    for definition in definitions:
+        key = (definition.api_version, definition.kind)
+        other = seen.get(key)
+        if other is not None and other.name != definition.name:
+            issues.append(Issue(
+                source=definition.source, definition=definition.name, field="",
+                message=f"describes {key[0]} {key[1]} like definition {other.name} "
+                        f"({other.source}); one definition per kind"))
+        seen[key] = definition
+    return issues
 
 
 def load_builtin() -> Catalog:

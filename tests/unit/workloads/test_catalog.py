@@ -62,3 +62,10 @@ def test_fast_helpers_agree_with_full_resolve(tmp_path: Path) -> None:
     assert demand_of(BATCHSET_OBJ, catalog=catalog) == full.demand
     assert status_of(BATCHSET_OBJ, catalog=catalog).statuses == full.statuses
     assert catalog.resolve(BATCHSET_OBJ).to_dict() == full.to_dict()
+
+
+def test_two_definitions_for_one_kind_in_one_load_are_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(BATCHSET)
+    (tmp_path / "b.yaml").write_text(edit(BATCHSET, lambda d: d["metadata"].update(name="b")))
+    with pytest.raises(DefinitionError, match="like definition demo-batchset"):
+        Catalog.load([tmp_path])
