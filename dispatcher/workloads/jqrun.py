@@ -10,6 +10,7 @@ is serialized and parsed once per resolve, not once per path.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -245,7 +246,8 @@ def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
     if has_float:
         obj = _normalize_floats(obj)
     try:
-        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False,
+                          default=_timestamp)
     except (TypeError, ValueError) as error:
         raise ValueError(f"not JSON data: {error}") from error
     if len(text) > limits.max_bytes:
@@ -285,6 +287,17 @@ def _scan(value: Any, *, depth: int, limits: Limits, budget: list[int]) -> bool:
     if budget[0] < 0:
         raise ValueError(f"object is more than {limits.max_bytes} bytes as JSON")
     return has_float
+
+
+def _timestamp(value: Any) -> str:
+    """YAML turns unquoted timestamps into datetimes; Kubernetes means RFC 3339 strings."""
+    if isinstance(value, datetime.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+        return moment.isoformat().replace("+00:00", "Z")
+    if isinstance(value, datetime.date):
+        day: str = value.isoformat()
+        return day
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
 def _normalize_floats(value: Any) -> Any:

@@ -106,3 +106,12 @@ def test_compile_errors_found_together_or_alone() -> None:
     errors = compile_errors([".a", ".b | nosuchfn", "(.c", '.d["x"]', ".e) , (.f"])
     assert set(errors) == {".b | nosuchfn", "(.c", ".e) , (.f"}
     assert "nosuchfn" in errors[".b | nosuchfn"]
+
+
+def test_yaml_timestamps_become_rfc3339_strings() -> None:
+    import datetime
+
+    moment = datetime.datetime(2026, 11, 29, 10, 0, tzinfo=datetime.UTC)
+    text = canonical_text({"t": moment, "d": datetime.date(2026, 1, 2),
+                           "n": datetime.datetime(2026, 1, 2, 3, 4, 5)})
+    assert text == '{"d":"2026-01-02","n":"2026-01-02T03:04:05Z","t":"2026-11-29T10:00:00Z"}'
