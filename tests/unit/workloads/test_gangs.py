@@ -93,3 +93,18 @@ def test_pod_group_subgroups_sum_their_subtree_minimums() -> None:
     text = _with_gangs(TRAINRUN, {"podGroup": {"name": "pg", "subGroups": [
         {"componentName": "role"}]}})
     assert _gangs(text, TRAINRUN_OBJ) == [("pg", 5, 3)]
+
+
+@pytest.mark.parametrize(("scale", "expected"), [
+    ({"replicas": 3, "autoscaling": {"min": 0}}, (3, 3)),   # min 0 falls back to replicas
+    ({"replicas": 3, "autoscaling": {"min": 2}}, (3, 2)),
+    ({"replicas": 3, "autoscaling": {"min": 5}}, (3, 3)),   # never more than replicas
+    ({"autoscaling": {"min": 2}}, (2, 2))])                  # autoscaled: minimum
+def test_effective_minimum(scale: dict[str, Any], expected: tuple[int, int]) -> None:
+    from .shapes import FRAGSERVE, FRAGSERVE_OBJ
+
+    obj = copy.deepcopy(FRAGSERVE_OBJ)
+    obj["spec"].pop("autoscaling")
+    obj["spec"].update(scale)
+    ((_, pods, minimum),) = _gangs(FRAGSERVE, obj)
+    assert (pods, minimum) == expected
