@@ -7,14 +7,14 @@ of distinct (class, free amount) buckets and pod shapes, not with nodes or pods.
 Heuristic: best-fit decreasing. Pods are taken largest first; each goes to the eligible node
 with the fewest free GPUs that still holds it (ties: class order, then node name). Pods of one
 shape fill a node before the next is opened, which is exactly per-pod best fit, done in
-batches. If that order fails, a second order is tried that places the most constrained shapes
-first (least eligible free capacity). The answer is sound: "fits" always comes with an
-explicit node assignment that respects every per-node constraint and never over-allocates a
-node. It is not complete: bin packing is NP-hard, and both orders can miss a packing that
-exists when pod sizes are mixed and do not divide node sizes, e.g. nodes with 8 and 4 free
-GPUs and pods of 3, 3, 2, 2, 2 GPUs: 3+3+2 and 2+2 fit, but best fit puts the first 3 on the
-4-GPU node. Such a miss is reported as infeasible, never as a wrong "fits". With uniform pod
-sizes per product (the common case for training gangs) the packing is exact.
+batches. If that order fails, two more orders are tried: the most constrained shapes first
+(least eligible free capacity), then smallest first. The answer is sound: "fits" always comes
+with an explicit node assignment that respects every per-node constraint and never
+over-allocates a node. It is not complete (bin packing is NP-hard): all three orders can miss
+a packing when pod sizes do not divide each other, e.g. nodes with 10 and 8 free GPUs and
+pods of 6, 5, 3, 3, 1 GPUs (6+3+1 and 5+3 fit). Such a miss is reported as infeasible, never
+as a wrong "fits". With the usual GPU counts per pod (1, 2, 4, 8) on nodes of one class, a
+property test against exhaustive search has found no miss.
 
 Pods that request GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints, as the
 ExtendedResourceToleration admission plugin makes them on the clusters that taint GPU nodes
@@ -279,10 +279,15 @@ def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
                    for f, names in c.free_nodes.items() if f >= groups[i].gpus)
         return (free - groups[i].gpus * groups[i].count * scale, -groups[i].gpus)
 
-    second = sorted(first, key=scarcity)
-    if second == first:
-        return None
-    return _pack_once(groups, eligible_classes, second, scale)
+    tried = [first]
+    for order in (sorted(first, key=scarcity), first[::-1]):
+        if order in tried:
+            continue
+        tried.append(order)
+        result = _pack_once(groups, eligible_classes, order, scale)
+        if result is not None:
+            return result
+    return None
 
 
 def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[tuple[NodeClass, ...]],

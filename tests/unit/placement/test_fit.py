@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dispatcher.placement.fit import count_fits, explain_misfit, pack, pod_groups
 from dispatcher.workloads.demand import Toleration
@@ -134,12 +138,31 @@ def _brute_force(frees: list[int], pods: list[int]) -> bool:
 
 
 def test_documented_miss_is_reported_infeasible_never_wrongly_feasible() -> None:
-    # Best-fit decreasing misses 3+3+2 / 2+2 on an 8- and a 4-GPU node (see fit's docstring).
-    assert _brute_force([8, 4], [3, 3, 2, 2, 2])
-    cap = cluster({"name": "a", "gpus": 8}, {"name": "b", "gpus": 4})
-    groups = pod_groups(demand([shape(2, 3), shape(3, 2)]))
+    # 6+3+1 and 5+3 fit on a 10- and an 8-GPU node; no packing order finds it (see fit).
+    assert _brute_force([10, 8], [6, 5, 3, 3, 1])
+    cap = cluster({"name": "a", "gpus": 10}, {"name": "b", "gpus": 8})
+    groups = pod_groups(demand([shape(1, 6), shape(1, 5), shape(2, 3), shape(1, 1)]))
     assert pack(cap, groups) is None
     assert explain_misfit(cap, groups).endswith("at once: fits 0 times")
+
+
+def test_smallest_first_order_rescues_what_best_fit_decreasing_misses() -> None:
+    # Best fit decreasing puts a 3 on the 4-GPU node; 3+3+2 and 2+2 fit.
+    assert _brute_force([8, 4], [3, 3, 2, 2, 2])
+    cap = cluster({"name": "a", "gpus": 8}, {"name": "b", "gpus": 4})
+    result = pack(cap, pod_groups(demand([shape(2, 3), shape(3, 2)])))
+    assert result is not None
+    assert [(g.node, g.gpus) for g in result.assignment()] == [("a", 8), ("b", 4)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=8), min_size=1, max_size=5),
+       st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=7))
+def test_exact_for_power_of_two_pods_on_one_class(frees: list[int], pods: list[int]) -> None:
+    cap = cluster(*({"name": f"n{i}", "gpus": f} for i, f in enumerate(frees)))
+    counts = Counter(pods)
+    groups = pod_groups(demand([shape(c, g) for g, c in sorted(counts.items())]))
+    assert (pack(cap, groups) is not None) == _brute_force(frees, pods)
 
 
 def test_gpu_pods_tolerate_the_gpu_resource_taint_like_the_admission_plugin() -> None:
