@@ -190,3 +190,21 @@ def test_huge_objects_finish_with_a_result_or_a_clear_error(name: str) -> None:
             resolve_with(definition, obj)
         except WorkloadError as error:
             assert str(error)
+
+
+_BOTH = [(define(t, "karta"), define(t, "ri"), o) for t, o in (
+    (BATCHSET, BATCHSET_OBJ), (TRAINRUN, TRAINRUN_OBJ), (FRAGSERVE, FRAGSERVE_OBJ))]
+
+
+@FUZZ
+@given(data=st.data())
+def test_both_formats_agree_on_mutated_objects(data: st.DataObject) -> None:
+    karta, ri, base = data.draw(st.sampled_from(_BOTH))
+    obj = _mutated(data, base)
+
+    def outcome(definition: Any) -> Any:
+        try:
+            return resolve_with(definition, obj).to_dict()
+        except WorkloadError as error:
+            return str(error)
+    assert outcome(karta) == outcome(ri)
