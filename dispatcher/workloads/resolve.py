@@ -237,7 +237,10 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
                               min_pods=i.min_pods, needs=i.needs) for i in instances)
 
     def min_pods(expr: Expr) -> int | None:
-        found = values.aligned(expr, 1)
+        found = values.all(expr)
+        if len(found) != 1:
+            raise values.fail(expr, f"a gang minimum must be exactly one result, got "
+                                    f"{len(found)}")
         return values.number(expr, found[0])
 
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,

@@ -108,3 +108,10 @@ def test_effective_minimum(scale: dict[str, Any], expected: tuple[int, int]) -> 
     obj["spec"].update(scale)
     ((_, pods, minimum),) = _gangs(FRAGSERVE, obj)
     assert (pods, minimum) == expected
+
+
+def test_explicit_minimum_must_be_one_result() -> None:
+    text = _with_gangs(BATCHSET, {"podGroup": {"name": "g",
+                                               "minPodsPath": ".spec.jobs[].replicas"}})
+    with pytest.raises(EvaluationError, match="exactly one result, got 2"):
+        resolve_with(define(text), BATCHSET_OBJ)
