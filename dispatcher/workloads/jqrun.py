@@ -42,6 +42,7 @@ _FORBIDDEN_NAMES = frozenset({
     "halt", "halt_error", "now", "import", "include", "$__prog_args", "input_line_number",
     "get_search_list", "modulemeta", "get_jq_origin", "get_prog_origin", "combinations",
     "recurse_down", "$__prog_name",
+    "keys_unsorted",  # not in gojq (upstream's engine); with sorted input it equals keys
 })
 _ASSIGNMENTS = ("|=", "+=", "-=", "*=", "/=", "%=", "//=")
 _WORD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
