@@ -29,7 +29,8 @@ def test_safe_expressions(expression: str) -> None:
 @pytest.mark.parametrize("expression", [
     "env", "$ENV", "input", "inputs", "del(.a)", "..", ".a = 1", ".a |= 1", ".a //= 1",
     "[range(5)]", "def f: 1; f", '"\\(env.HOME)"', '"a\\("b\\(now)")"', "walk(.)",
-    "debug", "halt", "include \"x\"; .", "keys_unsorted", "[.a | combinations]", "$__loc__", "until(1; 1)"])
+    "debug", "halt", "include \"x\"; .", "keys_unsorted", "[.a | combinations]", "$__loc__",
+    "until(1; 1)"])
 def test_unsafe_expressions(expression: str) -> None:
     assert check_safety(expression)
 
