@@ -112,8 +112,8 @@ def free_port() -> int:
 def is_alive(proc: ProcessInfo) -> bool:
     """Whether ``proc`` is still the process we started (pid not reused by another binary)."""
     child = _CHILDREN.get(proc.pid)
-    if child is not None and child.poll() is not None:
-        return False
+    if child is not None:  # our own child: poll() is exact (and /proc may still show the
+        return child.poll() is None  # pre-exec, empty cmdline right after the spawn)
     try:
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
