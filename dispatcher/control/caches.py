@@ -161,9 +161,12 @@ class CopyCache:
         self.synced.add((member, kind_key))
         return touched
 
-    def unsync(self, member: str) -> None:
-        """The member's watches broke: its copy state is unknown until they list again."""
-        self.synced = {s for s in self.synced if s[0] != member}
+    def unsync(self, member: str, kind_key: str | None = None) -> None:
+        """The member's watches (or only the one of ``kind_key``) broke: that copy state is
+        unknown until they list again. Only the broken watch re-lists, so it must not
+        unsync the others (their copies would read as unknown until their next re-list)."""
+        self.synced = {s for s in self.synced
+                       if s[0] != member or (kind_key is not None and s[1] != kind_key)}
 
 
 def _kind_key(obj: Mapping[str, Any]) -> str:

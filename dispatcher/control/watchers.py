@@ -194,7 +194,7 @@ class MemberWatchers:
         key = kind_key(ref.api_version, ref.kind)
 
         def lost() -> None:
-            self._copies.unsync(member)
+            self._copies.unsync(member, key)
 
         async def body() -> None:
             async for item in watch.informer(client, ref,
