@@ -1,0 +1,55 @@
+"""Chaos suite options and its private fleet.
+
+``--chaos-rounds N`` (default 5: one round per fault kind) and ``--chaos-seed S`` (default
+fixed, so CI failures replay; the seed of round i is derived from S and i). The fleet,
+controller replicas and logs live under one temporary directory for the session; it is
+kept after a failure so the controller logs can be read (path in the failure message).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from .env import ChaosEnv
+
+DEFAULT_ROUNDS = 5
+DEFAULT_SEED = 20261129
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos")
+    group.addoption("--chaos-rounds", type=int, default=DEFAULT_ROUNDS,
+                    help=f"chaos rounds to run (default {DEFAULT_ROUNDS})")
+    group.addoption("--chaos-seed", type=int, default=DEFAULT_SEED,
+                    help=f"base seed of the chaos rounds (default {DEFAULT_SEED})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "chaos: fault-injection rounds on a private fleet")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "chaos_round" in metafunc.fixturenames:
+        rounds = int(metafunc.config.getoption("--chaos-rounds", default=DEFAULT_ROUNDS))
+        metafunc.parametrize("chaos_round", range(rounds), ids=[f"round{i}" for i in range(rounds)])
+
+
+@pytest.fixture(scope="session")
+def chaos_seed(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--chaos-seed", default=DEFAULT_SEED))
+
+
+@pytest.fixture(scope="session")
+async def chaos_env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ChaosEnv]:
+    os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
+                                                    "localhost"]))
+    root: Path = tmp_path_factory.mktemp("chaos")
+    env = await ChaosEnv.start(root)
+    try:
+        yield env
+    finally:
+        await env.close()
