@@ -35,7 +35,9 @@ class KubeconfigProblem(ValueError):
 
 
 def _named(items: Any, name: str, what: str) -> Mapping[str, Any]:
-    for item in items or ():
+    if not isinstance(items, list):
+        items = ()  # absent or not a list: nothing of that name
+    for item in items:
         if isinstance(item, Mapping) and item.get("name") == name:
             body = item.get(what)
             if isinstance(body, Mapping):
@@ -115,7 +117,7 @@ def from_secret(secret: Mapping[str, Any], *, key: str = DEFAULT_KEY) -> dict[st
     else:
         try:
             text = base64.b64decode(str(raw), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
+        except (binascii.Error, ValueError):  # not base64, not ASCII, not UTF-8
             raise KubeconfigProblem(f"{where} key {key!r} is not base64 text",
                                     reason="KubeconfigInvalid") from None
     try:

@@ -66,7 +66,8 @@ class KubeClient:
         try:
             api = await kube_config.new_client_from_config_dict(
                 config_dict=dict(kubeconfig), context=context, temp_file_path=_credential_dir())
-        except (ConfigException, KeyError, TypeError, ValueError, OSError) as exc:
+        except (ConfigException, KeyError, TypeError, ValueError, OSError, AttributeError,
+                AssertionError, IndexError) as exc:
             raise KubeconfigError(f"kubeconfig for {name} is not usable: "
                                   f"{_config_message(exc)}") from None
         return cls(api, name=name)
