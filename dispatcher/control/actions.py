@@ -119,9 +119,9 @@ async def _record_placement(rec: Reconciler, uid: str, snap: Snapshot,
     reservations = rec.fleet.reservations(decision.chosen)
     reservation = reservations.get(uid) if reservations is not None else None
     try:
-        await rec.patch_record(uid, records.placed_status(
+        await rec.patch_record(uid, {**rec.demand_patch(uid), **records.placed_status(
             decision=decision, reservation=reservation, attempt=record.attempt + 1,
-            now=snap.now))
+            now=snap.now)})
     except BaseException:
         rec.release(uid)
         raise
@@ -137,8 +137,8 @@ async def _record_pending(rec: Reconciler, uid: str, snap: Snapshot, action: Act
         reason = "Queued"
     elif action.reason.startswith("cannot resolve"):
         reason = "ResolveFailed"
-    await rec.patch_record(uid, records.pending_status(message=action.reason, reason=reason,
-                                                       now=snap.now))
+    await rec.patch_record(uid, {**rec.demand_patch(uid), **records.pending_status(
+        message=action.reason, reason=reason, now=snap.now)})
     rec.metrics.pending.set(len(rec.queue))
     log.info("workload.pending", uid=uid, reason=reason, message=action.reason)
     rec.event(snap.workload or {}, reason="Pending", message=action.reason, warning=True)
@@ -184,8 +184,9 @@ async def _mirror(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> 
         await rec.patch_record(uid, {
             "phase": phase, "genericStatus": generic, "statuses": list(found.statuses),
             "remote": {"lastSeen": records.format_time(snap.now)}})
-        rec.event(item.obj, reason=phase, message=f"{generic} on {action.member}",
-                  warning=generic == "failed")
+        if phase != snap.record.phase:
+            rec.event(item.obj, reason=phase, message=f"{generic} on {action.member}",
+                      warning=generic == "failed")
     lag = rec.monotonic() - found.seen_at
     rec.metrics.mirror_lag.observe(max(lag, 0.0))
     log.info("status.mirrored", uid=uid, member=action.member, status=generic,

@@ -13,6 +13,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ from dispatcher.control.observe import Metrics, configure_logging, serve
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient
 from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.errors import WorkloadError
 
 __all__ = ["hub_kubeconfig_path", "load_catalog", "run"]
 
 log = structlog.get_logger("dispatcher")
+
+FLEET_STOP_TIMEOUT_S = 5.0
 
 
 def hub_kubeconfig_path(config: Config) -> Path:
@@ -61,7 +65,11 @@ async def run(config: Config) -> int:
     """Run the controller until SIGTERM/SIGINT (0) or leadership loss (1)."""
     configure_logging(level=config.control.log_level)
     settings = config.control
-    catalog = load_catalog(config)
+    try:
+        catalog = load_catalog(config)
+    except WorkloadError as exc:
+        log.error("catalog.invalid", message=str(exc)[:2000])
+        return 2
     hub = await _hub_client(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -74,11 +82,12 @@ async def run(config: Config) -> int:
                             metrics=metrics)
     elector: LeaderElector | None = None
     cleanup = None
-    if settings.server.port:
-        cleanup = await serve(metrics=metrics, address=settings.server.address,
-                              port=settings.server.port, ready=controller.ready)
     code = 0
+    stuck = False
     try:
+        if settings.server.port:
+            cleanup = await serve(metrics=metrics, address=settings.server.address,
+                                  port=settings.server.port, ready=controller.ready)
         log.info("controller.starting", config=config.source, hub=hub.server,
                  hub_id=settings.hub_id, definitions=len(catalog))
         if settings.leader.enabled:
@@ -101,7 +110,11 @@ async def run(config: Config) -> int:
         try:
             await controller.run(stop)
         finally:
-            await fleet.stop()
+            try:
+                await asyncio.wait_for(fleet.stop(), FLEET_STOP_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("fleet.stop_timeout", seconds=FLEET_STOP_TIMEOUT_S)
+                stuck = True
         if elector is not None and elector.lost.is_set():
             code = 1
         if elector is not None:
@@ -116,4 +129,7 @@ async def run(config: Config) -> int:
                 loop.remove_signal_handler(sig)
         await hub.close()
     log.info("controller.stopped", code=code)
+    if stuck:  # a task that ignores cancellation would hang asyncio.run's shutdown
+        sys.stdout.flush()
+        os._exit(code)
     return code

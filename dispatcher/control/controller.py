@@ -108,10 +108,12 @@ class Controller:
             await stop.wait()
         finally:
             self.started = False
+            log.info("controller.stopping")
             await self.workers.stop()
             await cancel_all(self._tasks)
             await self.hub_watchers.stop()
             await self.member_watchers.stop()
+            log.debug("controller.drained")
 
     async def _wait_synced(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + SYNC_TIMEOUT_S

@@ -68,8 +68,16 @@ class LiveFleet:
         self._tasks.append(guarded(self._relay(), name="fleet-relay"))
 
     async def stop(self) -> None:
+        """Stop the relay and the fleet. A member supervisor may swallow one cancellation
+        (a retry loop that treats it as a failed attempt), so cancel until it ends."""
         await cancel_all(self._tasks)
-        await self.fleet.stop()
+        stopping = asyncio.ensure_future(self.fleet.stop())
+        while not stopping.done():
+            await asyncio.wait({stopping}, timeout=0.2)
+            for task in asyncio.all_tasks():
+                if task.get_name().startswith("member/") and not task.done():
+                    task.cancel()
+        await stopping
 
     async def _relay(self) -> None:
         async for _ in self.fleet.changes():

@@ -211,7 +211,8 @@ class Reconciler:
         request = PlacementRequest.from_annotations(
             demand=resolution.demand, api_version=resolution.api_version,
             kind=resolution.kind, annotations=meta.get("annotations") or {},
-            default_policy=policy)
+            default_policy=policy, namespace=str(meta.get("namespace") or ""))
+        request = replace(request, exhaustive=True)  # every member's verdict in the log
         members = [m for m in self.fleet.snapshots() if m.name not in record.excluded]
         try:
             decision = engine.decide(members, request)
@@ -231,6 +232,14 @@ class Reconciler:
         self.queue.placed(entry)
         self.metrics.pending.set(len(self.queue))
         return decision
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
+        cached = self._resolved.get(uid)
+        if cached is None:
+            return {}
+        return records.demand_status(demand=cached[1].demand,
+                                     definition=cached[1].definition_name)
 
     def release(self, uid: str) -> None:
         """Drop ``uid``'s reservation wherever it is held."""

@@ -24,6 +24,7 @@ from dispatcher.workloads.demand import Demand
 __all__ = [
     "DispatchRecord",
     "condition",
+    "demand_status",
     "dispatch_body",
     "dispatch_name",
     "failed_status",

@@ -165,7 +165,8 @@ class Fleet:
                 name=name, capacity=conn.capacity, labels=conn.spec.labels,
                 ready=health.ready,
                 not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
-                cordoned=conn.spec.cordoned, served_kinds=conn.served_groups()))
+                cordoned=conn.spec.cordoned, served_kinds=conn.served_groups(),
+                allowed_namespaces=conn.spec.allowed_namespaces))
         return out
 
     def reservations(self, member: str) -> MemberReservations:
