@@ -148,8 +148,13 @@ async def _record_pending(rec: Reconciler, uid: str, snap: Snapshot, action: Act
 async def _adopt(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
     assert action.member is not None and snap.record is not None
     adopted = snap.record.phase not in ("", Phase.PLACED)
-    await rec.patch_record(uid, records.submitted_status(
-        cluster=action.member, remote_uid=snap.copy.uid, now=snap.now, adopted=adopted))
+    status = records.submitted_status(cluster=action.member, remote_uid=snap.copy.uid,
+                                      now=snap.now, adopted=adopted)
+    found = rec.copies.get(action.member, uid)
+    if found is not None:  # the generic status in the same write (saves a mirror step)
+        status.update({"phase": rec.phase_for(found.generic), "genericStatus": found.generic,
+                       "statuses": list(found.statuses)})
+    await rec.patch_record(uid, status)
     workload = snap.workload or {}
     created = records.parse_time(workload.get("metadata", {}).get("creationTimestamp"))
     latency = max(snap.now - created, 0.0) if created else None

@@ -105,12 +105,23 @@ class HubCache:
             del self._records[uid]
         return uid
 
-    def relist_records(self, objects: Iterable[Mapping[str, Any]]) -> set[str]:
-        old = set(self._records)
-        self._records.clear()
+    def relist_records(self, objects: Iterable[Mapping[str, Any]], *, namespace: str = ""
+                       ) -> set[str]:
+        """Replace the records of ``namespace`` ("" for all); returns the uids touched."""
+        old = {uid for uid, rec in self._records.items()
+               if not namespace or (rec.get("metadata") or {}).get("namespace") == namespace}
+        for uid in old:
+            del self._records[uid]
         for obj in objects:
             self.put_record(obj, force=True)
-        return old | set(self._records)
+        fresh = {uid for uid, rec in self._records.items()
+                 if not namespace or (rec.get("metadata") or {}).get("namespace") == namespace}
+        return old | fresh
+
+    def uids_on(self, member: str) -> list[str]:
+        """Workloads whose record names ``member`` as their cluster."""
+        return [uid for uid, rec in self._records.items()
+                if ((rec.get("status") or {}).get("decision") or {}).get("cluster") == member]
 
 
 @dataclass(frozen=True, slots=True)

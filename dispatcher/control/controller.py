@@ -140,8 +140,15 @@ class Controller:
     async def _rounds(self) -> None:
         """Event-driven: when capacity or health changes, retry waiting workloads in order."""
         seen = self.fleet.pulse.version
+        reachable: dict[str, bool] = {}
         while True:
             seen = await self.fleet.pulse.wait(seen, timeout=30.0)
+            for name in self.fleet.names():  # lost or back: its workloads decide again
+                now_reachable = self.fleet.health(name).reachable
+                if reachable.get(name, True) != now_reachable:
+                    for uid in self.cache.uids_on(name):
+                        self.workers.kick(uid)
+                reachable[name] = now_reachable
             for snap in self.fleet.snapshots():
                 self.metrics.free_gpus.labels(member=snap.name).set(snap.capacity.free)
             for entry in self.queue.ordered():

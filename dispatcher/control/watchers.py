@@ -71,15 +71,18 @@ class HubWatchers:
         self._selector = label_selector or None
         self._watched: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
-        self.records_synced = False
+        self._records_listed: set[str] = set()
 
     def synced(self) -> bool:
         """Every started watch has listed at least once."""
         want = {(k, ns) for k in self._watched for ns in self._namespaces}
-        return self.records_synced and want <= self._cache.synced
+        return set(self._namespaces) <= self._records_listed and want <= self._cache.synced
 
     async def start(self) -> None:
-        self._tasks.append(guarded(_forever("dispatches", self._records), name="hub:dispatches"))
+        for namespace in self._namespaces:
+            self._tasks.append(guarded(
+                _forever("dispatches", functools.partial(self._records, namespace)),
+                name=f"hub:dispatches:{namespace or '*'}"))
         await self.discover()
         self._tasks.append(guarded(_forever("crds", self._crds), name="hub:crds"))
 
@@ -129,12 +132,12 @@ class HubWatchers:
                 self._cache.put(ref, obj)
             self._kick(uid)
 
-    async def _records(self) -> None:
-        async for item in watch.informer(self._hub, DISPATCHES):
+    async def _records(self, namespace: str) -> None:
+        async for item in watch.informer(self._hub, DISPATCHES, namespace=namespace or None):
             if isinstance(item, watch.Listed):
-                for uid in self._cache.relist_records(item.objects):
+                for uid in self._cache.relist_records(item.objects, namespace=namespace):
                     self._kick(uid)
-                self.records_synced = True
+                self._records_listed.add(namespace)
                 continue
             uid = (self._cache.drop_record(item.object) if item.type == "DELETED"
                    else self._cache.put_record(item.object))

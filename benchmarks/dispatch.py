@@ -1,0 +1,241 @@
+"""Dispatch throughput and latency: hub create -> member create, and member -> hub status lag.
+
+Real code paths end to end: a dev fleet (one etcd, a hub and 3 member kube-apiservers on
+loopback, 40 GPU nodes per member), ``dispatcher run`` as its own process (leader election,
+Events and metrics on, the shipped defaults otherwise), and this process acting as users:
+
+1. creates ``--workloads`` JobSets (1 pod, 1 GPU each) on the hub as fast as 64 concurrent
+   requests allow, timing each create;
+2. watches every member for copies (by the controller's origin label) and notes when each
+   appears: dispatch latency = copy seen on the member - hub create sent; throughput =
+   workloads / (last copy seen - first create sent);
+3. patches the status of ``--mirror`` copies on their members, one every 20 ms, and watches
+   the hub: mirror lag = hub status seen - member status patch sent.
+
+Prints one JSON object per case (bench, members, workloads, throughput_per_s, p50_ms,
+p99_ms, mirror_p99_ms, machine, ...). Runs in about a minute on 2 cores. The dev fleet is
+started in a temporary directory and removed afterwards (binaries are cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dispatcher.devfleet import devfleet
+from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.fleet.fleetfile import FleetSpec, MemberSpec, NodePool
+from dispatcher.kube import watch
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.resources import NAMESPACES, ResourceRef
+
+JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
+                      plural="jobsets", namespaced=True)
+MEMBERS = ("member-1", "member-2", "member-3")
+HUB_ID = "bench-hub"
+
+
+def fleet_spec(nodes: int) -> FleetSpec:
+    return FleetSpec(members=tuple(
+        MemberSpec(name=name, node_pools=(NodePool(name="h100", count=nodes, gpus=8,
+                                                   gpu_product="NVIDIA-H100-80GB-HBM3"),))
+        for name in MEMBERS))
+
+
+def jobset(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "template": {"spec": {"containers": [
+                    {"name": "w", "image": "busybox",
+                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def until(condition: Any, *, seconds: float) -> None:
+    """Poll ``condition()`` every 50 ms until true (TimeoutError after ``seconds``)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
+
+
+async def client_for(state: FleetState, name: str) -> KubeClient:
+    path = Path(state.cluster(name).kubeconfig)
+    kubeconfig = yaml.safe_load(await asyncio.to_thread(path.read_text))
+    return await KubeClient.from_kubeconfig(kubeconfig, name=name)
+
+
+def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+    config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
+              "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
+              "fleet": {"watchMemberClusters": False, "staticMembers": [
+                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in MEMBERS]}}
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (workdir / "controller.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    def probe() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return int(r.status)
+        except OSError:
+            return 0
+
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise RuntimeError("the controller exited")
+        if await asyncio.to_thread(probe) == 200:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("controller not ready after 60 s")
+
+
+async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, selector: str,
+                      seen: dict[str, float], key: Any, done: asyncio.Event) -> None:
+    """Record the first time ``key(obj)`` is truthy per object name."""
+    async for item in watch.informer(client, ref, namespace=namespace,
+                                     label_selector=selector or None):
+        now = time.perf_counter()
+        objects = item.objects if isinstance(item, watch.Listed) else [item.object]
+        for obj in objects:
+            name = obj["metadata"]["name"]
+            if name not in seen and key(obj):
+                seen[name] = now
+        if done.is_set():
+            return
+
+
+async def run_case(state: FleetState, *, workloads: int, mirror: int) -> dict[str, Any]:
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    hub = await client_for(state, "hub")
+    members = {n: await client_for(state, n) for n in MEMBERS}
+    await hub.request("POST", NAMESPACES.collection(), body={
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    names = [f"w-{i:05d}" for i in range(workloads)]
+    sent: dict[str, float] = {}
+    landed: dict[str, float] = {}
+    where: dict[str, str] = {}
+    all_landed = asyncio.Event()
+
+    def on_member(member: str) -> Any:
+        def key(obj: dict[str, Any]) -> bool:
+            where.setdefault(obj["metadata"]["name"], member)
+            if len(landed) + 1 >= workloads:
+                all_landed.set()
+            return True
+        return key
+
+    watchers = [asyncio.create_task(watch_until(
+        members[m], JOBSETS, namespace=namespace, selector=f"dispatcher.io/origin={HUB_ID}",
+        seen=landed, key=on_member(m), done=all_landed)) for m in MEMBERS]
+    await asyncio.sleep(0.5)
+    limit = asyncio.Semaphore(64)
+
+    async def create(name: str) -> None:
+        async with limit:
+            sent[name] = time.perf_counter()
+            await hub.request("POST", JOBSETS.collection(namespace),
+                              body=jobset(name, namespace))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(create(n) for n in names))
+    created_s = time.perf_counter() - start
+    await until(lambda: len(landed) >= workloads, seconds=300)
+    elapsed = max(landed.values()) - start
+    latencies = [(landed[n] - sent[n]) * 1000 for n in names]
+
+    # Mirror lag: member status patch -> hub status visible.
+    mirrored: dict[str, float] = {}
+    patched: dict[str, float] = {}
+    mirror_done = asyncio.Event()
+    hub_watch = asyncio.create_task(watch_until(
+        hub, JOBSETS, namespace=namespace, selector="", seen=mirrored,
+        key=lambda o: bool((o.get("status") or {}).get("terminalState") == "bench"),
+        done=mirror_done))
+    await asyncio.sleep(0.5)
+    for name in names[:mirror]:
+        patched[name] = time.perf_counter()
+        await members[where[name]].request(
+            "PATCH", JOBSETS.item(name, namespace, "status"),
+            body={"status": {"terminalState": "bench", "replicatedJobsStatus": [
+                {"name": "w", "ready": 1, "active": 1, "succeeded": 0, "failed": 0,
+                 "suspended": 0}]}}, content_type=JSON_MERGE_PATCH)
+        await asyncio.sleep(0.02)
+    await until(lambda: all(n in mirrored for n in patched), seconds=120)
+    mirror_done.set()
+    lags = [(mirrored[n] - patched[n]) * 1000 for n in patched]
+    for task in [*watchers, hub_watch]:
+        task.cancel()
+    await asyncio.gather(*watchers, hub_watch, return_exceptions=True)
+    for client in (hub, *members.values()):
+        await client.close()
+    per_member = {m: sum(1 for n in names if where.get(n) == m) for m in MEMBERS}
+    return {"bench": "dispatch", "members": len(MEMBERS), "workloads": workloads,
+            "throughput_per_s": round(workloads / elapsed, 1),
+            "p50_ms": round(statistics.median(latencies), 1),
+            "p99_ms": round(percentile(latencies, 0.99), 1),
+            "mirror_p99_ms": round(percentile(lags, 0.99), 1),
+            "mirror_p50_ms": round(statistics.median(lags), 1), "mirrored": len(lags),
+            "create_s": round(created_s, 2), "per_member": per_member,
+            "machine": f"{platform.machine()} {os.cpu_count()} cpu, "
+                       f"{platform.python_implementation()} {platform.python_version()}"}
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as tmp:
+        root = Path(tmp)
+        state = await asyncio.to_thread(devfleet.up, root=root / "fleet",
+                                        fleet=fleet_spec(args.nodes))
+        port = free_port()
+        proc = start_controller(state, root, port)
+        try:
+            await wait_ready(port, proc)
+            for workloads in args.workloads:
+                result = await run_case(state, workloads=workloads, mirror=args.mirror)
+                print(json.dumps(result), flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            await asyncio.to_thread(devfleet.down, root=root / "fleet")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", type=int, nargs="+", default=[300],
+                        help="workloads per case (default: %(default)s)")
+    parser.add_argument("--nodes", type=int, default=40, help="8-GPU nodes per member")
+    parser.add_argument("--mirror", type=int, default=100, help="copies whose status is "
+                        "changed to measure mirror lag")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

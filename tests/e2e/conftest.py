@@ -1,0 +1,113 @@
+"""The controller as a separate process (``python -m dispatcher run --config FILE``).
+
+``controller`` starts one with a config written for the session's dev fleet (its own hub id
+and namespace, short failover timings, a free metrics port) and kills it after the test;
+``restart()`` starts it again with the same config, ``kill9()`` ends it without any
+cleanup. Logs go to a file per process, printed when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import pytest
+import yaml
+
+from dispatcher.devfleet.controlplane import FleetState, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class ControllerProcess:
+    config: Path
+    namespace: str
+    hub_id: str
+    port: int
+    logs: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    files: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"controller-{len(self.procs)}.log").open("wb")
+        self.files.append(log)
+        proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config",
+                                 str(self.config)], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.procs.append(proc)
+        return proc
+
+    def kill9(self) -> None:
+        self.procs[-1].send_signal(signal.SIGKILL)
+        self.procs[-1].wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+        for file in self.files:
+            file.close()
+
+    def output(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:]
+                         for p in sorted(self.logs.glob("controller-*.log")))
+
+
+def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
+                 port: int) -> None:
+    config = {
+        "hubId": hub_id,
+        "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
+        "watch": {"namespaces": [namespace]},
+        "reservations": {"ttl": 600},
+        "failover": {"policy": "if-not-started", "memberLostAfter": 3, "maxAttempts": 3},
+        "sweep": {"interval": 5},
+        "leaderElection": {"namespace": "dispatcher-system", "name": f"lease-{hub_id}",
+                           "leaseDuration": 2, "renewEvery": 0.5},
+        "server": {"address": "127.0.0.1", "port": port},
+        "fleet": {"watchMemberClusters": False, "unreachableAfter": 1.5, "probeInterval": 0.5,
+                  "reconnectMax": 1,
+                  "staticMembers": [{"name": n, "kubeconfig": state.cluster(n).kubeconfig}
+                                    for n in ("member-1", "member-2")]},
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture
+def controller(dev_fleet: FleetState, tmp_path: Path, request: pytest.FixtureRequest
+               ) -> Iterator[ControllerProcess]:
+    hub_id = f"e2e-{uuid.uuid4().hex[:6]}"
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    write_config(config, state=dev_fleet, hub_id=hub_id, namespace=namespace, port=port)
+    proc = ControllerProcess(config=config, namespace=namespace, hub_id=hub_id, port=port,
+                             logs=tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(proc.output())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -1,0 +1,113 @@
+"""Dispatch record: statuses read back as the record they describe; copies and leases.
+
+Covered: placed/submitted/requeued/failed status patches read back through ``read``;
+condition merging keeps transition times; copy building strips server fields and stamps
+ownership; ``owner_state`` and ``stamped``; the Lease rule ``is_free``. Left out: I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.control import record
+from dispatcher.control.copies import build_copy, owner_state, stamped
+from dispatcher.control.decide import CopyState
+from dispatcher.control.leader import is_free
+from dispatcher.control.names import HUB_UID_ANNOTATION, ORIGIN_LABEL, Phase
+from dispatcher.fleet.reservations import Reservation
+from dispatcher.kube.patches import apply_merge
+from dispatcher.placement.model import Decision, NodeGrant, Verdict
+
+NOW = 1_800_000_000.0
+
+
+def base() -> dict[str, Any]:
+    workload = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "t", "namespace": "ns", "uid": "u1"}}
+    return record.dispatch_body(workload=workload, name=record.dispatch_name(workload))
+
+
+def with_status(obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    return apply_merge(obj, {"status": status})  # type: ignore[no-any-return]
+
+
+def decision() -> Decision:
+    return Decision(policy="most-free", pods=2, gpus=8, gangs=1,
+                    verdicts=(Verdict(member="m1", feasible=True, reason="fits", free=16,
+                                      score=8.0),),
+                    chosen="m1", assignment=(NodeGrant(node="n1", gpus=8, pods=2),),
+                    summary="placed on m1")
+
+
+def test_body_is_owned_by_the_workload() -> None:
+    obj = base()
+    assert obj["metadata"]["name"] == "jobset-t"
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert record.read(obj).workload_uid == "u1"
+
+
+def test_placed_then_submitted_then_requeued_then_failed_read_back() -> None:
+    res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
+    obj = with_status(base(), record.placed_status(decision=decision(), reservation=res,
+                                                   attempt=1, now=NOW))
+    placed = record.read(obj)
+    assert (placed.phase, placed.cluster, placed.attempt, placed.reservation) == (
+        Phase.PLACED, "m1", 1, res)
+    assert placed.decided_at == NOW
+    obj = with_status(obj, record.submitted_status(cluster="m1", remote_uid="r",
+                                                   now=NOW + 1, adopted=False))
+    assert record.read(obj).submitted_at == NOW + 1
+    obj = with_status(obj, record.requeued_status(record=record.read(obj), reason="lost",
+                                                  outcome="requeued", now=NOW + 2))
+    requeued = record.read(obj)
+    assert (requeued.phase, requeued.cluster, requeued.excluded) == (Phase.PENDING, None,
+                                                                    ("m1",))
+    assert requeued.attempt == 1 and len(requeued.history) == 1
+    obj = with_status(obj, record.failed_status(record=requeued, reason="no", now=NOW + 3))
+    assert record.read(obj).failure == "no"
+
+
+def test_conditions_keep_transition_time_when_status_unchanged() -> None:
+    old = [record.condition(type_="Placed", status=False, reason="A", message="x", now=NOW)]
+    new = [record.condition(type_="Placed", status=False, reason="B", message="y",
+                            now=NOW + 5)]
+    (merged,) = record.merge_conditions(old, new)
+    assert merged["lastTransitionTime"] == old[0]["lastTransitionTime"]
+    assert merged["message"] == "y"
+
+
+def test_time_round_trip() -> None:
+    assert record.parse_time(record.format_time(NOW + 0.25)) == NOW + 0.25
+    assert record.parse_time("nonsense") is None
+
+
+def test_copy_is_stripped_and_stamped() -> None:
+    hub = {"apiVersion": "v1x", "kind": "K", "status": {"a": 1},
+           "metadata": {"name": "t", "namespace": "ns", "uid": "u1", "resourceVersion": "9",
+                        "finalizers": ["f"], "ownerReferences": [{}], "managedFields": [{}],
+                        "creationTimestamp": "x", "labels": {"k": "v"},
+                        "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                                        "{}"}},
+           "spec": {"x": 1}}
+    copy = build_copy(hub, hub_id="h", definition=None)
+    meta = copy["metadata"]
+    assert "status" not in copy and copy["spec"] == {"x": 1}
+    assert not {"uid", "resourceVersion", "finalizers", "ownerReferences", "managedFields",
+                "creationTimestamp"} & set(meta)
+    assert meta["labels"][ORIGIN_LABEL] == "h" and meta["labels"]["k"] == "v"
+    assert meta["annotations"] == {HUB_UID_ANNOTATION: "u1"}
+    assert hub["metadata"]["uid"] == "u1"  # input untouched
+    assert stamped(copy, hub_id="h") == "u1"
+    assert stamped(copy, hub_id="other") is None
+    assert owner_state(copy, hub_id="h", hub_uid="u1") is CopyState.OURS
+    assert owner_state(copy, hub_id="h", hub_uid="u2") is CopyState.FOREIGN
+    assert owner_state(None, hub_id="h", hub_uid="u1") is CopyState.ABSENT
+
+
+def test_lease_rule() -> None:
+    lease = {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 10,
+                      "renewTime": record.format_time(NOW)}}
+    assert is_free(None, identity="b", now=NOW)
+    assert is_free(lease, identity="a", now=NOW + 1)
+    assert not is_free(lease, identity="b", now=NOW + 9)
+    assert is_free(lease, identity="b", now=NOW + 10)
