@@ -1,0 +1,340 @@
+"""The installed controller with only its own identities: a full dispatch, mirror, delete.
+
+`kubectl apply -k deploy/` on the test hub; each member registered with
+`dispatcher clusters add --create-identity` (deploy/member applied with the admin
+kubeconfig, only a TokenRequest token of its ServiceAccount stored on the hub); then
+`dispatcher run` as a separate process whose hub kubeconfig holds only the dispatcher
+ServiceAccount's token (no $KUBECONFIG, no ~/.kube/config to fall back to). Two ways to
+know the members, each a run of the whole module: ``memberclusters`` (the controller reads
+the MemberClusters and their kubeconfig Secrets with its own token, the production path)
+and ``static`` (the same minted kubeconfigs as config-file members). A JobSet pinned to
+one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
+the hub, and deleting it on the hub removes the copy and the finalizer. The controller's
+log carries no Forbidden answer at any step, so the shipped RBAC is enough; and the very
+tokens it runs with are refused Secrets outside dispatcher-system on the hub and
+kube-system objects on a member.
+Not covered: member outages and failover with these identities (same RBAC, other suites).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.cli import main
+from dispatcher.devfleet.binaries import ensure_binaries
+from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.devfleet.rest import ApiError, Rest
+from dispatcher.kube.resources import DISPATCHES, MEMBER_CLUSTERS, NAMESPACES, SECRETS
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM = "dispatcher-system"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
+TIMEOUT_S = 40.0
+# The controller starts copy watches only for members known when it starts; members that
+# arrive later from MemberCluster objects get none, so their copies are never synced and
+# nothing is submitted (dispatcher/control/watchers.py MemberWatchers.start). Remove when
+# fixed: the strict xfail then fails as XPASS.
+MEMBERCLUSTER_COPY_WATCH_BUG = True
+HUB_ID = f"e2e-rbac-{uuid.uuid4().hex[:6]}"
+
+
+def eventually(check: Callable[[], Any], *, what: str, timeout: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def get_or_none(rest: Rest, path: str) -> Any:
+    try:
+        return rest.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def token_rest(admin: Rest, token: str) -> Rest:
+    return Rest(server=admin.server, token=token, ca_file=admin.ca_file)
+
+
+def stored_token(hub: Rest, member: str) -> str:
+    """The member token `clusters add` stored on the hub (what the controller reads)."""
+    secret = hub.get(SECRETS.item(f"{member}-kubeconfig", SYSTEM))
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    (user,) = kubeconfig["users"]
+    assert set(user["user"]) == {"token"}
+    return str(user["user"]["token"])
+
+
+class Controller:
+    """``dispatcher run`` as a child process, its JSON log in a file."""
+
+    def __init__(self, *, config: Path, home: Path, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env.update(HOME=str(home), NO_PROXY="127.0.0.1,localhost")
+        self.log = log
+        with log.open("wb") as sink:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dispatcher", "run", "--config", str(config)],
+                stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=home,
+                start_new_session=True)
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit code, None if it had to be killed."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+                return None
+        return self.proc.returncode
+
+
+def ready(port: int) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module", params=["memberclusters", "static"])
+def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """deploy/ on the hub, two members registered with minted identities, the controller
+    running with the ServiceAccount token only. Yields what the tests need."""
+    mode = str(request.param)
+    hub = dev_fleet.cluster("hub")
+    admin = hub.rest()
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig", hub.kubeconfig,
+                           "apply", "-k", str(ROOT / "deploy")], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    for _ in range(3):  # a changed CRD re-initialises its storage for a moment
+        time.sleep(0.3)
+        for ref in (MEMBER_CLUSTERS, DISPATCHES):
+            admin.wait_ok(ref.collection(), timeout=30)
+
+    suffix = uuid.uuid4().hex[:6]
+    members = {f"rbac-{suffix}-1": "member-1", f"rbac-{suffix}-2": "member-2"}
+    for alias, cluster in members.items():
+        code = main(["clusters", "add", alias, "--kubeconfig",
+                     dev_fleet.cluster(cluster).kubeconfig, "--create-identity",
+                     "--token-source", "request", "--hub-kubeconfig", hub.kubeconfig])
+        assert code == 0
+
+    answer = admin.request("POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/dispatcher/"
+                           "token", {"apiVersion": "authentication.k8s.io/v1",
+                                     "kind": "TokenRequest",
+                                     "spec": {"expirationSeconds": 3600}})
+    sa_token = answer["status"]["token"]
+    home = tmp_path_factory.mktemp("controller")
+    hub_kubeconfig = home / "hub-sa.kubeconfig"
+    ca = base64.b64encode(Path(hub.ca_file).read_bytes()).decode()
+    hub_kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dispatcher",
+        "clusters": [{"name": "hub", "cluster": {"server": hub.server,
+                                                 "certificate-authority-data": ca}}],
+        "users": [{"name": "dispatcher", "user": {"token": sa_token}}],
+        "contexts": [{"name": "dispatcher", "context": {"cluster": "hub",
+                                                         "user": "dispatcher"}}]}))
+    hub_kubeconfig.chmod(0o600)
+
+    namespace = f"e2e-rbac-{suffix}"
+    admin.request("POST", NAMESPACES.collection(), {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    fleet: dict[str, Any] = {"watchMemberClusters": True, "secretNamespace": SYSTEM,
+                             "probeInterval": 1, "statusMinInterval": 1}
+    if mode == "static":
+        statics = []
+        for alias in members:
+            path = home / f"{alias}.kubeconfig"
+            secret = admin.get(SECRETS.item(f"{alias}-kubeconfig", SYSTEM))
+            path.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
+            path.chmod(0o600)
+            statics.append({"name": alias, "kubeconfig": str(path)})
+        fleet.update(watchMemberClusters=False, staticMembers=statics)
+    port = free_port()
+    config = home / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "hubId": HUB_ID,
+        "hub": {"kubeconfig": str(hub_kubeconfig)},
+        "watch": {"namespaces": [namespace]},
+        # The Lease name the Role allows (resourceNames); short, so a stale one clears soon.
+        "leaderElection": {"enabled": True, "namespace": SYSTEM, "name": "dispatcher",
+                           "leaseDuration": 6, "renewEvery": 2},
+        "server": {"address": "127.0.0.1", "port": port},
+        "sweep": {"interval": 5},
+        "fleet": fleet}))
+    controller = Controller(config=config, home=home, log=home / "controller.log")
+    try:
+        eventually(lambda: ready(port) or controller.proc.poll() is not None,
+                   what="the controller's /readyz")
+        assert controller.proc.poll() is None, controller.log.read_text()[-3000:]
+        yield {"hub": admin, "members": members, "namespace": namespace, "mode": mode,
+               "controller": controller, "sa_token": sa_token, "fleet": dev_fleet}
+    finally:
+        code = controller.stop()
+        print(f"controller exit code: {code} (None: needed SIGKILL); log tail:")
+        print("\n".join(controller.log.read_text(errors="replace").splitlines()[-60:]))
+        for alias in members:
+            main(["clusters", "remove", alias, "--hub-kubeconfig", hub.kubeconfig])
+        with contextlib.suppress(ApiError):
+            admin.request("DELETE", NAMESPACES.item(namespace))
+
+
+def jobset(name: str, *, pin: str) -> dict[str, Any]:
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "annotations": {"dispatcher.io/cluster": pin}},
+            "spec": {"replicatedJobs": [{"name": "worker", "replicas": 2, "template": {
+                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "w", "image": "busybox", "resources": {
+                        "limits": {"nvidia.com/gpu": 4}}}]}}}}}]}}
+
+
+def test_members_register_ready_with_their_minted_identities(installed: dict[str, Any]
+                                                              ) -> None:
+    hub: Rest = installed["hub"]
+    if installed["mode"] == "static":  # no MemberCluster status: the controller's log says
+        controller: Controller = installed["controller"]
+
+        def connected() -> bool:
+            ready = {line.get("member") for line in controller.lines()
+                     if line.get("event") == "member.ready"}
+            return set(installed["members"]) <= ready
+
+        eventually(connected, what="member.ready for both static members")
+        return
+
+    def all_ready() -> bool:
+        for alias in installed["members"]:
+            obj = hub.get(MEMBER_CLUSTERS.item(alias))
+            conditions = {c["type"]: c["status"]
+                          for c in (obj.get("status") or {}).get("conditions", [])}
+            if conditions.get("Ready") != "True":
+                return False
+        return True
+
+    eventually(all_ready, what="both MemberClusters Ready (status written by the controller)")
+
+
+def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
+                                                    request: pytest.FixtureRequest) -> None:
+    if installed["mode"] == "memberclusters" and MEMBERCLUSTER_COPY_WATCH_BUG:
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="controller bug: no copy watch for members added from "
+                                "MemberClusters after start (MemberWatchers.start)"))
+    hub: Rest = installed["hub"]
+    fleet: FleetState = installed["fleet"]
+    namespace = installed["namespace"]
+    alias, cluster = sorted(installed["members"].items())[1]
+    member = fleet.cluster(cluster).rest()
+    created = hub.request("POST", f"{JOBSETS}/namespaces/{namespace}/jobsets",
+                          jobset("train", pin=alias))
+    uid = created["metadata"]["uid"]
+    copy_path = f"{JOBSETS}/namespaces/{namespace}/jobsets/train"
+
+    copy = eventually(lambda: get_or_none(member, copy_path), what=f"the copy on {cluster}")
+    assert copy["metadata"]["labels"]["dispatcher.io/origin"] == HUB_ID
+    assert copy["metadata"]["annotations"]["dispatcher.io/hub-uid"] == uid
+    record = hub.get(DISPATCHES.item("jobset-train", namespace))
+    assert record["spec"]["workload"]["uid"] == uid
+    assert record["status"]["decision"]["cluster"] == alias
+    assert record["status"]["demand"]["gpus"] == 8
+
+    status = {"conditions": [], "terminalState": "", "replicatedJobsStatus": [
+        {"name": "worker", "ready": 2, "active": 2, "succeeded": 0, "failed": 0,
+         "suspended": 0}]}
+    member.request("PATCH", f"{copy_path}/status", {"status": status},
+                   content_type="application/merge-patch+json")
+
+    def mirrored() -> bool:
+        hub_obj = hub.get(f"{JOBSETS}/namespaces/{namespace}/jobsets/train")
+        rec = hub.get(DISPATCHES.item("jobset-train", namespace))
+        return (hub_obj.get("status", {}).get("replicatedJobsStatus")
+                == status["replicatedJobsStatus"]
+                and rec.get("status", {}).get("phase") == "Running")
+
+    eventually(mirrored, what="the member status on the hub object and Dispatch Running")
+
+    hub.request("DELETE", f"{JOBSETS}/namespaces/{namespace}/jobsets/train")
+
+    def deleted() -> bool:
+        return (get_or_none(hub, f"{JOBSETS}/namespaces/{namespace}/jobsets/train") is None
+                and get_or_none(member, copy_path) is None)
+
+    eventually(deleted, what="the copy and the hub object (finalizer released) gone")
+
+    controller: Controller = installed["controller"]
+    assert controller.proc.poll() is None
+    denied = [line for line in controller.lines()
+              if "forbidden" in json.dumps(line).lower()
+              or "403" in str(line.get("message", ""))]
+    assert denied == [], denied[:3]
+
+
+def test_the_controller_tokens_are_refused_what_they_must_not_do(installed: dict[str, Any]
+                                                                  ) -> None:
+    hub: Rest = installed["hub"]
+    fleet: FleetState = installed["fleet"]
+    as_controller = token_rest(hub, installed["sa_token"])
+    for path in ("/api/v1/namespaces/default/secrets", "/api/v1/namespaces/kube-system/secrets",
+                 "/api/v1/secrets"):
+        with pytest.raises(ApiError) as refused:
+            as_controller.get(path)
+        assert refused.value.status == 403
+    with pytest.raises(ApiError) as refused:
+        as_controller.request("DELETE", "/apis/apiextensions.k8s.io/v1/"
+                                        "customresourcedefinitions/memberclusters.dispatcher.io")
+    assert refused.value.status == 403
+    assert as_controller.get(f"/api/v1/namespaces/{SYSTEM}/secrets")["items"]
+
+    for alias, cluster in installed["members"].items():
+        admin = fleet.cluster(cluster).rest()
+        as_member = token_rest(admin, stored_token(hub, alias))
+        name = f"probe-{uuid.uuid4().hex[:6]}"
+        admin.request("POST", "/api/v1/namespaces/kube-system/configmaps", {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
+        for method, path in (("GET", "/api/v1/namespaces/kube-system/secrets"),
+                             ("GET", f"/api/v1/namespaces/kube-system/configmaps/{name}"),
+                             ("DELETE", f"/api/v1/namespaces/kube-system/configmaps/{name}"),
+                             ("DELETE", "/api/v1/namespaces/kube-system")):
+            with pytest.raises(ApiError) as refused:
+                as_member.request(method, path)
+            assert refused.value.status == 403, (cluster, method, path)
+        assert admin.get(f"/api/v1/namespaces/kube-system/configmaps/{name}")
+        admin.request("DELETE", f"/api/v1/namespaces/kube-system/configmaps/{name}")
