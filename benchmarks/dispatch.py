@@ -4,8 +4,9 @@ Real code paths end to end: a dev fleet (one etcd, a hub and 3 member kube-apise
 loopback, 40 GPU nodes per member), ``dispatcher run`` as its own process (leader election,
 Events and metrics on, the shipped defaults otherwise), and this process acting as users:
 
-1. creates ``--workloads`` JobSets (1 pod, 1 GPU each) on the hub as fast as 64 concurrent
-   requests allow, timing each create;
+1. creates ``--workloads`` JobSets (1 pod, 1 GPU each) on the hub, either all at once (64
+   requests in flight: the "burst" case, for throughput) or at a steady rate (the "paced"
+   cases, for latency below saturation), timing each create;
 2. watches every member for copies (by the controller's origin label) and notes when each
    appears: dispatch latency = copy seen on the member - hub create sent; throughput =
    workloads / (last copy seen - first create sent);
@@ -94,7 +95,9 @@ def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config", str(path)],
+    profile = os.environ.get("DISPATCH_BENCH_PROFILE")  # a path: profile the controller
+    python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
+    return subprocess.Popen([*python, "-m", "dispatcher", "run", "--config", str(path)],
                             stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -130,7 +133,9 @@ async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, s
             return
 
 
-async def run_case(state: FleetState, *, workloads: int, mirror: int) -> dict[str, Any]:
+async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: float
+                   ) -> dict[str, Any]:
+    """One case: ``rate`` creates per second (0: all at once, 64 in flight)."""
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     hub = await client_for(state, "hub")
     members = {n: await client_for(state, n) for n in MEMBERS}
@@ -156,14 +161,15 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int) -> dict[st
     await asyncio.sleep(0.5)
     limit = asyncio.Semaphore(64)
 
-    async def create(name: str) -> None:
+    async def create(name: str, delay: float) -> None:
+        await asyncio.sleep(delay)
         async with limit:
             sent[name] = time.perf_counter()
             await hub.request("POST", JOBSETS.collection(namespace),
                               body=jobset(name, namespace))
 
     start = time.perf_counter()
-    await asyncio.gather(*(create(n) for n in names))
+    await asyncio.gather(*(create(n, i / rate if rate else 0.0) for i, n in enumerate(names)))
     created_s = time.perf_counter() - start
     await until(lambda: len(landed) >= workloads, seconds=300)
     elapsed = max(landed.values()) - start
@@ -196,6 +202,7 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int) -> dict[st
         await client.close()
     per_member = {m: sum(1 for n in names if where.get(n) == m) for m in MEMBERS}
     return {"bench": "dispatch", "members": len(MEMBERS), "workloads": workloads,
+            "mode": f"paced {rate:g}/s" if rate else "burst",
             "throughput_per_s": round(workloads / elapsed, 1),
             "p50_ms": round(statistics.median(latencies), 1),
             "p99_ms": round(percentile(latencies, 0.99), 1),
@@ -215,8 +222,9 @@ async def main_async(args: argparse.Namespace) -> None:
         proc = start_controller(state, root, port)
         try:
             await wait_ready(port, proc)
-            for workloads in args.workloads:
-                result = await run_case(state, workloads=workloads, mirror=args.mirror)
+            for rate in args.rates:
+                result = await run_case(state, workloads=args.workloads, mirror=args.mirror,
+                                        rate=rate)
                 print(json.dumps(result), flush=True)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -229,8 +237,11 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", type=int, nargs="+", default=[300],
+    parser.add_argument("--workloads", type=int, default=300,
                         help="workloads per case (default: %(default)s)")
+    parser.add_argument("--rates", type=float, nargs="+", default=[0.0, 40.0],
+                        help="creates per second per case, 0 for a burst "
+                             "(default: %(default)s)")
     parser.add_argument("--nodes", type=int, default=40, help="8-GPU nodes per member")
     parser.add_argument("--mirror", type=int, default=100, help="copies whose status is "
                         "changed to measure mirror lag")

@@ -125,9 +125,8 @@ async def _record_placement(rec: Reconciler, uid: str, snap: Snapshot,
     except BaseException:
         rec.release(uid)
         raise
-    if decision.gpus or decision.pods:
-        rec.event(snap.workload or {}, reason="Placed",
-                  message=f"placed on {decision.chosen}: {decision.summary}")
+    # No Event here: the Submitted one right after carries the decision summary too (one
+    # Event per dispatch instead of two halves the Event writes under a burst).
     return True
 
 
@@ -164,8 +163,10 @@ async def _adopt(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> b
                                   result="adopted" if adopted else "submitted").inc()
     log.info("workload.submitted", uid=uid, member=action.member, adopted=adopted,
              attempt=snap.record.attempt, latency_s=latency)
-    rec.event(workload, reason="Submitted", message=f"copy on {action.member}"
-              + (" (adopted)" if adopted else ""))
+    summary = ((rec.cache.record(uid) or {}).get("status") or {}).get("decision", {})
+    rec.event(workload, reason="Submitted",
+              message=f"copy {'adopted' if adopted else 'created'} on {action.member}: "
+                      f"{(summary or {}).get('summary', '')}")
     return True
 
 
