@@ -40,7 +40,7 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NODES, PODS, split_api_version
 
 __all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
-           "NotConnected"]
+           "NotConnected", "backoff"]
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +51,14 @@ KubeconfigLoader = Callable[[], Awaitable[tuple[dict[str, Any], str]]]
 # Only pods that can hold GPUs: bound and not terminated. A pod that finishes leaves the
 # selector, and the watch reports it as DELETED.
 POD_FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def backoff(settings: FleetSettings) -> tenacity.wait.wait_base:
+    """Exponential from ``reconnect_initial_s`` up to ``reconnect_max_s``, with jitter of the
+    same size as the first step (members lost together do not reconnect in lockstep)."""
+    return tenacity.wait_exponential_jitter(multiplier=settings.reconnect_initial_s,
+                                            jitter=settings.reconnect_initial_s,
+                                            max=settings.reconnect_max_s)
 
 
 class NotConnected(RuntimeError):
@@ -155,11 +163,12 @@ class MemberConnection:
         """Reconnect forever; a session that had been healthy starts a fresh backoff."""
         while True:
             retrying = tenacity.AsyncRetrying(
-                wait=tenacity.wait_exponential_jitter(
-                    initial=self._settings.reconnect_initial_s,
-                    max=self._settings.reconnect_max_s),
+                wait=backoff(self._settings),
                 sleep=self._backoff_sleep,
-                retry=tenacity.retry_if_not_exception_type(_SessionEnded))
+                # Never CancelledError: tenacity would swallow the cancellation and retry.
+                retry=tenacity.retry_if_exception(
+                    lambda exc: isinstance(exc, Exception)
+                    and not isinstance(exc, _SessionEnded)))
             with contextlib.suppress(_SessionEnded):
                 async for attempt in retrying:
                     with attempt:

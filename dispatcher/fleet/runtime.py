@@ -34,7 +34,7 @@ from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
 from dispatcher.fleet.capacity import CapacitySummary
-from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected
+from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
 from dispatcher.fleet.health import Health
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret
 from dispatcher.fleet.members import MemberSpec
@@ -325,10 +325,9 @@ class Fleet:
                         retry_in=round(state.upcoming_sleep, 1))
 
         async for attempt in tenacity.AsyncRetrying(
-                wait=tenacity.wait_exponential_jitter(
-                    initial=self._settings.reconnect_initial_s,
-                    max=self._settings.reconnect_max_s),
-                retry=tenacity.retry_if_exception_type(errors.KubeError),
+                wait=backoff(self._settings),
+                # Any error but cancellation (which tenacity would otherwise swallow).
+                retry=tenacity.retry_if_exception_type(Exception),
                 before_sleep=report):
             with attempt:
                 async for item in watch.informer(hub, ref, namespace=namespace,
