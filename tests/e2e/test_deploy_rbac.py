@@ -338,3 +338,14 @@ def test_the_controller_tokens_are_refused_what_they_must_not_do(installed: dict
             assert refused.value.status == 403, (cluster, method, path)
         assert admin.get(f"/api/v1/namespaces/kube-system/configmaps/{name}")
         admin.request("DELETE", f"/api/v1/namespaces/kube-system/configmaps/{name}")
+
+
+def test_sigterm_exits_0_and_hands_the_lease_over(installed: dict[str, Any]) -> None:
+    """What the Deployment's Recreate strategy relies on: a stopped pod frees the Lease."""
+    hub: Rest = installed["hub"]
+    controller: Controller = installed["controller"]
+    lease = hub.get(f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/dispatcher")
+    assert lease["spec"]["holderIdentity"]
+    assert controller.stop() == 0, controller.log.read_text()[-2000:]
+    lease = hub.get(f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/dispatcher")
+    assert not lease["spec"].get("holderIdentity")
