@@ -1,8 +1,8 @@
 """The decision: filter members, fit the gangs, score, choose, explain.
 
 Filters run cheapest first and the first that rejects a member gives its reason: pin,
-cluster selector, Ready, cordoned, served kind, then gang fit at node granularity
-(``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score plus
+cluster selector, namespace allow-list, Ready, cordoned, served kind, then gang fit at node
+granularity (``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score plus
 the member's weight, name), so the same input always gives the same answer.
 
 Policies (score: higher is better):
@@ -57,6 +57,10 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
                              if r.key in member.labels)
             labels = f" (member has {shown})" if shown else ""
             return f"selector {','.join(str(r) for r in failing)} does not match{labels}"
+    allowed = member.allowed_namespaces
+    if allowed and request.namespace not in allowed:
+        return (f"namespace {request.namespace or '(unknown)'} not allowed "
+                f"(allowedNamespaces: {', '.join(allowed)})")
     if not member.ready:
         return "not ready" + (f": {member.not_ready_reason}" if member.not_ready_reason else "")
     if member.cordoned:

@@ -50,7 +50,10 @@ class MemberSnapshot:
     ``served_kinds`` holds (API group, kind) pairs the member serves (core group ""); None
     means not known (offline fleet files), which filters nothing. ``capacity`` is read
     synchronously during a decision and must already have reservations applied (see
-    ``fleet.reservations``).
+    ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
+    (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
+    namespaces may be placed there, so a hub user cannot reach kube-system or another
+    tenant's namespace on the member.
     """
 
     name: str
@@ -60,6 +63,7 @@ class MemberSnapshot:
     not_ready_reason: str = ""
     cordoned: bool = False
     served_kinds: frozenset[tuple[str, str]] | None = None
+    allowed_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +77,8 @@ class PlacementRequest:
     feasible one are not packed (like kube-scheduler's percentageOfNodesToScore), which keeps
     a decision over 100 members well under a millisecond. ``count_fits`` (for explanations)
     implies ``exhaustive`` and also counts how many times the demand fits on each member.
+    ``namespace`` is the workload's (checked against members' allow-lists; a member with
+    an allow-list never takes a request whose namespace is not known).
     """
 
     demand: Demand
@@ -85,6 +91,7 @@ class PlacementRequest:
     weights: Mapping[str, float] = field(default_factory=lambda: _EMPTY_WEIGHTS)
     count_fits: bool = False
     exhaustive: bool = False
+    namespace: str = ""
 
     @property
     def group(self) -> str:
@@ -93,13 +100,13 @@ class PlacementRequest:
     @classmethod
     def from_annotations(cls, *, demand: Demand, api_version: str, kind: str,
                          annotations: Mapping[str, str], default_policy: str = "most-free",
-                         count_fits: bool = False) -> PlacementRequest:
+                         count_fits: bool = False, namespace: str = "") -> PlacementRequest:
         """Read pin, selector and policy from a workload's annotations."""
         return cls(demand=demand, api_version=api_version, kind=kind,
                    pin=annotations.get(PIN_ANNOTATION) or None,
                    selector=annotations.get(SELECTOR_ANNOTATION) or None,
                    policy=annotations.get(POLICY_ANNOTATION) or default_policy,
-                   count_fits=count_fits)
+                   count_fits=count_fits, namespace=namespace)
 
 
 @dataclass(frozen=True, slots=True)
