@@ -3,12 +3,15 @@
 ``--chaos-rounds N`` (default 5: one round per fault kind) and ``--chaos-seed S`` (default
 fixed, so CI failures replay; the seed of round i is derived from S and i). The fleet,
 controller replicas and logs live under one temporary directory for the session; it is
-kept after a failure so the controller logs can be read (path in the failure message).
+kept after the run so the controller logs can be read (path in the failure message):
+``$TMPDIR/dispatcher-chaos/run-<time>-<pid>`` (outside pytest's rotating temp folders).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -44,10 +47,11 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture(scope="session")
-async def chaos_env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ChaosEnv]:
+async def chaos_env() -> AsyncIterator[ChaosEnv]:
     os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
                                                     "localhost"]))
-    root: Path = tmp_path_factory.mktemp("chaos")
+    root = (Path(tempfile.gettempdir()) / "dispatcher-chaos"
+            / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     env = await ChaosEnv.start(root)
     try:
         yield env
