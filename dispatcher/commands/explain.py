@@ -29,6 +29,8 @@ examples:
   dispatcher explain -f train.yaml --fleet clusters/local.yaml --policy best-fit -o wide
   dispatcher explain -f train.yaml --fleet clusters/local.yaml -o json | jq .decision.summary
   kubectl get jobset train -o yaml | dispatcher explain -f - --fleet clusters/local.yaml
+  dispatcher explain -n team-a jobset/train --config config/local.yaml
+                     live: the hub object, over the members as the controller sees them
 
 The workload's annotations apply: dispatcher.io/cluster (pin), dispatcher.io/cluster-selector
 (label selector over members, e.g. "region in (eu-west,us-east),!legacy") and
@@ -49,9 +51,17 @@ def register(subparsers: Any) -> None:
                     "many times), the numeric reason an operator can act on, the policy "
                     "score, the chosen member and the nodes its pods would use.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-f", "--filename", required=True, metavar="FILE",
+    parser.add_argument("target", nargs="?", metavar="KIND/NAME",
+                        help="live mode: a workload on the hub (with -n), explained over "
+                             "the members as the controller sees them now")
+    parser.add_argument("-f", "--filename", metavar="FILE",
                         help="workload manifest (YAML/JSON, several documents allowed); - "
                              "for stdin")
+    parser.add_argument("-n", "--namespace", default="default",
+                        help="live mode: hub namespace of KIND/NAME (default: %(default)s)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="live mode: the controller's config file (hub and members; "
+                             "default: built-in defaults with $KUBECONFIG)")
     parser.add_argument("--fleet", metavar="FILE",
                         help="fleet file describing the members as node pools "
                              "(e.g. clusters/local.yaml)")
@@ -119,20 +129,26 @@ def run(args: argparse.Namespace) -> int:
 
     from dispatcher.commands.inspect import load_catalog, read_objects
     from dispatcher.fleet.fleetfile import FleetFileError
+    from dispatcher.kube.errors import KubeError
     from dispatcher.output import emit
     from dispatcher.placement.model import PlacementError
     from dispatcher.workloads.errors import DefinitionError, NoDefinitionError, WorkloadError
 
-    if not args.fleet:
-        print("error: --fleet FILE is required (live mode against the hub, -n NS KIND/NAME, "
-              "is not available yet)", file=sys.stderr)
+    if args.target and (args.filename or args.fleet):
+        print("error: KIND/NAME (live) and -f/--fleet (offline) do not mix", file=sys.stderr)
         return 1
-    source = _offline_source(args.fleet)
+    if not args.target and not (args.filename and args.fleet):
+        print("error: give -f FILE --fleet FILE (offline) or -n NS KIND/NAME (live, against "
+              "the hub)", file=sys.stderr)
+        return 1
     try:
-        members = source()
         catalog = load_catalog(args.definitions)
-        objects = read_objects(args.filename)
-    except FleetFileError as error:
+        if args.target:
+            members, objects = _live(args, catalog)
+        else:
+            members = _offline_source(args.fleet)()
+            objects = read_objects(args.filename)
+    except (FleetFileError, ValueError, KubeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except DefinitionError as error:
@@ -179,6 +195,32 @@ def run(args: argparse.Namespace) -> int:
                 print()
             _print_table(report, wide=args.output == "wide")
     return code
+
+
+def _live(args: argparse.Namespace, catalog: Any) -> tuple[list[MemberSnapshot], list[Any]]:
+    """Live mode: the hub object and the members as the controller sees them now."""
+    import asyncio
+
+    from dispatcher import config as configmod
+    from dispatcher.control import live
+    from dispatcher.control.observe import configure_logging
+
+    config = configmod.load(args.config)
+    configure_logging(level="warning", stream=sys.stderr)  # stdout is the report
+
+    async def read() -> tuple[list[MemberSnapshot], list[Any]]:
+        hub = await live.hub_client(config)
+        try:
+            obj = await live.hub_workload(hub, catalog, namespace=args.namespace,
+                                          ref=args.target)
+            members = await live.live_snapshots(
+                config, hub=hub, catalog=catalog,
+                exclude_uid=str(obj.get("metadata", {}).get("uid", "")))
+            return members, [obj]
+        finally:
+            await hub.close()
+
+    return asyncio.run(read())
 
 
 def _label(obj: Any, index: int) -> str:

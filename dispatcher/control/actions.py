@@ -251,4 +251,12 @@ async def _release_finalizer(rec: Reconciler, uid: str, workload: Mapping[str, A
         rec.cache.drop(uid)
     except Conflict:
         return True
+    raw = rec.cache.record(uid)
+    if raw is not None:  # owned by the workload, so GC would do it; do not wait for it
+        meta = raw["metadata"]
+        with contextlib.suppress(NotFound, Conflict):
+            await rec.hub.request("DELETE", DISPATCHES.item(meta["name"], meta["namespace"]),
+                                  body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                        "preconditions": {"uid": meta["uid"]}})
+        rec.cache.drop_record(raw)
     return False

@@ -133,6 +133,8 @@ class Controller:
             res = record.reservation
             if res is None or record.cluster != res.member or res.expires_at <= now:
                 continue
+            if self.cache.workload(record.workload_uid) is None:
+                continue  # the workload is gone; its record only awaits garbage collection
             held = self.fleet.reservations(res.member)
             if held is not None:
                 held.add(res)

@@ -278,3 +278,32 @@ async def test_sweep_deletes_an_orphan_copy_only(harness: Harness) -> None:
     assert await h.controller.sweep() >= 1
     assert await get_or_none(client, JOBSETS.item("orphan", h.namespace)) is None
     assert await get_or_none(client, JOBSETS.item("not-ours", h.namespace)) is not None
+
+
+async def test_live_view_counts_in_flight_reservations(harness: Harness,
+                                                      dev_fleet: FleetState) -> None:
+    """``dispatcher explain`` live: the controller's members, reservations from Dispatches."""
+    from dispatcher.config import Config
+    from dispatcher.control import live
+
+    h = harness
+    statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
+                    for n in h.members)
+    config = Config(source="test", hub_kubeconfig=dev_fleet.cluster("hub").kubeconfig,
+                    fleet=FleetSettings(static_members=statics, watch_member_clusters=False))
+    catalog = h.controller.reconciler.catalog
+    await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                        body=jobset("explained", h.namespace, replicas=1, gpus=2))
+
+    async def placed() -> Any:
+        record = await get_or_none(h.hub, DISPATCHES.item("jobset-explained", h.namespace))
+        return ((record or {}).get("status") or {}).get("decision", {}).get("reservation")
+
+    reservation = await eventually(placed, what="the reservation on the Dispatch")
+    obj = await live.hub_workload(h.hub, catalog, namespace=h.namespace, ref="JobSet/explained")
+    with_it = {m.name: m.capacity.free for m in await live.live_snapshots(
+        config, hub=h.hub, catalog=catalog)}
+    without = {m.name: m.capacity.free for m in await live.live_snapshots(
+        config, hub=h.hub, catalog=catalog, exclude_uid=obj["metadata"]["uid"])}
+    member = reservation["member"]
+    assert without[member] - with_it[member] == sum(n["gpus"] for n in reservation["nodes"])

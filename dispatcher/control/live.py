@@ -1,0 +1,107 @@
+"""The controller's view of the fleet, for one-shot commands (``dispatcher explain`` live).
+
+``live_snapshots`` builds exactly what the control loop decides over: the fleet runtime
+with the config's members (static and MemberCluster objects), Nodes and Pods listed on each
+member, and the reservations recorded on Dispatch objects (decisions whose pods are not
+visible yet) applied, so an explanation counts in-flight dispatches like the controller.
+``hub_workload`` reads one hub object by ``KIND/NAME`` through the catalog's kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dispatcher.config import Config
+from dispatcher.control import record as records
+from dispatcher.control.app import hub_kubeconfig_path
+from dispatcher.fleet.runtime import Fleet
+from dispatcher.kube import watch
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import DISPATCHES
+from dispatcher.placement.model import MemberSnapshot
+from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["hub_client", "hub_workload", "live_snapshots"]
+
+
+async def hub_client(config: Config) -> KubeClient:
+    """A client for the config's hub."""
+    path = hub_kubeconfig_path(config)
+    data: Any = await asyncio.to_thread(lambda: yaml.safe_load(Path(path).read_text()))
+    return await KubeClient.from_kubeconfig(data, name="hub", context=config.hub_context)
+
+
+async def hub_workload(hub: KubeClient, catalog: Catalog, *, namespace: str, ref: str
+                       ) -> dict[str, Any]:
+    """The hub object ``KIND/NAME`` (kind case-insensitive, as in the catalog).
+
+    Raises ValueError naming the known kinds when the kind is not in the catalog, and the
+    kube errors (NotFound, ...) of the read.
+    """
+    kind, sep, name = ref.partition("/")
+    if not sep or not kind or not name:
+        raise ValueError(f"{ref!r}: expected KIND/NAME, e.g. jobset/train")
+    matches = [d for d in catalog.definitions if d.kind.lower() == kind.lower()]
+    if not matches:
+        known = ", ".join(sorted({d.kind for d in catalog.definitions}))
+        raise ValueError(f"kind {kind!r} is not in the definition catalog (known: {known})")
+    for definition in matches:
+        resource = await hub.discovery.resource(definition.api_version, definition.kind)
+        if resource is not None:
+            obj: dict[str, Any] = await hub.request("GET", resource.item(name, namespace))
+            obj.setdefault("apiVersion", resource.api_version)
+            obj.setdefault("kind", resource.kind)
+            return obj
+    raise ValueError(f"the hub does not serve {matches[0].kind} ({matches[0].api_version})")
+
+
+async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
+                         wait_ready_s: float = 15.0, exclude_uid: str = ""
+                         ) -> list[MemberSnapshot]:
+    """Member snapshots as the controller sees them now (see the module docstring).
+
+    Waits until every member is Ready or ``wait_ready_s`` passes; members still not Ready are
+    returned as such (placement reports them "not ready" with the reason). The reservation
+    of ``exclude_uid`` (the workload being explained, if already placed) is left out.
+    """
+    fleet = Fleet(hub=hub, settings=config.fleet,
+                  kinds=[(d.api_version, d.kind) for d in catalog.definitions])
+    await fleet.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ready_s
+        seen = fleet.version
+        while loop.time() < deadline:
+            members = fleet.snapshots()
+            if members and all(m.ready for m in members):
+                break
+            try:
+                seen = await asyncio.wait_for(fleet.wait_changed(seen),
+                                              max(deadline - loop.time(), 0.01))
+            except TimeoutError:
+                break
+        now = time.time()
+        listed = await watch.list_objects(hub, DISPATCHES)
+        for obj in listed.objects:
+            rec = records.read(obj)
+            res = rec.reservation
+            if res is not None and rec.cluster == res.member and res.expires_at > now \
+                    and res.member in fleet.names() and rec.workload_uid != exclude_uid:
+                fleet.reservations(res.member).add(res)
+        return [MemberSnapshot(name=m.name, capacity=m.capacity.snapshot(), labels=m.labels,
+                               ready=m.ready, not_ready_reason=m.not_ready_reason,
+                               cordoned=m.cordoned, served_kinds=m.served_kinds)
+                for m in fleet.snapshots()]
+    finally:
+        stopping = asyncio.ensure_future(fleet.stop())
+        while not stopping.done():  # see LiveFleet.stop: cancel until the supervisors end
+            await asyncio.wait({stopping}, timeout=0.2)
+            for task in asyncio.all_tasks():
+                if task.get_name().startswith("member/") and not task.done():
+                    task.cancel()
+        await stopping
