@@ -29,7 +29,8 @@ Branch order (first match wins):
 14  a foreign object holds the name                REPORT_CONFLICT (once)
 15  copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
-17  copy ours, not started past stuckAfter         REQUEUE (or FAIL when attempts are used up)
+17  copy ours, not started (or still initializing) REQUEUE (or FAIL when attempts are used up)
+    past stuckAfter
 18  copy ours, status differs from the hub's       MIRROR
 19  otherwise                                      NOTHING (or WAIT until the stuck deadline)
 ==  =============================================  ==========================================
@@ -62,6 +63,8 @@ __all__ = [
 FailoverPolicy = Literal["never", "if-not-started", "always"]
 
 _NOT_STARTED = frozenset({"", "pending", "unknown", "suspended"})
+# Stuck: never got going (pods unschedulable) or a gang only partly up (still initializing).
+_STUCK = frozenset({"", "pending", "unknown", "initializing"})
 
 
 class ActionKind(StrEnum):
@@ -229,7 +232,8 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
-    if rules.stuck_after > 0 and not_started(copy.generic) and record.submitted_at:
+    stuck = copy.generic in _STUCK
+    if rules.stuck_after > 0 and stuck and record.submitted_at:
         waited = snap.now - record.submitted_at
         if waited >= rules.stuck_after:
             return _give_up_or_requeue(record, rules,
@@ -237,7 +241,7 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
     if (dict(copy.status or {}) != dict(workload.get("status") or {})
             or (copy.generic or None) != record.generic_status):
         return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)
-    if rules.stuck_after > 0 and not_started(copy.generic) and record.submitted_at:
+    if rules.stuck_after > 0 and stuck and record.submitted_at:
         return Action(kind=ActionKind.WAIT, member=cluster, reason="not started yet",
                       recheck_after=record.submitted_at + rules.stuck_after - snap.now)
     return Action(kind=ActionKind.NOTHING, member=cluster, reason="in sync")

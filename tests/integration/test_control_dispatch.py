@@ -13,6 +13,7 @@ member outages and restarts (tests/e2e, with the controller as a separate proces
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest
 import yaml
 
 from dispatcher.control.controller import Controller
+from dispatcher.control.decide import Rules
 from dispatcher.control.fleetview import LiveFleet
 from dispatcher.control.names import FINALIZER, HUB_UID_ANNOTATION, ORIGIN_LABEL
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
@@ -57,9 +59,10 @@ async def _client(state: FleetState, name: str) -> KubeClient:
     return await KubeClient.from_kubeconfig(kubeconfig, name=name)
 
 
-@pytest.fixture(scope="module")
-async def harness(dev_fleet: FleetState) -> AsyncIterator[Harness]:
-    """A running controller watching one fresh hub namespace."""
+@contextlib.asynccontextmanager
+async def running(dev_fleet: FleetState, *, rules: Rules | None = None
+                  ) -> AsyncIterator[Harness]:
+    """A controller (own hub id) watching one fresh hub namespace, stopped on exit."""
     namespace = f"ctl-{uuid.uuid4().hex[:8]}"
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
@@ -72,7 +75,8 @@ async def harness(dev_fleet: FleetState) -> AsyncIterator[Harness]:
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
         unreachable_after_s=2.0, reconnect_max_s=2.0),
         kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
-    settings = ControlSettings(hub_id=HUB_ID, namespaces=(namespace,), sweep_interval_s=3600,
+    settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}", namespaces=(namespace,),
+                               sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
                                server=ServerSettings(port=0))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet)
@@ -88,6 +92,13 @@ async def harness(dev_fleet: FleetState) -> AsyncIterator[Harness]:
         await asyncio.wait_for(fleet.stop(), 10)
         for client in (hub, *members.values()):
             await client.close()
+
+
+@pytest.fixture(scope="module")
+async def harness(dev_fleet: FleetState) -> AsyncIterator[Harness]:
+    """The module's controller (default rules)."""
+    async with running(dev_fleet) as h:
+        yield h
 
 
 def _ready(controller: Controller) -> Callable[[], Awaitable[bool]]:
@@ -151,7 +162,7 @@ async def test_jobset_lands_on_the_member_placement_ranks_first(harness: Harness
     copies = await eventually(landed, what="the copy on a member")
     assert list(copies) == [expected]
     copy = copies[expected]
-    assert copy["metadata"]["labels"][ORIGIN_LABEL] == HUB_ID
+    assert copy["metadata"]["labels"][ORIGIN_LABEL] == h.controller.settings.hub_id
     assert copy["metadata"]["annotations"][HUB_UID_ANNOTATION] == uid
     assert copy["metadata"]["uid"] != uid
     assert "status" not in copy or not copy["status"]
@@ -262,7 +273,7 @@ async def test_sweep_deletes_an_orphan_copy_only(harness: Harness) -> None:
         await client.request("POST", NAMESPACES.collection(), body={
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": h.namespace}})
     orphan = jobset("orphan", h.namespace, replicas=1, gpus=1)
-    orphan["metadata"]["labels"] = {ORIGIN_LABEL: HUB_ID}
+    orphan["metadata"]["labels"] = {ORIGIN_LABEL: h.controller.settings.hub_id}
     orphan["metadata"]["annotations"] = {HUB_UID_ANNOTATION: str(uuid.uuid4())}
     await client.request("POST", JOBSETS.collection(h.namespace), body=orphan)
     other = jobset("not-ours", h.namespace, replicas=1, gpus=1)
@@ -307,3 +318,22 @@ async def test_live_view_counts_in_flight_reservations(harness: Harness,
         config, hub=h.hub, catalog=catalog, exclude_uid=obj["metadata"]["uid"])}
     member = reservation["member"]
     assert without[member] - with_it[member] == sum(n["gpus"] for n in reservation["nodes"])
+
+
+async def test_stuck_copy_moves_then_fails_after_bounded_attempts(dev_fleet: FleetState) -> None:
+    """Never started: re-dispatched elsewhere (old copy deleted), then Failed with reason."""
+    async with running(dev_fleet, rules=Rules(stuck_after=1.0, max_attempts=2)) as h:
+        await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                            body=jobset("stuck", h.namespace, replicas=1, gpus=1))
+
+        async def failed() -> Any:
+            record = await get_or_none(h.hub, DISPATCHES.item("jobset-stuck", h.namespace))
+            status = (record or {}).get("status") or {}
+            return status if status.get("phase") == "Failed" else None
+
+        status = await eventually(failed, what="Failed after 2 attempts")
+        assert "gave up after 2 attempt(s)" in status["failure"]
+        assert [a["outcome"] for a in status["attempts"]] == ["requeued", "gave-up"]
+        assert len({a["cluster"] for a in status["attempts"]}) == 2
+        assert sorted(status["excluded"]) == sorted(h.members)
+        assert not await copies_of(h, "stuck")
