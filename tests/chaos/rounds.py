@@ -402,6 +402,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         mirror_s, problems = await wait_converged(env, tracked, namespace, running=running,
                                                   bound=BOUND_S)
     violations = list(problems)
+    deleted = sum(1 for t in tracked if t.deleted)
     violations += await cleanup(env, tracked, namespace)
     leaked, leak_problems = await probe_capacity(env, namespace)
     violations += leak_problems
@@ -415,7 +416,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         return sum(1 for v in violations if v.startswith(prefix))
     return RoundResult(
         index=index, seed=seed, fault=fault, faults=dict(Counter(env.faults) - before),
-        workloads=len(tracked), deleted=sum(1 for t in tracked if t.deleted),
+        workloads=len(tracked), deleted=deleted,
         losses=count("LOST"), duplicates=count("DUPLICATE"), misplaced=count("MISPLACED"),
         undeleted=sum(1 for v in violations if "deleted" in v),
         unmirrored=count("UNMIRRORED"), leaked=leaked,
