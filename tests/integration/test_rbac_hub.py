@@ -12,6 +12,7 @@ this token (tests/e2e/test_deploy_rbac.py).
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import time
@@ -280,3 +281,24 @@ async def test_kubectl_get_prints_useful_columns(installed: str, admin: KubeClie
     finally:
         await admin.request("DELETE", MEMBER_CLUSTERS.item(member))
         await admin.request("DELETE", NAMESPACES.item(namespace))
+
+
+async def test_in_cluster_kubeconfig_authenticates_with_the_mounted_token(
+        installed: str, admin: KubeClient, tmp_path: Path) -> None:
+    """deploy/in-cluster.kubeconfig (tokenFile + CA file) read the way the controller reads
+    its hub kubeconfig; only the pod's mount paths and the server address are swapped."""
+    token, _ = await identity.request_token(admin, namespace=SYSTEM, name="dispatcher",
+                                            expiration_s=3600)
+    hub_admin = yaml.safe_load(Path(installed).read_text())
+    mount = "/var/run/secrets/kubernetes.io/serviceaccount"
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "ca.crt").write_bytes(base64.b64decode(
+        hub_admin["clusters"][0]["cluster"]["certificate-authority-data"]))
+    text = (ROOT / "deploy" / "in-cluster.kubeconfig").read_text()
+    assert text.count(mount) == 2
+    kubeconfig = yaml.safe_load(text.replace(mount, str(tmp_path)).replace(
+        "https://kubernetes.default.svc", hub_admin["clusters"][0]["cluster"]["server"]))
+    async with await KubeClient.from_kubeconfig(kubeconfig, name="hub") as client:
+        await client.request("GET", MEMBER_CLUSTERS.collection())
+        with pytest.raises(errors.Forbidden):
+            await client.request("GET", "/api/v1/namespaces/default/secrets")
