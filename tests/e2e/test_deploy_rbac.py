@@ -250,6 +250,14 @@ def test_members_register_ready_with_their_minted_identities(installed: dict[str
         return True
 
     eventually(all_ready, what="both MemberClusters Ready (status written by the controller)")
+    assert forbidden(installed["controller"]) == []
+
+
+def forbidden(controller: Controller) -> list[dict[str, Any]]:
+    """Log lines reporting a 403: a request the shipped RBAC does not allow."""
+    return [line for line in controller.lines()
+            if "forbidden" in json.dumps(line).lower()
+            or "403" in str(line.get("message", ""))]
 
 
 def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
@@ -301,9 +309,7 @@ def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
 
     controller: Controller = installed["controller"]
     assert controller.proc.poll() is None
-    denied = [line for line in controller.lines()
-              if "forbidden" in json.dumps(line).lower()
-              or "403" in str(line.get("message", ""))]
+    denied = forbidden(controller)
     assert denied == [], denied[:3]
 
 
