@@ -241,6 +241,8 @@ class MemberConnection:
         self._notify()
 
     async def _discover(self, client: KubeClient) -> None:
+        if not self._kinds:
+            return  # no catalog given: served kinds stay unknown (None filters nothing)
         client.discovery.forget()
         served = set()
         for api_version, kind in self._kinds:

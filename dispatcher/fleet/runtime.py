@@ -35,7 +35,7 @@ from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
 from dispatcher.fleet.capacity import CapacitySummary
 from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
-from dispatcher.fleet.health import Health
+from dispatcher.fleet.health import Health, Reason
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
@@ -306,6 +306,8 @@ class Fleet:
             ref = conn.spec.secret
             if ref is None or ref.namespace != namespace or ref.name not in touched:
                 continue
+            if conn.credentials_version is None and conn.health.reason != Reason.SECRET_MISSING:
+                continue  # its first load is still to come and will read the latest version
             if self._secret_versions.get((ref.namespace, ref.name)) != conn.credentials_version:
                 log.info("member.credentials_changed", member=conn.name,
                          secret=f"{ref.namespace}/{ref.name}")

@@ -143,7 +143,8 @@ def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[An
     capacity = status.get("capacity") or {}
     gpus = capacity.get("gpus") or {}
     products = ",".join(f"{p.get('product') or '-'}:{p.get('free', 0)}/{p.get('allocatable', 0)}"
-                        for p in capacity.get("products") or ())
+                        for p in capacity.get("products") or ()
+                        if p.get("product") or p.get("allocatable"))  # skip CPU-only nodes
     kinds: Sequence[Any] = status.get("workloadKinds") or ()
     ready_word = ready.get("status", "Unknown")
     if (obj.get("spec") or {}).get("cordoned"):

@@ -127,3 +127,13 @@ def test_rows() -> None:
 def test_time_round_trip() -> None:
     assert status.parse_time(status.format_time(T0)) == T0
     assert status.parse_time("garbage") is None
+
+
+def test_rows_leave_out_cpu_only_nodes() -> None:
+    cap = capacity()
+    cap.upsert_node(node("cpu-0", 0))
+    obj = {"metadata": {"name": "m"},
+           "status": status.member_status(health=ready(), capacity=cap, version=None,
+                                          kinds=None, previous={}, now=T0)}
+    assert any(p["product"] == "" for p in obj["status"]["capacity"]["products"])
+    assert status.row(obj, now=T0)[6] == f"{H100}:11/16,NVIDIA-L40S:0/4"
