@@ -90,7 +90,7 @@ async def test_no_credentials_in_a_dispatch_runs_log_or_events(dev_fleet: FleetS
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     log_path = tmp_path / "controller.log"
     with log_path.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config",
+        proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config",  # noqa: ASYNC220
                                  str(config)], stdout=sink, stderr=subprocess.STDOUT,
                                 cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
