@@ -1,4 +1,13 @@
 """Control: the async loop that dispatches hub workloads, mirrors status, deletes and fails over.
 
-Decisions are pure functions of snapshots; this package's shell executes them.
+Pure cores (no I/O, no clock): ``decide`` (one workload's next action, a documented branch
+table), ``record`` (the Dispatch object as a value and its status patches), ``queue``
+(priority, age, bounded backfill), ``names`` (labels, annotations, phases).
+
+Shell: ``watchers`` (hub kinds, Dispatches, member copies -> caches + kicks), ``workers``
+(one serial worker per workload uid), ``reconcile``/``actions`` (snapshot -> decide ->
+execute), ``copies`` (stamping and delete-if-owned), ``controller`` (wiring, queue rounds,
+reservation expiry, orphan sweep), ``leader`` (Lease election), ``events`` (Kubernetes
+Events), ``observe`` (logs, metrics, health server), ``fleetview`` (the fleet seam),
+``live`` (the controller's fleet view for one-shot commands), ``app`` (``dispatcher run``).
 """

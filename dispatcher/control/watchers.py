@@ -50,8 +50,10 @@ async def _forever(what: str, body: Callable[[], Any], *, on_error: Callable[[],
         try:
             await body()
         except KubeError as exc:
-            log.warning("watch.failed", watch=what, error=type(exc).__name__,
-                        message=str(exc)[:300])
+            # 429 while a fresh CRD's watch cache initializes is expected: retried, not news.
+            report = log.info if exc.status == 429 else log.warning
+            report("watch.failed", watch=what, error=type(exc).__name__,
+                   message=str(exc)[:300])
         if on_error is not None:
             on_error()
         delay = 0.5 if time.monotonic() - started > 30 else min(delay * 2, 30.0)
