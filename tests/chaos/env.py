@@ -44,7 +44,9 @@ def controller_config(state: FleetState) -> dict[str, Any]:
     return {
         "hubId": HUB_ID,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
-        "leaderElection": {"leaseDuration": 4, "renewEvery": 1},
+        # Longer than a hub restart (~3 s): the leader usually survives it, so its watches
+        # resume from a compacted resourceVersion (410 Gone, re-list) instead of a fresh start.
+        "leaderElection": {"leaseDuration": 8, "renewEvery": 2},
         "failover": {"policy": "if-not-started", "memberLostAfter": 6},
         "sweep": {"interval": 3},
         "reservations": {"ttl": 120},

@@ -118,6 +118,10 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float) -> str:
         f"| replicas acting without the Lease | {total('leader_violations')} |",
         f"| controller crashes | {total('crashes')} |",
         f"| credentials in logs or Events | {total('secrets')} |",
+        f"| hub restarts the leader rode through (its watches re-listed after 410 Gone) | "
+        f"{sum(1 for r in results if r.fault == 'hub-restart' and not r.leader_changes)} of "
+        f"{sum(1 for r in results if r.fault == 'hub-restart')} |",
+        f"| leadership changes | {total('leader_changes')} |",
         f"| convergence after the last fault, s (p50 / max) | {_fmt(_pct(converge, 50))} / "
         f"{_fmt(max(converge, default=None))} |",
         f"| status mirrored after marking running, s (p50 / max) | {_fmt(_pct(mirror, 50))} / "
@@ -130,14 +134,15 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float) -> str:
         "killed while both run; `slow-member` a member apiserver SIGSTOPped 2-6 s (connections "
         "hang, then answer late).",
         "",
-        "| round | seed | fault | injected | workloads | lost | dup | misplaced | leaked | "
-        "converge s | mirror s | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| round | seed | fault | injected | workloads | deleted | lost | dup | misplaced | "
+        "leaked | new leaders | converge s | mirror s | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         injected = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items()))
         lines.append(f"| {r.index} | {r.seed} | {r.fault} | {injected} | {r.workloads} | "
-                     f"{r.losses} | {r.duplicates} | {r.misplaced} | {r.leaked} | "
+                     f"{r.deleted} | {r.losses} | {r.duplicates} | {r.misplaced} | "
+                     f"{r.leaked} | {r.leader_changes} | "
                      f"{_fmt(r.converge_s)} | {_fmt(r.mirror_s)} | "
                      f"{'pass' if r.ok else 'FAIL'} |")
     failed = [r for r in results if not r.ok]

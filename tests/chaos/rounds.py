@@ -73,6 +73,9 @@ class RoundResult:
     leader_violations: int = 0
     crashes: int = 0
     secrets: int = 0
+    leader_changes: int = 0
+    """Leases acquired during the round (0 in a hub-restart round: the leader's watches
+    resumed through 410 Gone after the compaction)."""
     converge_s: float | None = None
     mirror_s: float | None = None
     violations: tuple[str, ...] = ()
@@ -361,6 +364,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     fault = FAULT_KINDS[index % len(FAULT_KINDS)]
     before = Counter(env.faults)
     started = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started))  # log ts prefix, UTC
     namespace = f"chaos-{index:03d}-{seed % 100000:05d}"
     await retry(lambda: _ensure_namespace(env.hub, namespace))
     await env.wait_leading()
@@ -412,6 +416,9 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     secrets = await secret_problems(env, namespace)
     violations += secrets
 
+    changes = sum(1 for inst in env.supervisor.instances for line in inst.lines()
+                  if line.get("event") == "leader.acquired" and str(line.get("ts")) > stamp)
+
     def count(prefix: str) -> int:
         return sum(1 for v in violations if v.startswith(prefix))
     return RoundResult(
@@ -421,7 +428,8 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         undeleted=sum(1 for v in violations if "deleted" in v),
         unmirrored=count("UNMIRRORED"), leaked=leaked,
         leader_violations=sum(1 for v in violations if v.startswith("replica #")),
-        crashes=len(crashes), secrets=len(secrets), converge_s=converge_s,
+        crashes=len(crashes), secrets=len(secrets), leader_changes=changes,
+        converge_s=converge_s,
         mirror_s=mirror_s, violations=tuple(violations))
 
 

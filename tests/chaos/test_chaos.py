@@ -30,6 +30,8 @@ def test_samples_cover_the_main_frameworks() -> None:
 async def test_round(chaos_env: ChaosEnv, chaos_round: int, chaos_seed: int) -> None:
     result = await run_round(chaos_env, index=chaos_round,
                              seed=round_seed(chaos_seed, chaos_round), samples=SAMPLES)
+    assert result.faults.get(result.fault, 0) >= 1, f"the {result.fault} fault never happened"
+    assert result.workloads >= 3
     assert result.ok, (f"round {chaos_round} (seed {result.seed}, fault {result.fault}) "
                        f"violations, logs in {chaos_env.root / 'logs'}:\n"
                        + "\n".join(result.violations))
