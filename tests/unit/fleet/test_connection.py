@@ -1,0 +1,122 @@
+"""MemberConnection supervision without a cluster: failures become health, reload is
+event-driven, stop never hangs.
+
+Covers: a loader that cannot produce a kubeconfig gives Ready=False with its reason and a
+kept first-loss time while retries continue; ``reload()`` ends a long backoff at once; a
+kubeconfig the client library rejects is KubeconfigInvalid; ``stop()`` returns promptly
+from any state (tenacity must not swallow the cancellation); ``client`` raises NotConnected.
+Not covered: sessions against a real apiserver (tests/integration/test_fleet_*.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from dispatcher.fleet.aiokit import Pulse
+from dispatcher.fleet.connection import MemberConnection, NotConnected
+from dispatcher.fleet.kubeconfigs import KubeconfigProblem
+from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.settings import FleetSettings
+
+SLOW_RETRY = FleetSettings(reconnect_initial_s=30.0, reconnect_max_s=60.0)
+
+
+class Loader:
+    """Counts calls; raises the given problem, or returns the given kubeconfig."""
+
+    def __init__(self, *, problem: KubeconfigProblem | None = None,
+                 kubeconfig: dict[str, Any] | None = None, block: bool = False) -> None:
+        self.block = block
+        self.calls = 0
+        self.problem = problem
+        self.kubeconfig = kubeconfig or {}
+        self.called = asyncio.Event()
+
+    async def __call__(self) -> tuple[dict[str, Any], str]:
+        self.calls += 1
+        self.called.set()
+        if self.block:
+            await asyncio.Event().wait()  # like a request that never answers
+        if self.problem is not None:
+            raise self.problem
+        return self.kubeconfig, str(self.calls)
+
+
+def connection(loader: Loader, settings: FleetSettings = SLOW_RETRY, *,
+               pulse: Pulse | None = None) -> MemberConnection:
+    return MemberConnection(spec=MemberSpec(name="m", path="/unused"), load=loader,
+                            settings=settings, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+                            kinds=(), on_change=(pulse or Pulse()).bump)
+
+
+async def wait_calls(loader: Loader, count: int) -> None:
+    async with asyncio.timeout(5):
+        while loader.calls < count:
+            loader.called.clear()
+            await loader.called.wait()
+
+
+async def test_secret_missing_becomes_health_and_reload_retries_at_once() -> None:
+    loader = Loader(problem=KubeconfigProblem("Secret x/y not found", reason="SecretMissing"))
+    conn = connection(loader)
+    conn.start()
+    try:
+        await wait_calls(loader, 1)
+        await asyncio.sleep(0)
+        assert conn.health.reason == "SecretMissing"
+        assert conn.health.ready is False
+        assert conn.health.reachable is None
+        first_loss = conn.health.first_loss
+        assert first_loss is not None
+        with pytest.raises(NotConnected, match="SecretMissing"):
+            _ = conn.client
+        conn.reload()  # the backoff is 30 s: only the reload can cause a second call now
+        await wait_calls(loader, 2)
+        assert conn.health.first_loss == first_loss
+    finally:
+        async with asyncio.timeout(5):
+            await conn.stop()
+
+
+async def test_unusable_kubeconfig_is_kubeconfig_invalid() -> None:
+    loader = Loader(kubeconfig={"apiVersion": "v1", "kind": "Config",
+                                "current-context": "missing", "contexts": []})
+    pulse = Pulse()
+    conn = connection(loader, pulse=pulse)
+    conn.start()
+    try:
+        async with asyncio.timeout(5):
+            seen = 0
+            while conn.health.reason != "KubeconfigInvalid":
+                seen = await pulse.wait(seen)
+        assert conn.credentials_version == "1"
+    finally:
+        async with asyncio.timeout(5):
+            await conn.stop()
+
+
+async def test_stop_is_prompt_while_retrying_fast() -> None:
+    loader = Loader(problem=KubeconfigProblem("bad", reason="KubeconfigInvalid"))
+    conn = connection(loader, FleetSettings(reconnect_initial_s=0.001, reconnect_max_s=0.01))
+    conn.start()
+    await wait_calls(loader, 3)
+    async with asyncio.timeout(5):
+        await conn.stop()
+    calls = loader.calls
+    await asyncio.sleep(0.05)
+    assert loader.calls == calls  # nothing runs after stop
+
+
+async def test_stop_is_prompt_inside_an_attempt() -> None:
+    """Cancellation inside an attempt must end the supervisor, not count as a failure."""
+    loader = Loader(block=True)
+    conn = connection(loader, FleetSettings(reconnect_initial_s=0.001, reconnect_max_s=0.01))
+    conn.start()
+    await wait_calls(loader, 1)
+    async with asyncio.timeout(5):
+        await conn.stop()
+    assert loader.calls == 1
