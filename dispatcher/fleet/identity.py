@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ NAMESPACE_CREATE_PART = "create-namespaces"
 PART_LABEL = "dispatcher.io/identity-part"
 DEFAULT_TOKEN_SECONDS = 365 * 24 * 3600
 SECRET_WAIT_S = 5.0
+MANIFESTS_ENV = "DISPATCHER_MEMBER_MANIFESTS"
 
 TokenSource = Literal["auto", "secret", "request"]
 
@@ -82,11 +84,16 @@ class MemberIdentity:
 
 
 def identity_dir() -> Path:
-    """``deploy/member`` of the source tree (IdentityError when not run from a checkout)."""
+    """The member manifests: ``$DISPATCHER_MEMBER_MANIFESTS``, else ``deploy/member`` of the
+    source tree (the wheel does not ship deploy/); IdentityError says what to do."""
+    override = os.environ.get(MANIFESTS_ENV)
+    if override:
+        return Path(override)
     try:
         return source_path("deploy", "member")
     except BuildError as exc:
-        raise IdentityError(f"{exc}; or pass the folder of the member manifests") from None
+        raise IdentityError(f"{exc}, or set {MANIFESTS_ENV} to a copy of deploy/member"
+                            ) from None
 
 
 def load_manifests(directory: Path, *, create_namespaces: bool = True

@@ -121,3 +121,11 @@ def test_minted_kubeconfig_keeps_server_and_ca_but_no_admin_credential(
     text = yaml.safe_dump(minted)
     for secret in ("hunter2", "aws", "client-key-data"):
         assert secret not in text
+
+
+def test_manifest_folder_can_come_from_the_environment(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(identity.MANIFESTS_ENV, raising=False)
+    assert identity.identity_dir() == MEMBER_DIR
+    monkeypatch.setenv(identity.MANIFESTS_ENV, str(tmp_path))
+    assert identity.identity_dir() == tmp_path
