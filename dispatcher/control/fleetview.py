@@ -54,6 +54,10 @@ class FleetView(Protocol):
         """Reachability, with the first-loss time kept across failed reconnects."""
         ...
 
+    def allowed_namespaces(self, member: str) -> tuple[str, ...]:
+        """Hub namespaces whose workloads may go to ``member`` (empty: any)."""
+        ...
+
 
 class LiveFleet:
     """``FleetView`` over the fleet runtime; ``start`` relays its changes to ``pulse``."""
@@ -107,3 +111,9 @@ class LiveFleet:
             lost = health.first_loss.timestamp() if health.first_loss else None
             return MemberHealth(reachable=False, lost_since=lost)
         return MemberHealth(reachable=True)
+
+    def allowed_namespaces(self, member: str) -> tuple[str, ...]:
+        try:
+            return self.fleet.connection(member).spec.allowed_namespaces
+        except UnknownMember:
+            return ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -35,13 +35,19 @@ from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES
 from dispatcher.placement import engine
-from dispatcher.placement.model import Decision, PlacementError, PlacementRequest, Verdict
+from dispatcher.placement.model import (
+    Decision,
+    MemberSnapshot,
+    PlacementError,
+    PlacementRequest,
+    Verdict,
+)
 from dispatcher.sim.trace import resolved_event
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.resolve import Resolution, status_of
 
-__all__ = ["Reconciler", "member_copy"]
+__all__ = ["Reconciler", "member_copy", "restrict"]
 
 log = structlog.get_logger("dispatcher")
 
@@ -58,6 +64,21 @@ def member_copy(obj: Mapping[str, Any], *, catalog: Catalog, seen_at: float) -> 
     except WorkloadError:
         generic, statuses = "unknown", ("unknown",)
     return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
+
+
+def restrict(members: Sequence[MemberSnapshot], *, excluded: Sequence[str], namespace: str,
+             allowed: Callable[[str], tuple[str, ...]]) -> list[MemberSnapshot]:
+    """Members as this workload may use them: the ones an earlier attempt gave up on, and
+    the ones that do not take its namespace, turn not-ready with that reason (so the
+    decision's summary says why, and a pin to them is explained rather than rejected)."""
+    out = []
+    for member in members:
+        namespaces = allowed(member.name)
+        reason = ("excluded: an earlier attempt there failed" if member.name in excluded
+                  else f"namespace {namespace} not allowed there"
+                  if namespaces and namespace not in namespaces else "")
+        out.append(replace(member, ready=False, not_ready_reason=reason) if reason else member)
+    return out
 
 
 def _no_choice(summary: str, *, policy: str) -> Decision:
@@ -213,7 +234,9 @@ class Reconciler:
             kind=resolution.kind, annotations=meta.get("annotations") or {},
             default_policy=policy, namespace=str(meta.get("namespace") or ""))
         request = replace(request, exhaustive=True)  # every member's verdict in the log
-        members = [m for m in self.fleet.snapshots() if m.name not in record.excluded]
+        members = restrict(self.fleet.snapshots(), excluded=record.excluded,
+                           namespace=str(meta.get("namespace") or "default"),
+                           allowed=self.fleet.allowed_namespaces)
         try:
             decision = engine.decide(members, request)
         except PlacementError as exc:

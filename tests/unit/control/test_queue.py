@@ -60,3 +60,17 @@ def test_nothing_passes_a_saturated_waiter(limit: int, arrivals: list[int]) -> N
         if q.gate(e) is None:
             q.placed(e)
     assert q.bypasses("head") <= limit
+
+
+def test_restrict_explains_excluded_and_namespace_bound_members() -> None:
+    from dispatcher.control.reconcile import restrict
+    from dispatcher.fleet.capacity import ClusterCapacity
+    from dispatcher.placement.model import MemberSnapshot
+
+    members = [MemberSnapshot(name=n, capacity=ClusterCapacity()) for n in ("a", "b", "c")]
+    allowed = {"a": (), "b": ("prod",), "c": ("team",)}
+    out = {m.name: m for m in restrict(members, excluded=("a",), namespace="team",
+                                       allowed=lambda n: allowed[n])}
+    assert not out["a"].ready and "earlier attempt" in out["a"].not_ready_reason
+    assert not out["b"].ready and "namespace team" in out["b"].not_ready_reason
+    assert out["c"].ready
