@@ -94,10 +94,15 @@ def _hub_kubeconfig(args: argparse.Namespace) -> Path:
 async def _hub(args: argparse.Namespace) -> Any:
     import yaml
 
-    from dispatcher.kube.client import KubeClient
+    from dispatcher.kube.client import KubeClient, KubeconfigError
 
     path = _hub_kubeconfig(args)
-    config = yaml.safe_load(path.read_text())
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        raise KubeconfigError(f"hub kubeconfig {path} is not valid YAML") from None
+    if not isinstance(config, dict):
+        raise KubeconfigError(f"hub kubeconfig {path} is not a kubeconfig")
     return await KubeClient.from_kubeconfig(config, name="hub",
                                             context=getattr(args, "hub_context", None))
 

@@ -104,6 +104,8 @@ class Fleet:
         """Connect static members and start watching the hub."""
         for member in self._settings.static_members:
             self._add(membersmod.from_static(member))
+        if self._settings.static_members:
+            self._tasks.append(guarded(self._watch_static_files(), name="fleet/static-files"))
         if self._hub is not None and self._settings.watch_member_clusters:
             self._tasks += [
                 guarded(self._watch_hub(MEMBER_CLUSTERS, None, self._on_member_clusters),
@@ -312,6 +314,26 @@ class Fleet:
                 log.info("member.credentials_changed", member=conn.name,
                          secret=f"{ref.namespace}/{ref.name}")
                 conn.reload()
+
+    async def _watch_static_files(self) -> None:
+        """Reconnect a static member when its kubeconfig file changes (files have no watch
+        event here, so their modification time is checked every probe interval)."""
+        seen: dict[str, int | None] = {}
+        while True:
+            for conn in list(self._connections.values()):
+                if conn.spec.path is None:
+                    continue
+                try:
+                    stat = await asyncio.to_thread(Path(conn.spec.path).stat)
+                    version: int | None = stat.st_mtime_ns
+                except OSError:
+                    version = None  # the next connect attempt reports it
+                if conn.name in seen and seen[conn.name] != version:
+                    log.info("member.credentials_changed", member=conn.name,
+                             file=conn.spec.path)
+                    conn.reload()
+                seen[conn.name] = version
+            await asyncio.sleep(self._settings.probe_interval_s)
 
     async def _watch_hub(self, ref: ResourceRef, namespace: str | None,
                          handle: Callable[[watch.Listed | watch.Changed], Awaitable[None]]

@@ -44,3 +44,21 @@ async def test_unreadable_static_member(tmp_path: Path) -> None:
         assert fleet.client_or_none("gone") is None
         assert fleet.reservations("gone").member == "gone"
     assert fleet.names() == ()
+
+
+async def test_fixing_a_static_kubeconfig_file_retries_at_once(tmp_path: Path) -> None:
+    """The retry backoff is long; only the file watch can trigger the second attempt."""
+    path = tmp_path / "kubeconfig"
+    path.write_text("not: [valid")
+    settings = FleetSettings(static_members=(StaticMember(name="m", kubeconfig=str(path)),),
+                             reconnect_initial_s=30.0, probe_interval_s=0.05)
+    async with Fleet(hub=None, settings=settings) as fleet:
+        async with asyncio.timeout(5):
+            seen = fleet.version
+            while fleet.health("m").message != f"kubeconfig {path} is not valid YAML":
+                seen = await fleet.wait_changed(seen)
+        path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: missing\n")
+        async with asyncio.timeout(5):
+            while "not usable" not in fleet.health("m").message:
+                seen = await fleet.wait_changed(seen)
+        assert fleet.health("m").reason == "KubeconfigInvalid"
