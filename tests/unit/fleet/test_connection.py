@@ -120,3 +120,31 @@ async def test_stop_is_prompt_inside_an_attempt() -> None:
     async with asyncio.timeout(5):
         await conn.stop()
     assert loader.calls == 1
+
+
+async def test_insecure_kubeconfig_warns_and_closed_port_is_connection_refused() -> None:
+    """TLS follows the kubeconfig; skipping verification is allowed but logged."""
+    from structlog.testing import capture_logs
+
+    from dispatcher.devfleet.controlplane import free_port
+
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {
+                      "server": f"https://127.0.0.1:{free_port()}",
+                      "insecure-skip-tls-verify": True}}],
+                  "users": [{"name": "u", "user": {"token": "sekret-unit-token"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    pulse = Pulse()
+    conn = connection(Loader(kubeconfig=kubeconfig), pulse=pulse)
+    with capture_logs() as logs:
+        conn.start()
+        try:
+            async with asyncio.timeout(10):
+                seen = 0
+                while conn.health.reason != "ConnectionRefused":
+                    seen = await pulse.wait(seen)
+        finally:
+            await conn.stop()
+    assert conn.health.reachable is False
+    assert [e["event"] for e in logs][:2] == ["member.tls_unverified", "member.lost"]
+    assert "sekret-unit-token" not in repr(logs)
