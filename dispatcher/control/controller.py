@@ -69,7 +69,8 @@ class Controller:
         self._backlog: set[str] | None = set()
         self.hub_watchers = HubWatchers(hub=hub, catalog=catalog, cache=self.cache,
                                         kick=self.kick, namespaces=settings.namespaces,
-                                        label_selector=settings.label_selector)
+                                        label_selector=settings.label_selector,
+                                        skip_namespaces=frozenset({settings.leader.namespace}))
         self.member_watchers = MemberWatchers(fleet=fleet, catalog=catalog, copies=self.copies,
                                               kick=self.kick, hub_id=settings.hub_id,
                                               monotonic=monotonic)

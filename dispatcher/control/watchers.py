@@ -64,13 +64,15 @@ class HubWatchers:
     """Hub workloads of every served catalog kind, and Dispatch records."""
 
     def __init__(self, *, hub: KubeClient, catalog: Catalog, cache: HubCache, kick: Kick,
-                 namespaces: tuple[str, ...], label_selector: str) -> None:
+                 namespaces: tuple[str, ...], label_selector: str,
+                 skip_namespaces: frozenset[str] = frozenset()) -> None:
         self._hub = hub
         self._catalog = catalog
         self._cache = cache
         self._kick = kick
         self._namespaces = namespaces or ("",)
         self._selector = label_selector or None
+        self._skip = _SKIP_NAMESPACES | skip_namespaces
         self._watched: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
@@ -120,12 +122,12 @@ class HubWatchers:
         async for item in watch.informer(self._hub, ref, namespace=namespace or None,
                                          label_selector=self._selector):
             if isinstance(item, watch.Listed):
-                objects = [o for o in item.objects if _wanted(o)]
+                objects = [o for o in item.objects if self._wanted(o)]
                 for uid in self._cache.relist(ref, namespace, objects):
                     self._kick(uid)
                 continue
             obj = item.object
-            if not _wanted(obj):
+            if not self._wanted(obj):
                 continue
             uid = str(obj["metadata"]["uid"])
             if item.type == "DELETED":
@@ -133,6 +135,10 @@ class HubWatchers:
             else:
                 self._cache.put(ref, obj)
             self._kick(uid)
+
+    def _wanted(self, obj: Mapping[str, Any]) -> bool:
+        """Never dispatch system namespaces, nor the controller's own (its Deployment)."""
+        return (obj.get("metadata") or {}).get("namespace") not in self._skip
 
     async def _records(self, namespace: str) -> None:
         async for item in watch.informer(self._hub, DISPATCHES, namespace=namespace or None):
@@ -144,10 +150,6 @@ class HubWatchers:
             uid = (self._cache.drop_record(item.object) if item.type == "DELETED"
                    else self._cache.put_record(item.object))
             self._kick(uid)
-
-
-def _wanted(obj: Mapping[str, Any]) -> bool:
-    return (obj.get("metadata") or {}).get("namespace") not in _SKIP_NAMESPACES
 
 
 class MemberWatchers:
