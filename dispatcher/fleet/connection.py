@@ -32,7 +32,6 @@ from dispatcher.fleet.aiokit import cancel_all, guarded
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.kubeconfigs import skips_tls_verify
 from dispatcher.fleet.members import MemberSpec
-from dispatcher.fleet.nodes import pod_binding, pod_key
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.kube import watch
@@ -97,7 +96,6 @@ class MemberConnection:
         self._notify = on_change
         self._reload = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._pod_keys: set[str] = set()
         self._listed: set[str] = set()
         self._unreachable_after = timedelta(seconds=settings.unreachable_after_s)
         self._log = log.bind(member=spec.name)
@@ -302,19 +300,9 @@ class MemberConnection:
 
     def _relist(self, what: str, objects: list[dict[str, Any]]) -> None:
         if what == "nodes":
-            names = {str((o.get("metadata") or {}).get("name")) for o in objects}
-            for state in list(self.capacity.nodes()):
-                if state.name not in names:
-                    self.capacity.delete_node(state.name)
-            for obj in objects:
-                self.capacity.upsert_node(obj)
+            self.capacity.relist_nodes(objects)
         else:
-            keys = {pod_key(o) for o in objects if pod_binding(o) is not None}
-            for gone in self._pod_keys - keys:
-                self.capacity.delete_pod(gone)
-            for obj in objects:
-                self.capacity.upsert_pod(obj)
-            self._pod_keys = keys
+            self.capacity.relist_pods(objects)
         self._listed.add(what)
         if self._listed >= {"nodes", "pods"} and not self.health.ready:
             self.synced = True
@@ -330,13 +318,10 @@ class MemberConnection:
             else:
                 self.capacity.upsert_node(obj)
             return
-        key = pod_key(obj)
-        if change.type == "DELETED" or pod_binding(obj) is None:
-            self.capacity.delete_pod(key)
-            self._pod_keys.discard(key)
+        if change.type == "DELETED":
+            self.capacity.delete_pod(obj)
         else:
-            self.capacity.upsert_pod(obj)
-            self._pod_keys.add(key)
+            self.capacity.upsert_pod(obj)  # finished or unbound: dropped by the model
 
     async def _probe(self, client: KubeClient) -> None:
         while True:
