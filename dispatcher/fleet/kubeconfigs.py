@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DEFAULT_KEY", "KubeconfigProblem", "flatten", "from_secret", "skips_tls_verify"]
+__all__ = ["DEFAULT_KEY", "KubeconfigProblem", "flatten", "from_secret", "read_file",
+           "skips_tls_verify"]
 
 DEFAULT_KEY = "kubeconfig"
 
@@ -139,3 +140,22 @@ def skips_tls_verify(kubeconfig: Mapping[str, Any], *, context: str | None = Non
     except KubeconfigProblem:
         return False
     return bool(cluster.get("insecure-skip-tls-verify"))
+
+
+def read_file(path: Path) -> tuple[dict[str, Any], str]:
+    """A static member's kubeconfig file and its modification time (as the version)."""
+    try:
+        text = path.read_text()
+        version = str(path.stat().st_mtime_ns)
+    except OSError as exc:
+        raise KubeconfigProblem(f"cannot read kubeconfig {path}: {exc.strerror}",
+                                reason="KubeconfigInvalid") from None
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise KubeconfigProblem(f"kubeconfig {path} is not valid YAML",
+                                reason="KubeconfigInvalid") from None
+    if not isinstance(parsed, dict):
+        raise KubeconfigProblem(f"kubeconfig {path} is not a mapping",
+                                reason="KubeconfigInvalid")
+    return parsed, version

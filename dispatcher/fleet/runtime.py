@@ -28,7 +28,6 @@ from typing import Any
 
 import structlog
 import tenacity
-import yaml
 
 from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
@@ -36,7 +35,7 @@ from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
 from dispatcher.fleet.capacity import CapacitySummary
 from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
 from dispatcher.fleet.health import Health, Reason
-from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret
+from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret, read_file
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
@@ -208,7 +207,7 @@ class Fleet:
             path = Path(spec.path)
 
             async def from_file() -> tuple[dict[str, Any], str]:
-                return await asyncio.to_thread(_read_kubeconfig_file, path)
+                return await asyncio.to_thread(read_file, path)
 
             return from_file
         ref = spec.secret
@@ -405,22 +404,3 @@ class Fleet:
             self._written[name] = (desired, now)
             writes += 1
         return writes
-
-
-def _read_kubeconfig_file(path: Path) -> tuple[dict[str, Any], str]:
-    """A static member's kubeconfig file and its modification time (as the version)."""
-    try:
-        text = path.read_text()
-        version = str(path.stat().st_mtime_ns)
-    except OSError as exc:
-        raise KubeconfigProblem(f"cannot read kubeconfig {path}: {exc.strerror}",
-                                reason="KubeconfigInvalid") from None
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise KubeconfigProblem(f"kubeconfig {path} is not valid YAML",
-                                reason="KubeconfigInvalid") from None
-    if not isinstance(parsed, dict):
-        raise KubeconfigProblem(f"kubeconfig {path} is not a mapping",
-                                reason="KubeconfigInvalid")
-    return parsed, version
