@@ -173,29 +173,49 @@ class MemberWatchers:
         await cancel_all(self._tasks)
 
     async def _member(self, name: str) -> None:
-        """Wait for a client, watch every served kind; start over when the member is lost."""
+        """Wait for a client, watch every served kind (kinds the member starts serving later
+        are added as the fleet discovers them); start over when the member is lost."""
         seen = -1
         while True:
             client = self._fleet.client(name)
             if client is None:
                 seen = await self._fleet.pulse.wait(seen, timeout=5.0)
                 continue
-            tasks = []
-            for group, version, kind in self._catalog.kinds():
-                api_version = _api_version(group, version)
-                try:
-                    ref = await client.discovery.resource(api_version, kind)
-                except KubeError:
-                    ref = None
-                if ref is not None:
-                    tasks.append(guarded(self._kind(name, client, ref),
-                                         name=f"copies:{name}:{ref.kind}"))
+            tasks: list[asyncio.Task[None]] = []
+            watched: set[tuple[str, str]] = set()
             try:
                 while self._fleet.client(name) is client:
+                    await self._start_kinds(name, client, watched, tasks)
                     seen = await self._fleet.pulse.wait(seen, timeout=5.0)
             finally:
                 await cancel_all(tasks)
                 self._copies.unsync(name)
+
+    def _served(self, name: str) -> frozenset[tuple[str, str]] | None:
+        for snap in self._fleet.snapshots():
+            if snap.name == name:
+                return snap.served_kinds
+        return None
+
+    async def _start_kinds(self, name: str, client: KubeClient,
+                           watched: set[tuple[str, str]], tasks: list[asyncio.Task[None]]
+                           ) -> None:
+        """Start a copy watch for each catalog kind the member serves and is not watched."""
+        served = self._served(name)
+        for group, version, kind in self._catalog.kinds():
+            if (group, kind) in watched:
+                continue
+            if watched and (served is None or (group, kind) not in served):
+                continue  # after the first pass, only what the fleet saw appear
+            try:
+                ref = await client.discovery.resource(_api_version(group, version), kind,
+                                                      refresh=bool(watched))
+            except KubeError:
+                continue
+            if ref is not None:
+                watched.add((group, kind))
+                tasks.append(guarded(self._kind(name, client, ref),
+                                     name=f"copies:{name}:{ref.kind}"))
 
     async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
         key = kind_key(ref.api_version, ref.kind)

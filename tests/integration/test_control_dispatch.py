@@ -32,7 +32,7 @@ from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import NotFound
+from dispatcher.kube.errors import KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import PlacementRequest
@@ -60,20 +60,20 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 
 
 @contextlib.asynccontextmanager
-async def running(dev_fleet: FleetState, *, rules: Rules | None = None
-                  ) -> AsyncIterator[Harness]:
+async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
+                  catalog: Catalog | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace, stopped on exit."""
     namespace = f"ctl-{uuid.uuid4().hex[:8]}"
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
     await hub.request("POST", NAMESPACES.collection(), body={
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    catalog = Catalog.builtin()
+    catalog = catalog or Catalog.builtin()
     statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
                     for n in members)
     fleet = LiveFleet(Fleet(hub=None, settings=FleetSettings(
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
-        unreachable_after_s=2.0, reconnect_max_s=2.0),
+        unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
         kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
     settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}", namespaces=(namespace,),
                                sweep_interval_s=3600, rules=rules or Rules(),
@@ -337,3 +337,64 @@ async def test_stuck_copy_moves_then_fails_after_bounded_attempts(dev_fleet: Fle
         assert len({a["cluster"] for a in status["attempts"]}) == 2
         assert sorted(status["excluded"]) == sorted(h.members)
         assert not await copies_of(h, "stuck")
+
+
+async def test_a_kind_whose_crd_appears_later_is_dispatched_without_restart(
+        dev_fleet: FleetState) -> None:
+    """A definition for a kind no cluster serves yet; its CRD is installed while running."""
+    from dispatcher.devfleet.provision import CRD_PATH
+    from dispatcher.devfleet.workload_crds import crd_manifest
+    from dispatcher.workloads.definitions import load_text
+
+    group = f"late{uuid.uuid4().hex[:6]}.dispatcher.test"
+    text = (Path(__file__).resolve().parents[2] / "definitions" / "jobset.yaml").read_text()
+    text = text.replace("name: jobset\n", "name: latejob\n", 1).replace(
+        "{group: jobset.x-k8s.io, version: v1alpha2, kind: JobSet}",
+        f"{{group: {group}, version: v1, kind: LateJob}}")
+    catalog = Catalog.merged(Catalog.builtin(), Catalog(load_text(text, source="late.yaml")))
+    late = ResourceRef(group=group, version="v1", kind="LateJob", plural="latejobs",
+                       namespaced=True)
+    crd = crd_manifest(group=group, version="v1", kind="LateJob", plural="latejobs")
+    async with running(dev_fleet, catalog=catalog) as h:
+        for client in (h.hub, *h.members.values()):
+            await client.request("POST", CRD_PATH, body=crd)
+
+        async def served() -> Any:
+            try:
+                return await h.hub.request("GET", late.collection(h.namespace))
+            except NotFound:
+                return None
+
+        await eventually(served, what="the new CRD served on the hub")
+        body = jobset("late", h.namespace, replicas=1, gpus=1)
+        body["apiVersion"] = f"{group}/v1"
+        body["kind"] = "LateJob"
+        created = await eventually(
+            lambda: _create_quietly(h.hub, late.collection(h.namespace), body),
+            what="the LateJob created")
+
+        async def landed() -> list[str]:
+            found = []
+            for member, client in h.members.items():
+                if await _get_quietly(client, late.item("late", h.namespace)) is not None:
+                    found.append(member)
+            return found
+
+        assert len(await eventually(landed, what="the LateJob copied to a member")) == 1
+        assert created["metadata"]["uid"]
+        for client in (h.hub, *h.members.values()):
+            await client.request("DELETE", f"{CRD_PATH}/latejobs.{group}")
+
+
+async def _create_quietly(client: KubeClient, path: str, body: dict[str, Any]) -> Any:
+    try:
+        return await client.request("POST", path, body=body)
+    except KubeError:
+        return None
+
+
+async def _get_quietly(client: KubeClient, path: str) -> Any:
+    try:
+        return await client.request("GET", path)
+    except KubeError:
+        return None
