@@ -93,6 +93,12 @@ class KubeClient:
                 _request_timeout=request_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise Unreachable(f"{self.name}: {method} {path}: {_describe(exc)}") from None
+        except RuntimeError as exc:
+            if "Session is closed" not in str(exc):
+                raise
+            # The connection was closed (member lost, credentials reloaded) while a caller
+            # still held this client: that caller sees an outage, not a crash.
+            raise Unreachable(f"{self.name}: {method} {path}: client closed") from None
         if resp.status >= 300:
             try:
                 raw = await resp.read()

@@ -4,11 +4,16 @@
    marked *every* kind of that member unsynced, but only the failing watch re-lists, so
    copies of the healthy kinds read as "not known yet" for good: a hub deletion waited
    forever for its finalizer (round 1, seed 20261129001, member-restart).
+2. See the test below (a request on a closed client).
 """
 
 from __future__ import annotations
 
+import pytest
+
 from dispatcher.control.caches import CopyCache, kind_key
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import Unreachable
 
 
 def test_a_broken_copy_watch_unsyncs_only_its_own_kind() -> None:
@@ -22,3 +27,20 @@ def test_a_broken_copy_watch_unsyncs_only_its_own_kind() -> None:
     assert copies.synced == {("member-2", nims), ("member-1", nims)}
     copies.unsync("member-2")  # the member itself is gone: everything of it
     assert copies.synced == {("member-1", nims)}
+
+
+async def test_a_request_on_a_closed_client_is_an_outage_not_a_crash() -> None:
+    """2. A member that stalls (SIGSTOP) while a new leader connects: the fleet closes the
+    client, the copy watcher still holding it got aiohttp's RuntimeError('Session is
+    closed'), its task crashed for good and the member's copies stayed unknown (Dispatch
+    Unknown, deletions stuck). Round 19, seed 20261129019, slow-member + kill -9."""
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    client = await KubeClient.from_kubeconfig(kubeconfig, name="member-2")
+    await client.close()
+    with pytest.raises(Unreachable, match="client closed"):
+        await client.request("GET", "/version")
+    with pytest.raises(Unreachable):
+        await client.discovery.resource("jobset.x-k8s.io/v1alpha2", "JobSet")
