@@ -10,7 +10,8 @@ up to ``BOUND_S``, for the invariants, and measures how long they took:
 - no duplicate: exactly one copy per workload over all members (listed by origin label);
 - agreement: the copy is on the member the Dispatch names, stamped with the hub uid;
 - deletions: a deleted hub workload is gone (finalizer released) with no copy anywhere;
-- status: a member copy's status is mirrored to the hub object, Dispatch genericStatus too;
+- status: a member copy's status is mirrored to the hub object, and the Dispatch shows the
+  generic status the definition reads from the copy;
 - no leaked reservation: after cleanup, probes needing each member's whole GPU capacity
   (pinned there) are submitted at once;
 - leader election: a replica acts only after it acquired the Lease and never after a later
@@ -33,6 +34,8 @@ from dispatcher.control.names import HUB_UID_LABEL, ORIGIN_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound, ServerError, Unreachable
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.resolve import status_of
 
 from .env import HUB_ID, MEMBERS, ChaosEnv
 from .stream import Sample, instance, pick, ref_of
@@ -52,6 +55,7 @@ PROBES = {"member-1": (2, 8, "NVIDIA-H100-80GB-HBM3"), "member-2": (4, 4, "NVIDI
 """Per member: pods x GPUs of one product = every schedulable GPU it has."""
 
 T = TypeVar("T")
+CATALOG = Catalog.builtin()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,9 +236,10 @@ async def check_workload(env: ChaosEnv, t: Tracked, namespace: str, *,
         hub_status = hub_obj.get("status") or {}
         if any(hub_status.get(k) != v for k, v in copy_status.items()):
             return [f"UNMIRRORED {t.name}: hub status differs from the copy's on {member}"]
-        if status.get("genericStatus") != "running":
+        expected = status_of(obj, catalog=CATALOG).status  # the definition's reading
+        if status.get("genericStatus") != expected:
             return [f"UNMIRRORED {t.name}: Dispatch genericStatus "
-                    f"{status.get('genericStatus')!r}, copy is running"]
+                    f"{status.get('genericStatus')!r}, the copy's is {expected!r}"]
     return []
 
 
