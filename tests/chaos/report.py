@@ -46,6 +46,17 @@ FINDINGS = (
      "cancellation), so no replica acted again.",
      "fixed by the fleet owner in dd5abf7 (tenacity no longer swallows cancellation); "
      "the hub-restart rounds below run with it"),
+    ("chaos, slow-member + kill -9", "A new leader connected while a member was "
+     "SIGSTOPped; the fleet closed that member's client, the copy watcher still holding it "
+     "got aiohttp's RuntimeError('Session is closed') and its task ended for good, so the "
+     "member's workloads stayed Unknown and their deletions never finished.",
+     "fixed: a request on a closed client raises Unreachable (kube/client.py); "
+     "tests/chaos/test_regressions.py. Still fragile: a guarded task that crashes on any "
+     "other unexpected error is not restarted"),
+    ("chaos, harness", "The rounds expected genericStatus 'running' after patching a "
+     "typical running frame; for other samples of the same kind the definition correctly "
+     "reads 'initializing'.", "fixed in the harness: it expects what the definition reads "
+     "from the copy"),
     ("fuzz, kubeconfigs", "`cluster: []` in a kubeconfig raised AssertionError out of "
      "kubernetes_asyncio through `KubeClient.from_kubeconfig`; `clusters: 1` a TypeError in "
      "the fleet's reader; a non-ASCII Secret value a ValueError from base64.",
