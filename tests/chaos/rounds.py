@@ -15,7 +15,7 @@ up to ``BOUND_S``, for the invariants, and measures how long they took:
 - no leaked reservation: after cleanup, probes needing each member's whole GPU capacity
   (pinned there) are submitted at once;
 - leader election: a replica acts only after it acquired the Lease and never after a later
-  replica acquired it; no undocumented controller exit;
+  replica acquired it; no undocumented controller exit and no crashed background task;
 - secrets: no token or key line of the fleet in any controller log or hub Event.
 """
 
@@ -417,6 +417,10 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     violations += leak_problems
     violations += leader_problems(env, since=started)
     crashes = env.supervisor.crashes[crashes_before:]
+    crashes += [f"controller #{inst.number}: task {line.get('task')} crashed: "
+                f"{line.get('error')}: {line.get('message')}"
+                for inst in env.supervisor.instances for line in inst.lines()
+                if line.get("event") == "task.crashed" and str(line.get("ts")) > stamp]
     violations += [f"CRASH {c}" for c in crashes]
     secrets = await secret_problems(env, namespace)
     violations += secrets
