@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from dispatcher.control import record as records
+from dispatcher.control.copies import written_generation
 from dispatcher.control.decide import Action, ActionKind, Snapshot
-from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.names import FINALIZER, HUB_GENERATION_ANNOTATION, Phase
+from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import DISPATCHES
@@ -51,6 +53,8 @@ async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
         return await _adopt(rec, uid, snap, action)
     if kind is ActionKind.MIRROR:
         return await _mirror(rec, uid, snap, action)
+    if kind is ActionKind.UPDATE_COPY:
+        return await _update_copy(rec, uid, snap, action)
     if kind is ActionKind.REPORT_CONFLICT:
         await rec.patch_record(uid, {"phase": Phase.CONFLICT.value, "conditions": [
             records.condition(type_="Submitted", status=False, reason="Conflict",
@@ -147,9 +151,11 @@ async def _record_pending(rec: Reconciler, uid: str, snap: Snapshot, action: Act
 async def _adopt(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
     assert action.member is not None and snap.record is not None
     adopted = snap.record.phase not in ("", Phase.PLACED)
-    status = records.submitted_status(cluster=action.member, remote_uid=snap.copy.uid,
-                                      now=snap.now, adopted=adopted)
     found = rec.copies.get(action.member, uid)
+    generation = (written_generation(found.obj) if found is not None else 0) or int(
+        (snap.workload or {}).get("metadata", {}).get("generation") or 0)
+    status = records.submitted_status(cluster=action.member, remote_uid=snap.copy.uid,
+                                      now=snap.now, adopted=adopted, generation=generation)
     if found is not None:  # the generic status in the same write (saves a mirror step)
         status.update({"phase": rec.phase_for(found.generic), "genericStatus": found.generic,
                        "statuses": list(found.statuses)})
@@ -167,6 +173,38 @@ async def _adopt(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> b
     rec.event(workload, reason="Submitted",
               message=f"copy {'adopted' if adopted else 'created'} on {action.member}: "
                       f"{(summary or {}).get('summary', '')}")
+    return True
+
+
+async def _update_copy(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
+    """The hub object's spec changed: write it to the copy (spec only; the member's own
+    metadata and status stay). Placement is not re-run: a resize that no longer fits shows
+    up as a stuck copy."""
+    assert action.member is not None and snap.workload is not None
+    found = rec.copies.get(action.member, uid)
+    client = rec.fleet.client(action.member)
+    if found is None or client is None:
+        return False
+    wanted = rec.copy_body(snap.workload)
+    patch: dict[str, Any] = {}
+    spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
+    if spec:
+        patch["spec"] = spec
+    generation = written_generation(wanted)
+    patch["metadata"] = {"annotations": {HUB_GENERATION_ANNOTATION: str(generation)}}
+    meta = found.obj["metadata"]
+    ref = await client.discovery.resource(str(found.obj["apiVersion"]),
+                                          str(found.obj["kind"]))
+    if ref is None:
+        return False
+    updated = await client.request("PATCH", ref.item(meta["name"], meta.get("namespace")),
+                                   body=patch, content_type=JSON_MERGE_PATCH)
+    rec.copies.put(action.member, uid, rec.cached_copy(updated))
+    await rec.patch_record(uid, {"remote": {"hubGeneration": generation}})
+    log.info("workload.updated", uid=uid, member=action.member, generation=generation,
+             changed=sorted(spec))
+    rec.event(snap.workload, reason="Updated",
+              message=f"spec (generation {generation}) written to the copy on {action.member}")
     return True
 
 

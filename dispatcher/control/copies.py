@@ -17,14 +17,20 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatcher.control.decide import CopyState
-from dispatcher.control.names import HUB_UID_ANNOTATION, HUB_UID_LABEL, ORIGIN_LABEL
+from dispatcher.control.names import (
+    HUB_GENERATION_ANNOTATION,
+    HUB_UID_ANNOTATION,
+    HUB_UID_LABEL,
+    ORIGIN_LABEL,
+)
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 
-__all__ = ["PodMutations", "build_copy", "delete_if_owned", "owner_state", "stamped"]
+__all__ = ["PodMutations", "build_copy", "delete_if_owned", "owner_state", "stamped",
+           "written_generation"]
 
 _SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
                  "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
@@ -53,6 +59,16 @@ def stamped(obj: Mapping[str, Any], *, hub_id: str) -> str | None:
     return str(uid) if uid else None
 
 
+def written_generation(obj: Mapping[str, Any]) -> int:
+    """The hub generation a copy was written from (0 when not stamped)."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(
+        HUB_GENERATION_ANNOTATION)
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
 def owner_state(obj: Mapping[str, Any] | None, *, hub_id: str, hub_uid: str) -> CopyState:
     """ABSENT (no object), OURS (our origin and this uid), else FOREIGN."""
     if obj is None:
@@ -79,6 +95,8 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     annotations = {k: v for k, v in (new_meta.get("annotations") or {}).items()
                    if k not in _HUB_ONLY_ANNOTATIONS}
     annotations[HUB_UID_ANNOTATION] = uid
+    if meta.get("generation"):
+        annotations[HUB_GENERATION_ANNOTATION] = str(meta["generation"])
     new_meta["labels"] = labels
     new_meta["annotations"] = annotations
     out["metadata"] = new_meta

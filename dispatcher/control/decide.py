@@ -31,8 +31,9 @@ Branch order (first match wins):
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, not started (or still initializing) REQUEUE (or FAIL when attempts are used up)
     past stuckAfter
-18  copy ours, status differs from the hub's       MIRROR
-19  otherwise                                      NOTHING (or WAIT until the stuck deadline)
+18  copy ours, hub spec changed since written      UPDATE_COPY (the hub object is the truth)
+19  copy ours, status differs from the hub's       MIRROR
+20  otherwise                                      NOTHING (or WAIT until the stuck deadline)
 ==  =============================================  ==========================================
 """
 
@@ -85,6 +86,7 @@ class ActionKind(StrEnum):
     REPORT_CONFLICT = "report-conflict"
     SUBMIT = "submit"
     ADOPT = "adopt"
+    UPDATE_COPY = "update-copy"
     MIRROR = "mirror"
 
 
@@ -238,6 +240,10 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         if waited >= rules.stuck_after:
             return _give_up_or_requeue(record, rules,
                                        f"not started on {cluster} after {waited:.0f}s")
+    generation = int((workload.get("metadata") or {}).get("generation") or 0)
+    if record.synced_generation and generation > record.synced_generation:
+        return Action(kind=ActionKind.UPDATE_COPY, member=cluster,
+                      reason=f"hub generation {generation} > {record.synced_generation}")
     if (dict(copy.status or {}) != dict(workload.get("status") or {})
             or (copy.generic or None) != record.generic_status):
         return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 __all__ = [
     "FINALIZER",
+    "HUB_GENERATION_ANNOTATION",
     "HUB_UID_ANNOTATION",
     "HUB_UID_LABEL",
     "ORIGIN_LABEL",
@@ -20,6 +21,7 @@ __all__ = [
 ORIGIN_LABEL = "dispatcher.io/origin"
 HUB_UID_LABEL = "dispatcher.io/hub-uid"
 HUB_UID_ANNOTATION = "dispatcher.io/hub-uid"
+HUB_GENERATION_ANNOTATION = "dispatcher.io/hub-generation"
 FINALIZER = "dispatcher.io/dispatch"
 
 

@@ -321,10 +321,7 @@ class Reconciler:
             raise NotFound(f"{cluster} does not serve {workload['kind']} "
                            f"({workload['apiVersion']})")
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = build_copy(workload, hub_id=self.settings.hub_id,
-                          definition=self.catalog.find(str(workload["apiVersion"]),
-                                                       str(workload["kind"])),
-                          mutations=self.settings.pod_mutations)
+        body = self.copy_body(workload)
         try:
             try:
                 created = await client.request("POST", ref.collection(namespace), body=body)
@@ -363,6 +360,17 @@ class Reconciler:
             name=str(obj["metadata"]["name"]), hub_id=self.settings.hub_id, hub_uid=uid)
         self.copies.drop(cluster, uid)
         return deleted
+
+    def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
+        """The member copy of ``workload`` (stamped, mutated)."""
+        return build_copy(workload, hub_id=self.settings.hub_id,
+                          definition=self.catalog.find(str(workload["apiVersion"]),
+                                                       str(workload["kind"])),
+                          mutations=self.settings.pod_mutations)
+
+    def cached_copy(self, obj: Mapping[str, Any]) -> MemberCopy:
+        """``obj`` as the copy cache holds it (generic status read now)."""
+        return member_copy(obj, catalog=self.catalog, seen_at=self.monotonic())
 
     def remember_mirrored(self, uid: str, copy_rv: str) -> None:
         self._mirrored[uid] = copy_rv

@@ -79,6 +79,7 @@ class DispatchRecord:
     failure: str | None = None
     pending_message: str = ""
     last_seen: float | None = None
+    synced_generation: int = 0  # hub metadata.generation last written to the copy
 
 
 def read(obj: Mapping[str, Any]) -> DispatchRecord:
@@ -111,6 +112,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         failure=status.get("failure") or None,
         pending_message=str((pending or {}).get("message", "")),
         last_seen=parse_time(remote.get("lastSeen")),
+        synced_generation=int(remote.get("hubGeneration") or 0),
     )
 
 
@@ -170,12 +172,13 @@ def placed_status(*, decision: Decision, reservation: Reservation | None, attemp
     }
 
 
-def submitted_status(*, cluster: str, remote_uid: str, now: float, adopted: bool
-                     ) -> dict[str, Any]:
-    """Status patch: the copy exists on the member (created now, or found and adopted)."""
+def submitted_status(*, cluster: str, remote_uid: str, now: float, adopted: bool,
+                     generation: int = 0) -> dict[str, Any]:
+    """Status patch: the copy exists on the member (created now, or found and adopted);
+    ``generation`` is the hub object's generation the copy was written from."""
     return {"phase": Phase.SUBMITTED.value,
             "remote": {"cluster": cluster, "uid": remote_uid, "submittedAt": format_time(now),
-                       "lastSeen": format_time(now)},
+                       "lastSeen": format_time(now), "hubGeneration": generation or None},
             "conditions": [condition(type_="Submitted", status=True,
                                      reason="Adopted" if adopted else "Created",
                                      message=f"copy on {cluster}", now=now)]}

@@ -199,6 +199,24 @@ async def test_member_status_is_mirrored_to_the_hub(harness: Harness) -> None:
     assert record["status"]["genericStatus"]
 
 
+async def test_hub_spec_change_is_written_to_the_copy(harness: Harness) -> None:
+    h = harness
+    await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                        body=jobset("edited", h.namespace, replicas=1, gpus=1))
+    (member, before), = (await eventually(lambda: copies_of(h, "edited"),
+                                          what="the copy")).items()
+    await h.hub.request("PATCH", JOBSETS.item("edited", h.namespace),
+                        body={"spec": {"suspend": True}}, content_type=JSON_MERGE_PATCH)
+
+    async def updated() -> Any:
+        copy = (await copies_of(h, "edited")).get(member)
+        return copy if copy and copy["spec"].get("suspend") is True else None
+
+    after = await eventually(updated, what="the spec change on the copy")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["spec"]["replicatedJobs"] == before["spec"]["replicatedJobs"]
+
+
 async def test_deleting_on_the_hub_deletes_the_copy_then_the_finalizer(harness: Harness) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
@@ -359,13 +377,8 @@ async def test_a_kind_whose_crd_appears_later_is_dispatched_without_restart(
         for client in (h.hub, *h.members.values()):
             await client.request("POST", CRD_PATH, body=crd)
 
-        async def served() -> Any:
-            try:
-                return await h.hub.request("GET", late.collection(h.namespace))
-            except NotFound:
-                return None
-
-        await eventually(served, what="the new CRD served on the hub")
+        await eventually(lambda: _get_quietly(h.hub, late.collection(h.namespace)),
+                         what="the new CRD served on the hub")
         body = jobset("late", h.namespace, replicas=1, gpus=1)
         body["apiVersion"] = f"{group}/v1"
         body["kind"] = "LateJob"

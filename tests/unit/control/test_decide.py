@@ -149,6 +149,11 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("status changed", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
                                 copy=replace(OURS, status={"a": 1}, generic="running")),
      ActionKind.MIRROR),
+    ("hub spec changed", Snapshot(
+        now=NOW, workload={**workload(status={"a": 1}),
+                           "metadata": {**workload()["metadata"], "generation": 3}},
+        record=replace(RUNNING, synced_generation=2),
+        copy=replace(OURS, status={"a": 1}, generic="running")), ActionKind.UPDATE_COPY),
     ("in sync", Snapshot(now=NOW, workload=workload(status={"a": 1}), record=RUNNING,
                          copy=replace(OURS, status={"a": 1}, generic="running")),
      ActionKind.NOTHING),
