@@ -30,6 +30,9 @@ __all__ = ["execute"]
 
 log = structlog.get_logger("dispatcher")
 
+# Generic statuses that mean the workload's pods exist on nodes (or have finished).
+_PODS_UP = frozenset({"running", "degraded", "completed", "failed"})
+
 
 async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
                   decision: Decision | None) -> bool:
@@ -225,9 +228,15 @@ async def _mirror(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> 
     generic = found.generic
     phase = rec.phase_for(generic)
     if generic != snap.record.generic_status or phase != snap.record.phase:
-        await rec.patch_record(uid, {
+        patch: dict[str, Any] = {
             "phase": phase, "genericStatus": generic, "statuses": list(found.statuses),
-            "remote": {"lastSeen": records.format_time(snap.now)}})
+            "remote": {"lastSeen": records.format_time(snap.now)}}
+        if generic in _PODS_UP and snap.record.reservation is not None:
+            # Its pods hold the GPUs now (the member's capacity counts them): the
+            # reservation would count them twice until it expired.
+            rec.release(uid)
+            patch["decision"] = {"reservation": None}
+        await rec.patch_record(uid, patch)
         if phase != snap.record.phase:
             rec.event(item.obj, reason=phase, message=f"{generic} on {action.member}",
                       warning=generic == "failed")

@@ -194,9 +194,18 @@ async def test_member_status_is_mirrored_to_the_hub(harness: Harness) -> None:
                     status["replicatedJobsStatus"])
 
     await eventually(mirrored, what="the hub status")
-    record = await h.hub.request("GET", DISPATCHES.item("jobset-mirror", h.namespace))
+
+    async def running() -> Any:
+        record = await h.hub.request("GET", DISPATCHES.item("jobset-mirror", h.namespace))
+        return record if record["status"].get("genericStatus") == "running" else None
+
+    record = await eventually(running, what="genericStatus running on the Dispatch")
     assert record["status"]["remote"]["cluster"] == member
-    assert record["status"]["genericStatus"]
+    assert record["status"]["phase"] == "Running"
+    # Its pods hold the GPUs now: the reservation is gone, in memory and on the record.
+    assert not record["status"]["decision"].get("reservation")
+    held = h.controller.fleet.reservations(member)
+    assert held is not None and record["spec"]["workload"]["uid"] not in held
 
 
 async def test_hub_spec_change_is_written_to_the_copy(harness: Harness) -> None:
