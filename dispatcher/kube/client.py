@@ -51,6 +51,7 @@ class KubeClient:
 
     def __init__(self, api: ApiClient, *, name: str) -> None:
         self._api = api
+        self._closed = False
         self.name = name
         self.server = str(api.configuration.host)
         self.discovery = Discovery(self)
@@ -74,6 +75,7 @@ class KubeClient:
 
     async def close(self) -> None:
         """Close the HTTP session."""
+        self._closed = True
         await self._api.close()
 
     async def __aenter__(self) -> KubeClient:
@@ -93,11 +95,12 @@ class KubeClient:
                 _request_timeout=request_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise Unreachable(f"{self.name}: {method} {path}: {_describe(exc)}") from None
-        except RuntimeError as exc:
-            if "Session is closed" not in str(exc):
+        except (RuntimeError, AssertionError) as exc:
+            # Closed (member lost, credentials reloaded) while a caller still held this
+            # client: aiohttp says RuntimeError("Session is closed"), or AssertionError when
+            # the close lands in the middle of a request. The caller sees an outage.
+            if not (self._closed or "Session is closed" in str(exc)):
                 raise
-            # The connection was closed (member lost, credentials reloaded) while a caller
-            # still held this client: that caller sees an outage, not a crash.
             raise Unreachable(f"{self.name}: {method} {path}: client closed") from None
         if resp.status >= 300:
             try:

@@ -51,9 +51,11 @@ FINDINGS = (
      "SIGSTOPped; the fleet closed that member's client, the copy watcher still holding it "
      "got aiohttp's RuntimeError('Session is closed') and its task ended for good, so the "
      "member's workloads stayed Unknown and their deletions never finished.",
-     "fixed: a request on a closed client raises Unreachable (kube/client.py); "
-     "tests/chaos/test_regressions.py. Still fragile: a guarded task that crashes on any "
-     "other unexpected error is not restarted"),
+     "fixed: a request on a closed client raises Unreachable, also when the close lands "
+     "mid-request and aiohttp fails an internal assert (seen next as a crashed copy watch of "
+     "Job) (kube/client.py); tests/chaos/test_regressions.py. Rounds now fail on any "
+     "task.crashed line. Still fragile: a guarded task that crashes on another unexpected "
+     "error is not restarted"),
     ("chaos, harness", "The rounds expected genericStatus 'running' after patching a "
      "typical running frame; for other samples of the same kind the definition correctly "
      "reads 'initializing'.", "fixed in the harness: it expects what the definition reads "

@@ -4,7 +4,7 @@
    marked *every* kind of that member unsynced, but only the failing watch re-lists, so
    copies of the healthy kinds read as "not known yet" for good: a hub deletion waited
    forever for its finalizer (round 1, seed 20261129001, member-restart).
-2. See the test below (a request on a closed client).
+2. and 3. See the tests below (a request on a client the fleet closed meanwhile).
 """
 
 from __future__ import annotations
@@ -44,3 +44,33 @@ async def test_a_request_on_a_closed_client_is_an_outage_not_a_crash() -> None:
         await client.request("GET", "/version")
     with pytest.raises(Unreachable):
         await client.discovery.resource("jobset.x-k8s.io/v1alpha2", "JobSet")
+
+
+async def test_a_close_in_the_middle_of_a_request_is_an_outage_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3. The same race, one step later: the close lands while aiohttp is inside the
+    request and it fails an internal ``assert`` (copy watch of Job crashed with
+    AssertionError; report run, member-2 answering 503 while a new leader connected)."""
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    client = await KubeClient.from_kubeconfig(kubeconfig, name="member-2")
+
+    async def closing_midway(*args: object, **kwargs: object) -> None:
+        await client.close()
+        raise AssertionError
+
+    monkeypatch.setattr(client._api, "call_api", closing_midway)
+    with pytest.raises(Unreachable, match="client closed"):
+        await client.request("GET", "/version")
+    monkeypatch.undo()
+    other = await KubeClient.from_kubeconfig(kubeconfig, name="member-1")
+
+    async def failing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a real bug, not a close")
+
+    monkeypatch.setattr(other._api, "call_api", failing)
+    with pytest.raises(AssertionError):
+        await other.request("GET", "/version")
+    await other.close()
