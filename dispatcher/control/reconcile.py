@@ -10,6 +10,7 @@ the caches, so the next ``decide`` sees it. Placement and its reservation happen
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -56,14 +57,34 @@ _FOREIGN_RECHECK_S = 30.0
 _WAIT_FALLBACK_S = 5.0
 
 
+_STATUS_MEMO: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
+_STATUS_MEMO_SIZE = 4096
+
+
 def member_copy(obj: Mapping[str, Any], *, catalog: Catalog, seen_at: float) -> MemberCopy:
-    """A copy as cached: its generic status read through the catalog (unknown when broken)."""
+    """A copy as cached: its generic status read through the catalog (unknown when broken).
+
+    The reading depends only on the definition and the object's spec and status, so it is
+    memoised on those (copies are re-read on every event, most of which change neither).
+    """
     try:
-        reading = status_of(obj, catalog=catalog)
-        generic, statuses = reading.status, reading.statuses
-    except WorkloadError:
-        generic, statuses = "unknown", ("unknown",)
-    return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
+        key = (id(catalog), json.dumps([obj.get("apiVersion"), obj.get("kind"),
+                                        obj.get("spec"), obj.get("status")],
+                                       sort_keys=True, default=str))
+    except (TypeError, ValueError):
+        key = None
+    cached = _STATUS_MEMO.get(key) if key is not None else None
+    if cached is None:
+        try:
+            reading = status_of(obj, catalog=catalog)
+            cached = (reading.status, reading.statuses)
+        except WorkloadError:
+            cached = ("unknown", ("unknown",))
+        if key is not None:
+            if len(_STATUS_MEMO) >= _STATUS_MEMO_SIZE:
+                _STATUS_MEMO.clear()
+            _STATUS_MEMO[key] = cached
+    return MemberCopy(obj=obj, generic=cached[0], statuses=cached[1], seen_at=seen_at)
 
 
 def restrict(members: Sequence[MemberSnapshot], *, excluded: Sequence[str], namespace: str,
