@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["apply_merge", "merge_diff"]
+__all__ = ["apply_merge", "merge_diff", "strip_nulls"]
 
 
 def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,13 +32,14 @@ def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
             if sub:
                 patch[key] = sub
         elif before != value or key not in old:
-            patch[key] = _without_nulls(value)
+            patch[key] = strip_nulls(value)
     return patch
 
 
-def _without_nulls(value: Any) -> Any:
+def strip_nulls(value: Any) -> Any:
+    """``value`` without None entries in mappings (what a merge patch can express)."""
     if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
     return value
 
 
