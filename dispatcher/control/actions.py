@@ -51,7 +51,11 @@ async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
         return await _record_pending(rec, uid, snap, action)
     if kind is ActionKind.SUBMIT:
         assert action.member is not None
-        return await rec.create_copy(uid, cluster=action.member, workload=workload)
+        if await rec.create_copy(uid, cluster=action.member, workload=workload):
+            return True
+        if rec.workers is not None:  # not connected, or a foreign object: look again
+            rec.workers.later(uid, 2.0)
+        return False
     if kind is ActionKind.ADOPT:
         return await _adopt(rec, uid, snap, action)
     if kind is ActionKind.MIRROR:
