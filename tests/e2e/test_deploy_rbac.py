@@ -9,7 +9,8 @@ know the members, each a run of the whole module: ``memberclusters`` (the contro
 the MemberClusters and their kubeconfig Secrets with its own token, the production path)
 and ``static`` (the same minted kubeconfigs as config-file members). A JobSet pinned to
 one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
-the hub, and deleting it on the hub removes the copy and the finalizer. The controller's
+the hub, a spec change on the hub reaches the copy, and deleting it on the hub removes the
+copy and the finalizer. The controller's
 log carries no Forbidden answer at any step, so the shipped RBAC is enough; and the very
 tokens it runs with are refused Secrets outside dispatcher-system on the hub and
 kube-system objects on a member.
@@ -298,6 +299,12 @@ def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
                 and rec.get("status", {}).get("phase") == "Running")
 
     eventually(mirrored, what="the member status on the hub object and Dispatch Running")
+
+    hub.request("PATCH", f"{JOBSETS}/namespaces/{namespace}/jobsets/train",
+                {"spec": {"ttlSecondsAfterFinished": 600}},
+                content_type="application/merge-patch+json")
+    eventually(lambda: (get_or_none(member, copy_path) or {}).get("spec", {})
+               .get("ttlSecondsAfterFinished") == 600, what="the hub spec change on the copy")
 
     hub.request("DELETE", f"{JOBSETS}/namespaces/{namespace}/jobsets/train")
 

@@ -31,10 +31,11 @@ BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("apps", "Deployment"): "deployment
 
 # What the controller's requests need (grep dispatcher/control and dispatcher/fleet):
 # hub workloads are watched, read after a conflict and merge-patched (finalizer), their
-# status merge-patched (mirroring); member copies are created, watched, read and deleted.
+# status merge-patched (mirroring); member copies are created, watched, read, merge-patched
+# (hub spec changes) and deleted.
 HUB_WORKLOAD_VERBS = {"get", "list", "watch", "patch"}
 HUB_STATUS_VERBS = {"patch"}
-MEMBER_WORKLOAD_VERBS = {"create", "get", "list", "watch", "delete"}
+MEMBER_WORKLOAD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
 
 
 def load(path: Path) -> list[dict[str, Any]]:

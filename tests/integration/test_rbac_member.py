@@ -4,9 +4,10 @@ Covers: ``create_identity`` applies deploy/member with the admin kubeconfig and 
 TokenRequest token on an apiserver without a token controller (the Secret stays empty, so
 ``secret`` alone is an error and ``auto`` falls back); applying twice is idempotent; the
 minted kubeconfig carries that token only; the identity may do what dispatch needs
-(watch Nodes and Pods, create the namespace, create, read, list by label and delete a
-workload copy) and is refused the rest (Secrets and ConfigMaps in kube-system, deleting
-Pods, writing Nodes, creating Pods, changing a copy in place, RBAC and CRD writes);
+(watch Nodes and Pods, create the namespace, create, read, list by label, merge-patch and
+delete a workload copy) and is refused the rest (Secrets and ConfigMaps in kube-system,
+deleting Pods, writing Nodes, creating Pods, replacing a copy or writing its status, RBAC
+and CRD writes);
 ``dispatcher clusters add --create-identity`` registers the minted kubeconfig on the hub,
 never the admin one. Not covered: the controller using it (tests/e2e/test_deploy_rbac.py).
 """
@@ -108,6 +109,10 @@ async def test_identity_may_do_what_dispatch_needs(member: KubeClient) -> None:
     created = await member.request("POST", f"{JOBSETS}/namespaces/{namespace}/jobsets",
                                    body=copy)
     await member.request("GET", f"{JOBSETS}/namespaces/{namespace}/jobsets/train")
+    patched = await member.request("PATCH", f"{JOBSETS}/namespaces/{namespace}/jobsets/train",
+                                   body={"spec": {"ttlSecondsAfterFinished": 60}},
+                                   content_type=JSON_MERGE_PATCH)
+    assert patched["spec"]["ttlSecondsAfterFinished"] == 60
     listed = await member.request("GET", f"{JOBSETS}/jobsets",
                                   query=[("labelSelector", "dispatcher.io/origin=hub")])
     assert [o["metadata"]["name"] for o in listed["items"]
@@ -134,7 +139,10 @@ async def test_identity_is_refused_the_rest(member: KubeClient, admin: KubeClien
         ("POST", "/api/v1/namespaces/default/pods", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
-        ("PATCH", f"{JOBSETS}/namespaces/default/jobsets/train", {"spec": {}}),
+        ("PUT", f"{JOBSETS}/namespaces/default/jobsets/train", {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train"}, "spec": {}}),
+        ("PATCH", f"{JOBSETS}/namespaces/default/jobsets/train/status", {"status": {}}),
         ("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "escalate"},
