@@ -175,7 +175,9 @@ def _affinity_product(affinity: Any) -> str | None:
     found: set[str] = set()
     for term in terms:
         expressions = term.get("matchExpressions") if isinstance(term, _MAP) else None
-        pinned = [e.get("values") for e in expressions or []
+        if not isinstance(expressions, list):
+            expressions = []  # absent or malformed: pins nothing
+        pinned = [e.get("values") for e in expressions
                   if isinstance(e, _MAP) and e.get("key") == GPU_PRODUCT
                   and e.get("operator") == "In"]
         if len(pinned) != 1 or not isinstance(pinned[0], list) or len(pinned[0]) != 1 \

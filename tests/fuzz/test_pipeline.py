@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dispatcher.commands.explain import fleet_snapshots
@@ -80,9 +80,19 @@ def _place(workload: Any, notes: dict[str, str]) -> None:
         assert gpus <= state.free
 
 
+BAD_AFFINITY = {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j", "namespace": "n"},
+                "spec": {"template": {"spec": {
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    "affinity": {"nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": 1}]}}}}}}}
+
+
 @BUDGET
 @given(st.sampled_from(range(len(SAMPLES))).flatmap(lambda i: mutations(SAMPLES[i])),
        user_annotations)
+@example(BAD_AFFINITY, {})  # matchExpressions: 1 was a TypeError in pod needs
 def test_mutated_samples_resolve_and_place(workload: Any, notes: dict[str, str]) -> None:
     _place(workload, notes)
 
