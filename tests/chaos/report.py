@@ -60,6 +60,10 @@ FINDINGS = (
      "typical running frame; for other samples of the same kind the definition correctly "
      "reads 'initializing'.", "fixed in the harness: it expects what the definition reads "
      "from the copy"),
+    ("fuzz (workloads, random run)", "`matchExpressions: 1` in a pod's required node "
+     "affinity raised TypeError while reading pod needs (resolve crashed).",
+     "fixed: a malformed list pins no GPU product (workloads/podspec.py); pinned as a "
+     "tests/fuzz/test_pipeline.py example"),
     ("fuzz, kubeconfigs", "`cluster: []` in a kubeconfig raised AssertionError out of "
      "kubernetes_asyncio through `KubeClient.from_kubeconfig`; `clusters: 1` a TypeError in "
      "the fleet's reader; a non-ASCII Secret value a ValueError from base64.",
@@ -248,10 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "reliability.md")
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="re-render from the JSON lines of an earlier run (no fleet)")
+    parser.add_argument("--seconds", type=float, help="with --from-json: that run's length")
     args = parser.parse_args(argv)
     if args.from_json is not None:
         results = from_lines(args.from_json.read_text())
-        args.out.write_text(render(results, seed=args.seed, seconds=None))
+        args.out.write_text(render(results, seed=args.seed, seconds=args.seconds))
         return 0 if results and all(r.ok for r in results) else 1
     os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
                                                     "localhost"]))
