@@ -22,6 +22,7 @@ from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import Decision
+from dispatcher.sim.trace import EVENT_DELETED, EVENT_FINISHED
 
 if TYPE_CHECKING:
     from dispatcher.control.reconcile import Reconciler
@@ -78,7 +79,7 @@ async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
     if kind is ActionKind.DELETE_COPY:
         assert action.member is not None
         deleted = await rec.delete_copy(uid, cluster=action.member, workload=workload)
-        log.info("workload.deleted", uid=uid, member=action.member, deleted=deleted)
+        log.info("copy.deleted", uid=uid, member=action.member, deleted=deleted)
         if rec.workers is not None:
             rec.workers.later(uid, 0.5)
         return False
@@ -244,6 +245,8 @@ async def _mirror(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> 
         if phase != snap.record.phase:
             rec.event(item.obj, reason=phase, message=f"{generic} on {action.member}",
                       warning=generic == "failed")
+        if generic in ("completed", "failed") and generic != snap.record.generic_status:
+            log.info(EVENT_FINISHED, uid=uid, status=generic, member=action.member)
     lag = rec.monotonic() - found.seen_at
     rec.metrics.mirror_lag.observe(max(lag, 0.0))
     log.info("status.mirrored", uid=uid, member=action.member, status=generic,
@@ -294,6 +297,10 @@ async def _release_finalizer(rec: Reconciler, uid: str, workload: Mapping[str, A
     rec.queue.remove(uid)
     if item is None:
         return False
+    # The end of the workload's life here (its copy, if any, is gone): one line, in the
+    # trace format ``dispatcher simulate --trace`` replays.
+    log.info(EVENT_DELETED, uid=uid, namespace=workload["metadata"].get("namespace"),
+             name=workload["metadata"].get("name"))
     try:
         await rec.patch_workload(item, {"metadata": {
             "finalizers": rec.finalizers_without_ours(workload),
