@@ -10,7 +10,9 @@ the MemberClusters and their kubeconfig Secrets with its own token, the producti
 and ``static`` (the same minted kubeconfigs as config-file members). A JobSet pinned to
 one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
 the hub, a spec change on the hub reaches the copy, and deleting it on the hub removes the
-copy and the finalizer. The controller's
+copy and the finalizer; `kubectl get memberclusters` and `kubectl get dispatches -A` show
+what the controller wrote (readiness, nodes, GPUs; workload, kind, GPUs, member,
+status). The controller's
 log carries no Forbidden answer at any step, so the shipped RBAC is enough; and the very
 tokens it runs with are refused Secrets outside dispatcher-system on the hub and
 kube-system objects on a member.
@@ -122,6 +124,23 @@ class Controller:
         return self.proc.returncode
 
 
+def kubectl(*args: str, kubeconfig: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig", kubeconfig, *args],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def table(output: str) -> list[dict[str, str]]:
+    """Rows of a kubectl table, cut at the header's column starts."""
+    header, *lines = output.splitlines()
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    return [dict(zip(header.split(), [line[a:b].strip() for a, b in
+                                      zip(starts, [*starts[1:], None], strict=True)],
+                     strict=True)) for line in lines]
+
+
 def ready(port: int) -> bool:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -139,11 +158,7 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
     mode = str(request.param)
     hub = dev_fleet.cluster("hub")
     admin = hub.rest()
-    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
-    done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig", hub.kubeconfig,
-                           "apply", "-k", str(ROOT / "deploy")], capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
-    assert done.returncode == 0, done.stderr
+    kubectl("apply", "-k", str(ROOT / "deploy"), kubeconfig=hub.kubeconfig)
     for _ in range(3):  # a changed CRD re-initialises its storage for a moment
         time.sleep(0.3)
         for ref in (MEMBER_CLUSTERS, DISPATCHES):
@@ -252,6 +267,16 @@ def test_members_register_ready_with_their_minted_identities(installed: dict[str
 
     eventually(all_ready, what="both MemberClusters Ready (status written by the controller)")
     assert forbidden(installed["controller"]) == []
+    fleet: FleetState = installed["fleet"]
+    got = kubectl("get", "memberclusters", *installed["members"],
+                  kubeconfig=fleet.cluster("hub").kubeconfig)
+    rows = {r["NAME"]: r for r in table(got.stdout)}
+    for alias, cluster in installed["members"].items():
+        nodes = fleet.cluster(cluster).rest().get("/api/v1/nodes")["items"]
+        gpus = sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes)
+        row = rows[alias]
+        assert (row["READY"], row["NODES"], row["GPUS"]) == ("True", str(len(nodes)), str(gpus))
+        assert 0 <= int(row["FREE"]) <= gpus
 
 
 def forbidden(controller: Controller) -> list[dict[str, Any]]:
@@ -299,6 +324,11 @@ def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
                 and rec.get("status", {}).get("phase") == "Running")
 
     eventually(mirrored, what="the member status on the hub object and Dispatch Running")
+
+    got = kubectl("get", "dispatches", "-A", kubeconfig=fleet.cluster("hub").kubeconfig)
+    rows = [r for r in table(got.stdout) if r["NAMESPACE"] == namespace]
+    assert [(r["NAME"], r["WORKLOAD"], r["KIND"], r["GPUS"], r["CLUSTER"], r["STATUS"])
+            for r in rows] == [("jobset-train", "train", "JobSet", "8", alias, "Running")]
 
     hub.request("PATCH", f"{JOBSETS}/namespaces/{namespace}/jobsets/train",
                 {"spec": {"ttlSecondsAfterFinished": 600}},
