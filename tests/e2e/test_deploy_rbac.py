@@ -11,11 +11,10 @@ and ``static`` (the same minted kubeconfigs as config-file members). A JobSet pi
 one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
 the hub, a spec change on the hub reaches the copy, and deleting it on the hub removes the
 copy and the finalizer; `kubectl get memberclusters` and `kubectl get dispatches -A` show
-what the controller wrote (readiness, nodes, GPUs; workload, kind, GPUs, member,
-status). The controller's
-log carries no Forbidden answer at any step, so the shipped RBAC is enough; and the very
-tokens it runs with are refused Secrets outside dispatcher-system on the hub and
-kube-system objects on a member.
+what the controller wrote (readiness, nodes, GPUs; workload, kind, GPUs, member, status).
+The controller's log carries no Forbidden answer at any step, so the shipped RBAC is
+enough; the very tokens it runs with are refused Secrets outside dispatcher-system on the
+hub and kube-system objects on a member; SIGTERM exits 0 and frees the Lease.
 Not covered: member outages and failover with these identities (same RBAC, other suites).
 """
 
