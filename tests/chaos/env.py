@@ -44,9 +44,11 @@ def controller_config(state: FleetState) -> dict[str, Any]:
     return {
         "hubId": HUB_ID,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
-        # Longer than a hub restart (~3 s): the leader usually survives it, so its watches
-        # resume from a compacted resourceVersion (410 Gone, re-list) instead of a fresh start.
-        "leaderElection": {"leaseDuration": 8, "renewEvery": 2},
+        # The leader gives up after leaseDuration - renewEvery without renewal: longer than a
+        # hub restart (stop, compaction, start: 4-6 s here), so it usually survives one and
+        # its watches resume from a compacted resourceVersion (410 Gone, re-list) instead
+        # of a fresh start. Failover after kill -9 takes up to leaseDuration.
+        "leaderElection": {"leaseDuration": 12, "renewEvery": 2},
         "failover": {"policy": "if-not-started", "memberLostAfter": 6},
         "sweep": {"interval": 3},
         "reservations": {"ttl": 120},
