@@ -3,8 +3,8 @@
 Everything here is private to the chaos suite (its own etcd, hub and two members under one
 directory), so restarting the hub or a member never disturbs the shared session fleet.
 Faults are the real thing, not mocks: SIGKILL of the leading controller process, SIGTERM
-and restart of a member apiserver, restart of the hub apiserver with an etcd compaction in
-between (so every watch resumes from a compacted resourceVersion and gets 410 Gone), a
+and restart of a member apiserver, kill -9 and restart of the hub apiserver with an etcd
+compaction in between (so every watch resumes from a compacted resourceVersion and gets 410 Gone), a
 second replica competing for the Lease, and SIGSTOP/SIGCONT of a member apiserver (a
 member that answers late, without a proxy).
 """
@@ -12,8 +12,10 @@ member that answers late, without a proxy).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +80,8 @@ class ChaosEnv:
     hub: KubeClient
     members: dict[str, KubeClient]
     faults: Counter[str] = field(default_factory=Counter)
+    hub_outages: list[float] = field(default_factory=list)
+    """Seconds from kill -9 of the hub apiserver until it answered again, per restart."""
 
     @classmethod
     async def start(cls, root: Path) -> ChaosEnv:
@@ -161,11 +165,15 @@ class ChaosEnv:
         await asyncio.to_thread(self.planes.start_cluster, member)
 
     async def hub_restart(self) -> None:
-        """Stop the hub apiserver, compact etcd, start the hub: watches must see 410."""
+        """kill -9 the hub apiserver, compact etcd, start the hub: watches must see 410."""
         self.faults["hub-restart"] += 1
-        await asyncio.to_thread(self.planes.stop_cluster, "hub")
-        await asyncio.to_thread(compact_etcd, self.planes.state() or self.state)
+        started = time.monotonic()
+        state = self.planes.state() or self.state
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(state.cluster("hub").process.pid, signal.SIGKILL)
+        await asyncio.to_thread(compact_etcd, state)
         await asyncio.to_thread(self.planes.start_cluster, "hub")
+        self.hub_outages.append(time.monotonic() - started)
 
     async def slow_member(self, member: str, seconds: float) -> None:
         """SIGSTOP a member apiserver for ``seconds``: connections hang, then answer late."""

@@ -89,7 +89,8 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None) -> str:
+def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
+           hub_outages: Sequence[float] = ()) -> str:
     """The markdown of docs/reliability.md."""
     faults: Counter[str] = Counter()
     for r in results:
@@ -144,6 +145,7 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None) 
         f"{sum(1 for r in results if r.fault == 'hub-restart' and not r.leader_changes)} of "
         f"{sum(1 for r in results if r.fault == 'hub-restart')} |",
         f"| leadership changes | {total('leader_changes')} |",
+        f"| hub outage per restart, s (max) | {_fmt(max(hub_outages, default=None))} |",
         f"| convergence after the last fault, s (p50 / max) | {_fmt(_pct(converge, 50))} / "
         f"{_fmt(max(converge, default=None))} |",
         f"| status mirrored after marking running, s (p50 / max) | {_fmt(_pct(mirror, 50))} / "
@@ -151,10 +153,10 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None) 
         "",
         "Fault kinds: `controller-kill` kill -9 of the leading replica; `member-restart` "
         "SIGTERM of a member apiserver for 1-9 s, then a restart on the same port and data; "
-        "`hub-restart` hub apiserver stopped, etcd compacted (watches resume into 410 Gone), "
-        "restarted; `two-replicas` a second replica competes for the Lease and the leader is "
-        "killed while both run; `slow-member` a member apiserver SIGSTOPped 2-6 s (connections "
-        "hang, then answer late).",
+        "`hub-restart` hub apiserver killed (-9), etcd compacted (watches resume into 410 "
+        "Gone), restarted; `two-replicas` a second replica competes for the Lease and the "
+        "leader is killed while both run; `slow-member` a member apiserver SIGSTOPped 2-6 s "
+        "(connections hang, then answer late).",
         "",
         "| round | seed | fault | injected | workloads | deleted | lost | dup | misplaced | "
         "leaked | new leaders | converge s | mirror s | result |",
@@ -222,7 +224,8 @@ async def _main(rounds: int, seed: int, out: Path) -> int:
                   flush=True)
     finally:
         await env.close()
-    out.write_text(render(results, seed=seed, seconds=time.monotonic() - started))
+    out.write_text(render(results, seed=seed, seconds=time.monotonic() - started,
+                          hub_outages=env.hub_outages))
     print(f"wrote {out} ({sum(r.ok for r in results)}/{len(results)} rounds passed; "
           f"logs in {root / 'logs'})", file=sys.stderr)
     return 0 if all(r.ok for r in results) else 1
