@@ -33,7 +33,11 @@ def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]
             raise
         log.warning("task.exited", task=name)
 
-    return asyncio.create_task(run(), name=name)
+    task = asyncio.create_task(run(), name=name)
+    # Cancelled before its first step, the wrapper never awaits ``coro``: close it, so a
+    # fast stop does not leave a "never awaited" coroutine behind.
+    task.add_done_callback(lambda _: coro.close())
+    return task
 
 
 async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:

@@ -8,7 +8,6 @@ the workload's namespace, whatever the workload's annotations say (pin, selector
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -133,8 +132,7 @@ async def test_the_fleet_hands_the_allow_list_to_placement(tmp_path: Path) -> No
         watch_member_clusters=False)
     fleet = Fleet(hub=None, settings=settings)
     await fleet.start()
-    await asyncio.sleep(0.1)  # let its tasks start (a task cancelled before its first step
-    try:                      # leaves guarded()'s inner coroutine un-awaited: a warning)
+    try:
         snapshot, = fleet.snapshots()
         assert snapshot.allowed_namespaces == ("team-a",)
     finally:

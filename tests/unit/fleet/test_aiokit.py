@@ -38,6 +38,19 @@ async def test_cancelled_tasks_are_quiet() -> None:
     assert logs == []
 
 
+async def test_task_cancelled_before_its_first_step_closes_its_coroutine() -> None:
+    """A stop right after a start must not leave a never-awaited coroutine behind."""
+
+    async def forever() -> None:
+        await asyncio.sleep(60)
+
+    coro = forever()
+    task = guarded(coro, name="t/early")
+    await cancel_all([task])
+    assert task.cancelled()
+    assert coro.cr_frame is None  # closed, not pending
+
+
 async def test_pulse_wakes_waiters_and_coalesces() -> None:
     pulse = Pulse()
     waiter = asyncio.create_task(pulse.wait(0))
