@@ -3,8 +3,8 @@
 Everything here is private to the chaos suite (its own etcd, hub and two members under one
 directory), so restarting the hub or a member never disturbs the shared session fleet.
 Faults are the real thing, not mocks: SIGKILL of the leading controller process, SIGTERM
-and restart of a member apiserver, kill -9 and restart of the hub apiserver with an etcd
-compaction in between (so every watch resumes from a compacted resourceVersion and gets 410 Gone), a
+and restart of a member apiserver, restart of the hub apiserver with an etcd compaction
+in between (so every watch resumes from a compacted resourceVersion and gets 410 Gone), a
 second replica competing for the Lease, and SIGSTOP/SIGCONT of a member apiserver (a
 member that answers late, without a proxy).
 """
@@ -12,7 +12,6 @@ member that answers late, without a proxy).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
@@ -39,18 +38,21 @@ FLEET_FILE = Path(__file__).resolve().parents[1] / "integration" / "fleet.yaml"
 HUB_ID = "chaos-hub"
 MEMBERS = ("member-1", "member-2")
 LEASE = ("dispatcher-system", "dispatcher")
+LONG_LEASE_S = 40.0
 
 
-def controller_config(state: FleetState) -> dict[str, Any]:
-    """The controller's config: short timeouts so faults resolve within a round."""
+def controller_config(state: FleetState, *, lease_s: float = 12.0) -> dict[str, Any]:
+    """The controller's config: short timeouts so faults resolve within a round.
+
+    The leader gives up after ``lease_s`` - renewEvery without renewal, and failover after
+    kill -9 takes up to ``lease_s``. Hub-restart rounds use ``LONG_LEASE_S``, longer than a
+    hub outage on a loaded machine, so the leader rides through it and its watches resume
+    from a compacted resourceVersion (410 Gone, re-list) instead of starting afresh.
+    """
     return {
         "hubId": HUB_ID,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
-        # The leader gives up after leaseDuration - renewEvery without renewal: longer than a
-        # hub restart (stop, compaction, start: 4-6 s here), so it usually survives one and
-        # its watches resume from a compacted resourceVersion (410 Gone, re-list) instead
-        # of a fresh start. Failover after kill -9 takes up to leaseDuration.
-        "leaderElection": {"leaseDuration": 12, "renewEvery": 2},
+        "leaderElection": {"leaseDuration": lease_s, "renewEvery": 2},
         "failover": {"policy": "if-not-started", "memberLostAfter": 6},
         "sweep": {"interval": 3},
         "reservations": {"ttl": 120},
@@ -92,6 +94,8 @@ class ChaosEnv:
         planes = ControlPlanes(root=fleet_root, binaries=ensure_binaries())
         config = root / "controller.yaml"
         config.write_text(yaml.safe_dump(controller_config(state)))
+        (root / "controller-long-lease.yaml").write_text(yaml.safe_dump(
+            controller_config(state, lease_s=LONG_LEASE_S)))
         logs = root / "logs"
         logs.mkdir(exist_ok=True)
         supervisor = Supervisor(config=config, logs=logs)
@@ -145,6 +149,19 @@ class ChaosEnv:
                 raise TimeoutError("no controller replica leads and is started")
             await asyncio.sleep(0.2)
 
+    async def long_lease(self, on: bool) -> None:
+        """Switch every replica to the long-lease config (or back): a rolling restart."""
+        config = self.root / ("controller-long-lease.yaml" if on else "controller.yaml")
+        if self.supervisor.config == config:
+            return
+        self.supervisor.config = config
+        for inst in self.supervisor.running():
+            self.supervisor.kill(inst, signal.SIGTERM)  # releases the Lease on the way out
+        deadline = time.monotonic() + 20
+        while self.supervisor.running() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        await self.wait_leading()
+
     # -- faults ----------------------------------------------------------------------
 
     async def kill_leader(self) -> None:
@@ -165,13 +182,11 @@ class ChaosEnv:
         await asyncio.to_thread(self.planes.start_cluster, member)
 
     async def hub_restart(self) -> None:
-        """kill -9 the hub apiserver, compact etcd, start the hub: watches must see 410."""
+        """Stop the hub apiserver, compact etcd, start the hub: watches must see 410."""
         self.faults["hub-restart"] += 1
         started = time.monotonic()
-        state = self.planes.state() or self.state
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(state.cluster("hub").process.pid, signal.SIGKILL)
-        await asyncio.to_thread(compact_etcd, state)
+        await asyncio.to_thread(self.planes.stop_cluster, "hub")
+        await asyncio.to_thread(compact_etcd, self.planes.state() or self.state)
         await asyncio.to_thread(self.planes.start_cluster, "hub")
         self.hub_outages.append(time.monotonic() - started)
 

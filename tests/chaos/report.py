@@ -122,9 +122,9 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         "running by a supervisor like a Deployment). A seeded stream of catalog workloads "
         "(JobSet, PyTorchJob, RayJob, LeaderWorkerSet, TFJob, InferenceService, ... at most "
         "6 GPUs each, 14 per round) is created, partly marked running on the members and "
-        "partly deleted while the round's fault is injected; half the rounds add a kill -9 "
-        "of the leader at a random point. After the faults, every invariant must hold within "
-        f"{BOUND_S:.0f} s. See tests/chaos/rounds.py for the exact checks.",
+        "partly deleted while the round's fault is injected; half the other rounds add a "
+        "kill -9 of the leader at a random point. After the faults, every invariant must "
+        f"hold within {BOUND_S:.0f} s. See tests/chaos/rounds.py for the exact checks.",
         "",
         "| | |",
         "|---|---|",
@@ -153,8 +153,9 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         "",
         "Fault kinds: `controller-kill` kill -9 of the leading replica; `member-restart` "
         "SIGTERM of a member apiserver for 1-9 s, then a restart on the same port and data; "
-        "`hub-restart` hub apiserver killed (-9), etcd compacted (watches resume into 410 "
-        "Gone), restarted; `two-replicas` a second replica competes for the Lease and the "
+        "`hub-restart` hub apiserver stopped, etcd compacted (watches resume into 410 "
+        "Gone), restarted (the replicas run with a 40 s lease that round, so the leader can "
+        "ride through); `two-replicas` a second replica competes for the Lease and the "
         "leader is killed while both run; `slow-member` a member apiserver SIGSTOPped 2-6 s "
         "(connections hang, then answer late).",
         "",

@@ -3,8 +3,9 @@
 A round creates catalog workloads on the hub (random kinds, names, gaps), marks some
 "running" on their member (there is no kubelet: the copy's status subresource is patched
 with the framework's own running status), deletes some from the hub, and meanwhile injects
-its fault (plus, half the time, an extra kill -9 of the controller). After recovery it waits,
-up to ``BOUND_S``, for the invariants, and measures how long they took:
+its fault (plus, in half the member and replica rounds, an extra kill -9 of the leader).
+After recovery it waits, up to ``BOUND_S``, for the invariants, and measures how long they
+took:
 
 - no loss: every live workload has a Dispatch with a decision and its copy on a member;
 - no duplicate: exactly one copy per workload over all members (listed by origin label);
@@ -372,12 +373,13 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started))  # log ts prefix, UTC
     namespace = f"chaos-{index:03d}-{seed % 100000:05d}"
     await retry(lambda: _ensure_namespace(env.hub, namespace))
+    await env.long_lease(fault == "hub-restart")
     await env.wait_leading()
     crashes_before = len(env.supervisor.crashes)
 
     chosen = pick(samples, rng, budget=GPU_BUDGET)[:rng.randint(4, 6)]
     faults = [asyncio.create_task(inject(env, fault, rng))]
-    if fault != "controller-kill" and rng.random() < 0.5:
+    if fault not in ("controller-kill", "hub-restart") and rng.random() < 0.5:
         faults.append(asyncio.create_task(extra_kill(env, rng)))
     tracked: list[Tracked] = []
     try:
