@@ -142,7 +142,7 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         f"| controller crashes | {total('crashes')} |",
         f"| credentials in logs or Events | {total('secrets')} |",
         f"| hub restarts the leader rode through (its watches re-listed after 410 Gone) | "
-        f"{sum(1 for r in results if r.fault == 'hub-restart' and not r.leader_changes)} of "
+        f"{sum(1 for r in results if r.fault == 'hub-restart' and not r.leader_losses)} of "
         f"{sum(1 for r in results if r.fault == 'hub-restart')} |",
         f"| leadership changes | {total('leader_changes')} |",
         f"| hub outage per restart, s (max) | {_fmt(max(hub_outages, default=None))} |",

@@ -79,8 +79,10 @@ class RoundResult:
     crashes: int = 0
     secrets: int = 0
     leader_changes: int = 0
-    """Leases acquired during the round (0 in a hub-restart round: the leader's watches
-    resumed through 410 Gone after the compaction)."""
+    """Leases acquired during the round."""
+    leader_losses: int = 0
+    """Leaders that gave up for lack of renewal (0 in a hub-restart round: the leader rode
+    through it and its watches resumed through 410 Gone after the compaction)."""
     converge_s: float | None = None
     mirror_s: float | None = None
     violations: tuple[str, ...] = ()
@@ -427,8 +429,10 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     secrets = await secret_problems(env, namespace)
     violations += secrets
 
-    changes = sum(1 for inst in env.supervisor.instances for line in inst.lines()
-                  if line.get("event") == "leader.acquired" and str(line.get("ts")) > stamp)
+    def events(name: str) -> int:
+        return sum(1 for inst in env.supervisor.instances for line in inst.lines()
+                   if line.get("event") == name and str(line.get("ts")) > stamp)
+    changes, losses = events("leader.acquired"), events("leader.lost")
 
     def count(prefix: str) -> int:
         return sum(1 for v in violations if v.startswith(prefix))
@@ -440,6 +444,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         unmirrored=count("UNMIRRORED"), leaked=leaked,
         leader_violations=sum(1 for v in violations if v.startswith("replica #")),
         crashes=len(crashes), secrets=len(secrets), leader_changes=changes,
+        leader_losses=losses,
         converge_s=converge_s,
         mirror_s=mirror_s, violations=tuple(violations))
 
