@@ -166,8 +166,24 @@ class MemberWatchers:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        for name in self._fleet.names():
-            self._tasks.append(guarded(self._member(name), name=f"copies:{name}"))
+        self._tasks.append(guarded(self._members(), name="copies:members"))
+
+    async def _members(self) -> None:
+        """One copy watcher per fleet member, following the member set: members registered
+        (MemberCluster objects) after the controller started get theirs too, and removed
+        members' watchers stop."""
+        running: dict[str, asyncio.Task[None]] = {}
+        seen = -1
+        try:
+            while True:
+                names = set(self._fleet.names())
+                for name in sorted(names - running.keys()):
+                    running[name] = guarded(self._member(name), name=f"copies:{name}")
+                for name in sorted(running.keys() - names):
+                    await cancel_all([running.pop(name)])
+                seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+        finally:
+            await cancel_all(list(running.values()))
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)

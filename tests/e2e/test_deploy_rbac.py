@@ -49,11 +49,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "dispatcher-system"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 TIMEOUT_S = 40.0
-# The controller starts copy watches only for members known when it starts; members that
-# arrive later from MemberCluster objects get none, so their copies are never synced and
-# nothing is submitted (dispatcher/control/watchers.py MemberWatchers.start). Remove when
-# fixed: the strict xfail then fails as XPASS.
-MEMBERCLUSTER_COPY_WATCH_BUG = True
 HUB_ID = f"e2e-rbac-{uuid.uuid4().hex[:6]}"
 
 
@@ -285,12 +280,7 @@ def forbidden(controller: Controller) -> list[dict[str, Any]]:
             or "403" in str(line.get("message", ""))]
 
 
-def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any],
-                                                    request: pytest.FixtureRequest) -> None:
-    if installed["mode"] == "memberclusters" and MEMBERCLUSTER_COPY_WATCH_BUG:
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="controller bug: no copy watch for members added from "
-                                "MemberClusters after start (MemberWatchers.start)"))
+def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any]) -> None:
     hub: Rest = installed["hub"]
     fleet: FleetState = installed["fleet"]
     namespace = installed["namespace"]
