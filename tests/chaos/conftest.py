@@ -21,6 +21,7 @@ from .env import ChaosEnv
 
 DEFAULT_ROUNDS = 5
 DEFAULT_SEED = 20261129
+DEFAULT_MEMBERS = "static"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,6 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"chaos rounds to run (default {DEFAULT_ROUNDS})")
     group.addoption("--chaos-seed", type=int, default=DEFAULT_SEED,
                     help=f"base seed of the chaos rounds (default {DEFAULT_SEED})")
+    group.addoption("--chaos-members", choices=("static", "membercluster"),
+                    default=DEFAULT_MEMBERS,
+                    help="how the controller learns its members: static config entries or "
+                         f"MemberCluster objects with kubeconfig Secrets (default "
+                         f"{DEFAULT_MEMBERS})")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,12 +53,13 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture(scope="session")
-async def chaos_env() -> AsyncIterator[ChaosEnv]:
+async def chaos_env(request: pytest.FixtureRequest) -> AsyncIterator[ChaosEnv]:
     os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
                                                     "localhost"]))
     root = (Path(tempfile.gettempdir()) / "dispatcher-chaos"
             / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    env = await ChaosEnv.start(root)
+    members = str(request.config.getoption("--chaos-members", default=DEFAULT_MEMBERS))
+    env = await ChaosEnv.start(root, members=members)
     try:
         yield env
     finally:

@@ -26,6 +26,7 @@ from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import ControlPlanes, FleetState, compact_etcd
 from dispatcher.fleet.fleetfile import load_fleet
+from dispatcher.fleet.registration import register
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError, NotFound
 from dispatcher.kube.resources import LEASES
@@ -41,14 +42,18 @@ LEASE = ("dispatcher-system", "dispatcher")
 LONG_LEASE_S = 40.0
 
 
-def controller_config(state: FleetState, *, lease_s: float = 12.0) -> dict[str, Any]:
+def controller_config(state: FleetState, *, lease_s: float = 12.0,
+                      members: str = "static") -> dict[str, Any]:
     """The controller's config: short timeouts so faults resolve within a round.
 
     The leader gives up after ``lease_s`` - renewEvery without renewal, and failover after
     kill -9 takes up to ``lease_s``. Hub-restart rounds use ``LONG_LEASE_S``, longer than a
     hub outage on a loaded machine, so the leader rides through it and its watches resume
     from a compacted resourceVersion (410 Gone, re-list) instead of starting afresh.
+    ``members``: "static" (from this file) or "membercluster" (MemberCluster objects and
+    kubeconfig Secrets on the hub, as ``dispatcher clusters add`` registers them).
     """
+    static = members == "static"
     return {
         "hubId": HUB_ID,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
@@ -59,10 +64,10 @@ def controller_config(state: FleetState, *, lease_s: float = 12.0) -> dict[str, 
         "server": {"port": 0},
         "log": {"level": "info"},
         "fleet": {
-            "watchMemberClusters": False, "probeInterval": 1, "unreachableAfter": 3,
+            "watchMemberClusters": not static, "probeInterval": 1, "unreachableAfter": 3,
             "requestTimeout": 2, "reconnectInitial": 0.5, "reconnectMax": 2,
             "staticMembers": [{"name": m, "kubeconfig": state.cluster(m).kubeconfig}
-                              for m in MEMBERS]},
+                              for m in MEMBERS] if static else []},
     }
 
 
@@ -81,27 +86,37 @@ class ChaosEnv:
     supervisor: Supervisor
     hub: KubeClient
     members: dict[str, KubeClient]
+    mode: str = "static"
+    """How the controller learns its members: "static" or "membercluster"."""
     faults: Counter[str] = field(default_factory=Counter)
     hub_outages: list[float] = field(default_factory=list)
     """Seconds from kill -9 of the hub apiserver until it answered again, per restart."""
 
     @classmethod
-    async def start(cls, root: Path) -> ChaosEnv:
+    async def start(cls, root: Path, *, members: str = "static") -> ChaosEnv:
+        """Start the fleet and one controller replica; ``members`` as in
+        ``controller_config``."""
         root.mkdir(parents=True, exist_ok=True)
         fleet_root = root / "fleet"
-        state = await asyncio.to_thread(devfleet.up, root=fleet_root,
-                                        fleet=load_fleet(FLEET_FILE))
+        spec = load_fleet(FLEET_FILE)
+        state = await asyncio.to_thread(devfleet.up, root=fleet_root, fleet=spec)
         planes = ControlPlanes(root=fleet_root, binaries=ensure_binaries())
         config = root / "controller.yaml"
-        config.write_text(yaml.safe_dump(controller_config(state)))
+        config.write_text(yaml.safe_dump(controller_config(state, members=members)))
         (root / "controller-long-lease.yaml").write_text(yaml.safe_dump(
-            controller_config(state, lease_s=LONG_LEASE_S)))
+            controller_config(state, lease_s=LONG_LEASE_S, members=members)))
         logs = root / "logs"
         logs.mkdir(exist_ok=True)
         supervisor = Supervisor(config=config, logs=logs)
         env = cls(root=root, planes=planes, state=state, supervisor=supervisor,
                   hub=await _client(state, "hub"),
-                  members={m: await _client(state, m) for m in MEMBERS})
+                  members={m: await _client(state, m) for m in MEMBERS}, mode=members)
+        if members == "membercluster":
+            for member in spec.members:
+                kubeconfig = yaml.safe_load(Path(state.cluster(member.name).kubeconfig)
+                                            .read_text())
+                await register(env.hub, member=member.name, kubeconfig=kubeconfig,
+                               labels=dict(member.labels), cordoned=False)
         await supervisor.start()
         return env
 

@@ -1,11 +1,13 @@
 """Run chaos rounds and write ``docs/reliability.md``: ``python -m tests.chaos.report``.
 
 ``--rounds N`` (default 20: four of each fault kind), ``--seed S`` (the suite's default),
-``--out PATH`` (default docs/reliability.md); ``--from-json FILE`` re-renders from the JSON
-lines of an earlier run. One JSON line per round goes to stdout as it
-finishes; the file gets the summary table (rounds, faults per kind, workloads, losses,
-duplicates, convergence times), one row per round, the violations of failed rounds, and
-the list of bugs the rounds and the fuzzers found. Exit code 1 when any round failed.
+``--out PATH`` (default docs/reliability.md), ``--members static|membercluster|both`` (how
+the controller learns its members; both: half the rounds each, on a fresh fleet);
+``--from-json FILE`` re-renders from the JSON lines of an earlier run. One JSON line per
+round goes to stdout as it finishes; the file gets the summary table (rounds, faults per
+kind, workloads, losses, duplicates, convergence times), one row per round, the violations
+of failed rounds, and the list of bugs the rounds and the fuzzers found. Exit code 1 when
+any round failed.
 """
 
 from __future__ import annotations
@@ -119,7 +121,10 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         "Each round runs against a private fleet (one etcd, a hub and two member "
         "kube-apiservers with the GPU nodes of tests/integration/fleet.yaml) and the "
         "controller as real processes (`python -m dispatcher run`, leader election on, kept "
-        "running by a supervisor like a Deployment). A seeded stream of catalog workloads "
+        "running by a supervisor like a Deployment). Half the rounds give the controller its "
+        "members as static config entries, the other half as MemberCluster objects with "
+        "kubeconfig Secrets on the hub (what `dispatcher clusters add` registers). A seeded "
+        "stream of catalog workloads "
         "(JobSet, PyTorchJob, RayJob, LeaderWorkerSet, TFJob, InferenceService, ... at most "
         "6 GPUs each, 14 per round) is created, partly marked running on the members and "
         "partly deleted while the round's fault is injected; half the other rounds add a "
@@ -128,7 +133,9 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         "",
         "| | |",
         "|---|---|",
-        f"| rounds | {len(results)} ({passed} passed) |",
+        f"| rounds | {len(results)} ({passed} passed; members from "
+        + ", ".join(f"{m} config: {n}" if m == "static" else f"MemberCluster objects: {n}"
+                    for m, n in Counter(r.members for r in results).items()) + ") |",
         "| faults injected | " + ", ".join(f"{k} {faults.get(k, 0)}" for k in
                                             (*FAULT_KINDS,)) + f" (total {sum(faults.values())}) |",
         f"| workloads | {total('workloads')} ({total('deleted')} deleted mid-round) |",
@@ -159,13 +166,14 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
         "leader is killed while both run; `slow-member` a member apiserver SIGSTOPped 2-6 s "
         "(connections hang, then answer late).",
         "",
-        "| round | seed | fault | injected | workloads | deleted | lost | dup | misplaced | "
-        "leaked | new leaders | converge s | mirror s | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| round | seed | members | fault | injected | workloads | deleted | lost | dup | "
+        "misplaced | leaked | new leaders | converge s | mirror s | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         injected = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items()))
-        lines.append(f"| {r.index} | {r.seed} | {r.fault} | {injected} | {r.workloads} | "
+        lines.append(f"| {r.index} | {r.seed} | {r.members} | {r.fault} | {injected} | "
+                     f"{r.workloads} | "
                      f"{r.deleted} | {r.losses} | {r.duplicates} | {r.misplaced} | "
                      f"{r.leaked} | {r.leader_changes} | "
                      f"{_fmt(r.converge_s)} | {_fmt(r.mirror_s)} | "
@@ -210,25 +218,31 @@ def render(results: Sequence[RoundResult], *, seed: int, seconds: float | None,
     return "\n".join(lines) + "\n"
 
 
-async def _main(rounds: int, seed: int, out: Path) -> int:
-    root = Path(tempfile.gettempdir()) / "dispatcher-chaos" / f"report-{int(time.time())}"
+async def _main(rounds: int, seed: int, out: Path, modes: Sequence[str]) -> int:
+    """Rounds 0..N-1, split over ``modes`` in order (a fresh fleet for each mode)."""
+    base = Path(tempfile.gettempdir()) / "dispatcher-chaos" / f"report-{int(time.time())}"
     samples = load_samples()
     started = time.monotonic()
-    env = await ChaosEnv.start(root)
     results = []
-    try:
-        for index in range(rounds):
-            result = await run_round(env, index=index, seed=round_seed(seed, index),
-                                     samples=samples)
-            results.append(result)
-            print(json.dumps({"bench": "chaos", **asdict(result), "ok": result.ok}),
-                  flush=True)
-    finally:
-        await env.close()
+    outages: list[float] = []
+    per_mode = -(-rounds // len(modes))
+    for number, mode in enumerate(modes):
+        indexes = range(number * per_mode, min(rounds, (number + 1) * per_mode))
+        env = await ChaosEnv.start(base / mode, members=mode)
+        try:
+            for index in indexes:
+                result = await run_round(env, index=index, seed=round_seed(seed, index),
+                                         samples=samples)
+                results.append(result)
+                print(json.dumps({"bench": "chaos", **asdict(result), "ok": result.ok}),
+                      flush=True)
+        finally:
+            outages += env.hub_outages
+            await env.close()
     out.write_text(render(results, seed=seed, seconds=time.monotonic() - started,
-                          hub_outages=env.hub_outages))
+                          hub_outages=outages))
     print(f"wrote {out} ({sum(r.ok for r in results)}/{len(results)} rounds passed; "
-          f"logs in {root / 'logs'})", file=sys.stderr)
+          f"logs in {base}/*/logs)", file=sys.stderr)
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -254,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4 * len(FAULT_KINDS))
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "reliability.md")
+    parser.add_argument("--members", choices=("static", "membercluster", "both"),
+                        default="both", help="member registration: static config entries, "
+                        "MemberCluster objects, or half the rounds each (default)")
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="re-render from the JSON lines of an earlier run (no fleet)")
     parser.add_argument("--seconds", type=float, help="with --from-json: that run's length")
@@ -264,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if results and all(r.ok for r in results) else 1
     os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
                                                     "localhost"]))
-    return asyncio.run(_main(args.rounds, args.seed, args.out))
+    modes = ("static", "membercluster") if args.members == "both" else (args.members,)
+    return asyncio.run(_main(args.rounds, args.seed, args.out, modes))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ class RoundResult:
     seed: int
     fault: str
     faults: Mapping[str, int]
+    members: str = "static"
+    """How the controller learned its members (static config or MemberCluster objects)."""
     workloads: int
     deleted: int
     losses: int = 0
@@ -438,6 +440,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         return sum(1 for v in violations if v.startswith(prefix))
     return RoundResult(
         index=index, seed=seed, fault=fault, faults=dict(Counter(env.faults) - before),
+        members=env.mode,
         workloads=len(tracked), deleted=deleted,
         losses=count("LOST"), duplicates=count("DUPLICATE"), misplaced=count("MISPLACED"),
         undeleted=sum(1 for v in violations if "deleted" in v),
