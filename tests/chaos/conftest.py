@@ -1,7 +1,9 @@
 """Chaos suite options and its private fleet.
 
-``--chaos-rounds N`` (default 5: one round per fault kind) and ``--chaos-seed S`` (default
-fixed, so CI failures replay; the seed of round i is derived from S and i). The fleet,
+``--chaos-rounds N`` (default 5: one round per fault kind), ``--chaos-seed S`` (default
+fixed, so CI failures replay; the seed of round i is derived from S and i) and
+``--chaos-members static|membercluster`` (members from the controller's config, default,
+or registered as MemberCluster objects with kubeconfig Secrets). The fleet,
 controller replicas and logs live under one temporary directory for the session; it is
 kept after the run so the controller logs can be read (path in the failure message):
 ``$TMPDIR/dispatcher-chaos/run-<time>-<pid>`` (outside pytest's rotating temp folders).
