@@ -102,6 +102,13 @@ class KubeClient:
             if not (self._closed or "Session is closed" in str(exc)):
                 raise
             raise Unreachable(f"{self.name}: {method} {path}: client closed") from None
+        except ValueError as exc:
+            # aiohttp refuses header values with control characters: a credential from a
+            # corrupt kubeconfig. Typed, so callers retry or report it; never echo the value.
+            if "header" not in str(exc).lower() and "newline" not in str(exc).lower():
+                raise
+            raise KubeconfigError(f"{self.name}: {method} {path}: the request headers are "
+                                  "invalid (a credential with control characters?)") from None
         if resp.status >= 300:
             try:
                 raw = await resp.read()
