@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -10,10 +11,10 @@ from dispatcher.devfleet import pki
 from dispatcher.kube.client import KubeClient, KubeconfigError
 
 
-def _kubeconfig(token: str) -> dict[str, object]:
+def _kubeconfig(token: str, server: str) -> dict[str, object]:
     ca = base64.b64encode(pki.new_ca().cert_pem).decode()
     return {"apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1",
+            "clusters": [{"name": "c", "cluster": {"server": server,
                                                    "certificate-authority-data": ca}}],
             "users": [{"name": "u", "user": {"token": token}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
@@ -21,7 +22,22 @@ def _kubeconfig(token: str) -> dict[str, object]:
 
 async def test_token_with_control_characters_is_a_kubeconfig_error() -> None:
     """A corrupt credential (newline in the token) fails as KubeconfigError, token unquoted."""
-    async with await KubeClient.from_kubeconfig(_kubeconfig("sekret\nvalue"), name="m") as c:
-        with pytest.raises(KubeconfigError) as caught:
-            await c.request("GET", "/api/v1/nodes")
+    # aiohttp checks header values only once connected: a silent loopback listener suffices.
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        config = _kubeconfig("sekret\nvalue", f"http://127.0.0.1:{port}")
+        async with await KubeClient.from_kubeconfig(config, name="m") as client:
+            with pytest.raises(KubeconfigError) as caught:
+                await client.request("GET", "/api/v1/nodes", request_timeout=5)
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
     assert "sekret" not in str(caught.value)
