@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, kind_key
 from dispatcher.control.copies import delete_if_owned
@@ -26,7 +27,6 @@ from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
-from dispatcher.control.tasks import cancel_all, guarded
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
 from dispatcher.kube.client import KubeClient

@@ -18,8 +18,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
+from dispatcher.aiotasks import Pulse, cancel_all, guarded
 from dispatcher.control.decide import MemberHealth
-from dispatcher.control.tasks import Pulse, cancel_all, guarded
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet, UnknownMember
 from dispatcher.kube.client import KubeClient

@@ -17,12 +17,12 @@ from typing import Any
 
 import structlog
 
+from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
 from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.control.reconcile import member_copy
-from dispatcher.control.tasks import cancel_all, guarded
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError

@@ -27,8 +27,8 @@ from typing import Any, cast
 import structlog
 import tenacity
 
+from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.fleet import health as healthmod
-from dispatcher.fleet.aiokit import cancel_all, guarded
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.kubeconfigs import skips_tls_verify
 from dispatcher.fleet.members import MemberSpec

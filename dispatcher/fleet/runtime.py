@@ -29,9 +29,9 @@ from typing import Any
 import structlog
 import tenacity
 
+from dispatcher.aiotasks import Pulse, cancel_all, guarded
 from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
-from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
 from dispatcher.fleet.capacity import CapacitySummary
 from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
 from dispatcher.fleet.health import Health, Reason
@@ -101,10 +101,15 @@ class Fleet:
 
     async def start(self) -> None:
         """Connect static members and start watching the hub."""
+        # Kubeconfig file versions as of now, before any connection reads them: a change
+        # after this point always triggers a reconnect (a baseline taken later could
+        # swallow an edit made between the first read and the first check).
+        baseline = {m.name: _mtime(m.kubeconfig) for m in self._settings.static_members}
         for member in self._settings.static_members:
             self._add(membersmod.from_static(member))
         if self._settings.static_members:
-            self._tasks.append(guarded(self._watch_static_files(), name="fleet/static-files"))
+            self._tasks.append(guarded(self._watch_static_files(baseline),
+                                       name="fleet/static-files"))
         if self._hub is not None and self._settings.watch_member_clusters:
             self._tasks += [
                 guarded(self._watch_hub(MEMBER_CLUSTERS, None, self._on_member_clusters),
@@ -314,10 +319,10 @@ class Fleet:
                          secret=f"{ref.namespace}/{ref.name}")
                 conn.reload()
 
-    async def _watch_static_files(self) -> None:
+    async def _watch_static_files(self, seen: dict[str, int | None]) -> None:
         """Reconnect a static member when its kubeconfig file changes (files have no watch
-        event here, so their modification time is checked every probe interval)."""
-        seen: dict[str, int | None] = {}
+        event here, so their modification time is checked every probe interval); ``seen``
+        holds each file's version when the fleet started."""
         while True:
             for conn in list(self._connections.values()):
                 if conn.spec.path is None:
@@ -404,3 +409,13 @@ class Fleet:
             self._written[name] = (desired, now)
             writes += 1
         return writes
+
+
+def _mtime(path: str | None) -> int | None:
+    """A file's modification time in ns, None when absent (or no file)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return None

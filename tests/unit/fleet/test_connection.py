@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.fleet.aiokit import Pulse
+from dispatcher.aiotasks import Pulse
 from dispatcher.fleet.connection import MemberConnection, NotConnected
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem
 from dispatcher.fleet.members import MemberSpec

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from dispatcher.fleet.aiokit import Pulse, cancel_all, guarded
+from dispatcher.aiotasks import Pulse, cancel_all, guarded
 
 
 async def test_guarded_logs_crash_and_exit() -> None:

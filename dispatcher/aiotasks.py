@@ -1,16 +1,16 @@
-"""Asyncio helpers of the control loop: named guarded tasks and a change pulse.
+"""Asyncio helpers shared by the fleet and control shells: guarded tasks and a change pulse.
 
 Every long-running coroutine starts through ``guarded``, which names the task and logs an
 unexpected exit or crash (a background task that dies silently is the classic controller
-bug). ``Pulse`` lets any number of waiters sleep until something changed, with an optional
-timeout, coalescing bursts.
+bug; Kopf's ``aiotasks.create_guarded_task`` is the model). ``Pulse`` lets any number of
+waiters sleep until something changed, coalescing bursts of watch events.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import structlog
@@ -21,7 +21,7 @@ log = structlog.get_logger("dispatcher.tasks")
 
 
 def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
-    """Start ``coro`` as a task called ``name``; log if it ever ends by itself."""
+    """Start ``coro`` as a task called ``name``; log if it crashes or ends by itself."""
 
     async def run() -> None:
         try:
@@ -32,13 +32,18 @@ def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]
             log.error("task.crashed", task=name, error=type(exc).__name__,
                       message=str(exc).splitlines()[0][:300] if str(exc) else "")
             raise
-        log.debug("task.exited", task=name)
+        log.warning("task.exited", task=name)
 
-    return asyncio.create_task(run(), name=name)
+    task = asyncio.create_task(run(), name=name)
+    # Cancelled before its first step, the wrapper never awaits ``coro``: close it, so a
+    # fast stop does not leave a "never awaited" coroutine behind.
+    task.add_done_callback(lambda _: coro.close())
+    return task
 
 
-async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait for them to finish (their errors are already logged)."""
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks``, wait until they have finished and empty the list (their errors are
+    logged by ``guarded`` or handled by their owner)."""
     for task in tasks:
         task.cancel()
     if tasks:
@@ -55,6 +60,7 @@ class Pulse:
 
     @property
     def version(self) -> int:
+        """The number of changes so far."""
         return self._version
 
     def bump(self) -> None:
@@ -64,10 +70,17 @@ class Pulse:
         self._event = asyncio.Event()
 
     async def wait(self, seen: int, *, timeout: float | None = None) -> int:  # noqa: ASYNC109
-        """The version once it is past ``seen``, or the current one after ``timeout``."""
-        if self._version > seen:
-            return self._version
-        event = self._event
+        """The version once it is past ``seen``; after ``timeout`` seconds (if given) the
+        current version, changed or not (for loops that also act periodically)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                while self._version <= seen:
+                    await self._event.wait()
         return self._version
+
+    async def changes(self) -> AsyncIterator[int]:
+        """Yield the version after each change (bursts coalesce into one step)."""
+        seen = self._version
+        while True:
+            seen = await self.wait(seen)
+            yield seen
