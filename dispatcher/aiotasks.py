@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import structlog
 
-__all__ = ["Pulse", "cancel_all", "guarded"]
+__all__ = ["Pulse", "cancel_all", "guarded", "on_crash"]
 
 log = structlog.get_logger("dispatcher.tasks")
+
+CrashHook = Callable[[str, BaseException], None]
+_crash_hooks: list[CrashHook] = []
+
+
+def on_crash(hook: CrashHook) -> Callable[[], None]:
+    """Call ``hook(task_name, error)`` whenever a guarded task crashes; returns a function
+    that removes it. The controller uses it to stop (and be restarted) rather than run on
+    with a dead watcher: a crashed task is never restarted in place."""
+    _crash_hooks.append(hook)
+    return lambda: _crash_hooks.remove(hook)
 
 
 def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
@@ -31,6 +42,8 @@ def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]
         except Exception as exc:
             log.error("task.crashed", task=name, error=type(exc).__name__,
                       message=str(exc).splitlines()[0][:300] if str(exc) else "")
+            for hook in list(_crash_hooks):
+                hook(name, exc)
             raise
         log.warning("task.exited", task=name)
 

@@ -2,7 +2,9 @@
 
 The only place that builds the real objects; everything it wires takes them as arguments.
 Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when leadership was lost (a new
-leader may already act, so this replica stops at once), 2 for configuration problems.
+leader may already act, so this replica stops at once), 2 for configuration problems, 3 when
+a background task crashed (the replica stops cleanly, releasing its Lease, so that it is
+restarted and a standby can take over instead of running on with a dead watcher).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import structlog
 import yaml
 
+from dispatcher.aiotasks import on_crash
 from dispatcher.config import Config
 from dispatcher.control.controller import Controller
 from dispatcher.control.fleetview import LiveFleet
@@ -62,7 +65,8 @@ async def _hub_client(config: Config) -> KubeClient:
 
 
 async def run(config: Config) -> int:
-    """Run the controller until SIGTERM/SIGINT (0) or leadership loss (1)."""
+    """Run the controller until SIGTERM/SIGINT (0), leadership loss (1) or a crashed
+    background task (3)."""
     configure_logging(level=config.control.log_level)
     settings = config.control
     try:
@@ -75,6 +79,13 @@ async def run(config: Config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    crashed: list[str] = []
+
+    def crash(task: str, _: BaseException) -> None:
+        crashed.append(task)
+        stop.set()
+
+    remove_crash_hook = on_crash(crash)
     metrics = Metrics.create()
     kinds = [(d.api_version, d.kind) for d in catalog.definitions]
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
@@ -117,11 +128,15 @@ async def run(config: Config) -> int:
                 stuck = True
         if elector is not None and elector.lost.is_set():
             code = 1
+        elif crashed:
+            code = 3
+            log.error("controller.task_crashed", tasks=crashed)
         if elector is not None:
             holder.cancel()
             lost.cancel()
             await elector.release()
     finally:
+        remove_crash_hook()
         if cleanup is not None:
             await cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):

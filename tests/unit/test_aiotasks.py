@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from dispatcher.aiotasks import Pulse, cancel_all, guarded
+from dispatcher.aiotasks import Pulse, cancel_all, guarded, on_crash
 
 
 async def test_guarded_logs_crash_and_exit() -> None:
@@ -27,6 +27,37 @@ async def test_guarded_logs_crash_and_exit() -> None:
     events = {(e["event"], e["task"]) for e in logs}
     assert ("task.crashed", "t/boom") in events
     assert ("task.exited", "t/done") in events
+
+
+async def test_crash_hooks_hear_crashes_only() -> None:
+    """A registered hook is told about a crash (name and error), not about cancellations or
+    normal exits, and no longer once removed."""
+    heard: list[tuple[str, str]] = []
+    remove = on_crash(lambda name, exc: heard.append((name, str(exc))))
+
+    async def boom() -> None:
+        raise RuntimeError("broken")
+
+    async def done() -> None:
+        return None
+
+    try:
+        with capture_logs():
+            crashed = guarded(boom(), name="t/boom")
+            sleeper = guarded(asyncio.sleep(60), name="t/sleep")
+            await asyncio.sleep(0)
+            await cancel_all([sleeper])
+            await guarded(done(), name="t/done")
+            with pytest.raises(RuntimeError):
+                await crashed
+    finally:
+        remove()
+    assert heard == [("t/boom", "broken")]
+    with capture_logs():
+        late = guarded(boom(), name="t/late")
+        with pytest.raises(RuntimeError):
+            await late
+    assert heard == [("t/boom", "broken")]
 
 
 async def test_cancelled_tasks_are_quiet() -> None:
