@@ -9,6 +9,7 @@ fixture fails (never skips): a skipped integration suite would hide a broken set
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,15 @@ TEST_FLEET = Path(__file__).parent / "integration" / "fleet.yaml"
 # Loopback only: never send control-plane traffic through a proxy from the environment.
 os.environ["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1",
                                                 "localhost"]))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a CI or `timeout` kill) ends the run like Ctrl-C, so session fixtures still
+    stop the control planes they started instead of leaving orphan apiservers behind."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")
