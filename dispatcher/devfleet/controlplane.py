@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -298,9 +298,8 @@ class ControlPlanes:
         if is_alive(old.process):
             return old
         process = _spawn(old.process.argv, Path(old.process.log))
-        new = ClusterInfo(**{**asdict(old), "process": process})
-        FleetState(**{**_shallow(state),
-                      "clusters": [new if c.name == name else c for c in state.clusters]}).write()
+        new = replace(old, process=process)
+        replace(state, clusters=[new if c.name == name else c for c in state.clusters]).write()
         _wait_ready(new, timeout=timeout)
         return new
 
@@ -338,11 +337,6 @@ def compact_etcd(state: FleetState) -> int:
     revision = int(post("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"])
     post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
     return revision
-
-
-def _shallow(state: FleetState) -> dict[str, Any]:
-    return {"root": state.root, "etcd": state.etcd, "etcd_url": state.etcd_url,
-            "clusters": state.clusters, "kubeconfig": state.kubeconfig}
 
 
 def _log_tail(proc: ProcessInfo, lines: int = 15) -> str:
