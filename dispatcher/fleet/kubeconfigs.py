@@ -104,6 +104,19 @@ def flatten(kubeconfig: Mapping[str, Any], *, context: str | None = None,
             "contexts": [{"name": name, "context": context_body}]}
 
 
+def _parse(text: str, what: str, *, not_mapping: str) -> dict[str, Any]:
+    """``text`` as a kubeconfig mapping; errors name ``what`` and never quote the text."""
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        # The parser's message quotes the offending line, which may hold a token.
+        raise KubeconfigProblem(f"{what} is not valid YAML",
+                                reason="KubeconfigInvalid") from None
+    if not isinstance(parsed, dict):
+        raise KubeconfigProblem(f"{what} {not_mapping}", reason="KubeconfigInvalid")
+    return parsed
+
+
 def from_secret(secret: Mapping[str, Any], *, key: str = DEFAULT_KEY) -> dict[str, Any]:
     """The kubeconfig stored under ``key`` of a v1.Secret dict (``data`` is base64)."""
     meta = secret.get("metadata") or {}
@@ -121,16 +134,7 @@ def from_secret(secret: Mapping[str, Any], *, key: str = DEFAULT_KEY) -> dict[st
         except (binascii.Error, ValueError):  # not base64, not ASCII, not UTF-8
             raise KubeconfigProblem(f"{where} key {key!r} is not base64 text",
                                     reason="KubeconfigInvalid") from None
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        # The parser's message quotes the offending line, which may hold a token.
-        raise KubeconfigProblem(f"{where} key {key!r} is not valid YAML",
-                                reason="KubeconfigInvalid") from None
-    if not isinstance(parsed, dict):
-        raise KubeconfigProblem(f"{where} key {key!r} is not a kubeconfig mapping",
-                                reason="KubeconfigInvalid")
-    return parsed
+    return _parse(text, f"{where} key {key!r}", not_mapping="is not a kubeconfig mapping")
 
 
 def skips_tls_verify(kubeconfig: Mapping[str, Any], *, context: str | None = None) -> bool:
@@ -150,12 +154,4 @@ def read_file(path: Path) -> tuple[dict[str, Any], str]:
     except OSError as exc:
         raise KubeconfigProblem(f"cannot read kubeconfig {path}: {exc.strerror}",
                                 reason="KubeconfigInvalid") from None
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise KubeconfigProblem(f"kubeconfig {path} is not valid YAML",
-                                reason="KubeconfigInvalid") from None
-    if not isinstance(parsed, dict):
-        raise KubeconfigProblem(f"kubeconfig {path} is not a mapping",
-                                reason="KubeconfigInvalid")
-    return parsed, version
+    return _parse(text, f"kubeconfig {path}", not_mapping="is not a mapping"), version
