@@ -126,8 +126,8 @@ def failed(health: Health, *, now: datetime, problem: Problem,
 
 def expire(health: Health, *, now: datetime, unreachable_after: timedelta) -> Health:
     """Re-evaluate Reachable as time passes without an answer (no new outcome)."""
-    if (health.reachable and not health.ready and health.first_loss is not None
-            and health.reason in _NETWORK and now - health.first_loss >= unreachable_after):
+    deadline = unreachable_deadline(health, unreachable_after=unreachable_after)
+    if deadline is not None and now >= deadline:
         return replace(health, reachable=False)
     return health
 
