@@ -327,11 +327,8 @@ class Fleet:
             for conn in list(self._connections.values()):
                 if conn.spec.path is None:
                     continue
-                try:
-                    stat = await asyncio.to_thread(Path(conn.spec.path).stat)
-                    version: int | None = stat.st_mtime_ns
-                except OSError:
-                    version = None  # the next connect attempt reports it
+                # None when unreadable: the next connect attempt reports it.
+                version = await asyncio.to_thread(_mtime, conn.spec.path)
                 if conn.name in seen and seen[conn.name] != version:
                     log.info("member.credentials_changed", member=conn.name,
                              file=conn.spec.path)
