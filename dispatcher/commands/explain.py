@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     """Explain every workload of the file; decisions on stdout, problems on stderr."""
     import yaml
 
-    from dispatcher.commands.inspect import load_catalog, read_objects
+    from dispatcher.commands.inspect import load_catalog, object_label, read_objects
     from dispatcher.fleet.fleetfile import FleetFileError
     from dispatcher.kube.errors import KubeError
     from dispatcher.output import emit
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     reports: list[dict[str, Any]] = []
     for index, obj in enumerate(objects):
-        label = _label(obj, index)
+        label = object_label(obj, index)
         try:
             resolution = catalog.resolve(obj)
             meta = obj.get("metadata") or {}
@@ -221,14 +221,6 @@ def _live(args: argparse.Namespace, catalog: Any) -> tuple[list[MemberSnapshot],
             await hub.close()
 
     return asyncio.run(read())
-
-
-def _label(obj: Any, index: int) -> str:
-    if isinstance(obj, Mapping):
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        return f"{obj.get('kind', '?')}/{name or f'#{index}'}"
-    return f"document #{index}"
 
 
 def _print_table(report: Mapping[str, Any], *, wide: bool) -> None:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
     from dispatcher.workloads.resolve import Resolution
 
-__all__ = ["load_catalog", "read_objects", "register"]
+__all__ = ["load_catalog", "object_label", "read_objects", "register"]
 
 EPILOG = """\
 examples:
@@ -101,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
             try:
                 results.append(catalog.resolve(obj))
             except NoDefinitionError as error:
-                print(f"error: {name}: {_label(obj, index)}: {error}", file=sys.stderr)
+                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
                 code = 2
             except WorkloadError as error:
-                print(f"error: {name}: {_label(obj, index)}: {error}", file=sys.stderr)
+                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
                 code = max(code, 1)
     if args.output in ("json", "yaml"):
         data = [r.to_dict() for r in results]
@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _label(obj: Any, index: int) -> str:
+def object_label(obj: Any, index: int) -> str:
+    """``Kind/name`` of an object for messages; its position when it has no name."""
     if isinstance(obj, Mapping):
         meta = obj.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
