@@ -18,7 +18,7 @@ from dispatcher.workloads.errors import EvaluationError, ObjectError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
-from dispatcher.workloads.podspec import PodNeeds, pod_needs
+from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
 
 if TYPE_CHECKING:
@@ -33,16 +33,8 @@ _INT32 = 2**31 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class Instance:
-    """One instance of a pod-creating component at its desired scale."""
-
-    id: str
-    replicas: int
-    pods_per_replica: int
-    pods: int
-    min_pods: int
-    needs: PodNeeds
-    pod_spec: Mapping[str, Any] | None  # the pod spec as read (assembled when fragmented)
+class Instance(Member):
+    """One instance of a pod-creating component at its desired scale (a gang member)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The DESIGN.md ``components[].instances[]`` entry."""
@@ -232,9 +224,7 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
             continue
         instances = _instances(comp, values)
         views.append(ComponentView(name=comp.name, instances=instances))
-        members.extend(Member(component=comp.name, id=i.id, replicas=i.replicas,
-                              pods_per_replica=i.pods_per_replica, pods=i.pods,
-                              min_pods=i.min_pods, needs=i.needs) for i in instances)
+        members.extend(instances)
 
     def min_pods(expr: Expr) -> int | None:
         found = values.all(expr)
@@ -275,9 +265,9 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
             needs = pod_needs(spec)
         except ValueError as error:
             raise values.fail(spec_expr, str(error)) from None
-        out.append(Instance(id=instance_id, replicas=replicas, pods_per_replica=per,
-                            pods=replicas * per, min_pods=min(effective, replicas) * per,
-                            needs=needs, pod_spec=spec))
+        out.append(Instance(component=comp.name, id=instance_id, replicas=replicas,
+                            pods_per_replica=per, pods=replicas * per,
+                            min_pods=min(effective, replicas) * per, needs=needs))
     return tuple(out)
 
 
