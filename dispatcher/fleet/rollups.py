@@ -1,14 +1,13 @@
 """Read-only values the capacity model hands out: one node, one product, a cluster summary.
 
 Plain frozen data, cheap to build on demand (``ClusterCapacity.node``/``summary``), safe to
-keep after later events; ``CapacitySummary.to_dict`` is the MemberCluster status shape.
+keep after later events. The MemberCluster status shape is ``fleet.status.capacity_status``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from dispatcher.fleet.nodes import TaintTuple
 
@@ -56,16 +55,3 @@ class CapacitySummary:
     free: int
     largest_free_block: int
     products: tuple[ProductCapacity, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """camelCase keys, as written to MemberCluster ``status.capacity``."""
-        return {
-            "nodes": self.nodes, "readyNodes": self.ready_nodes,
-            "notReadyNodes": self.not_ready_nodes, "cordonedNodes": self.cordoned_nodes,
-            "gpus": self.capacity, "allocatable": self.allocatable, "used": self.used,
-            "reserved": self.reserved, "free": self.free,
-            "largestFreeBlock": self.largest_free_block,
-            "products": [{"product": p.product, "nodes": p.nodes,
-                          "allocatable": p.allocatable, "free": p.free}
-                         for p in self.products],
-        }
