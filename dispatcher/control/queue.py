@@ -74,12 +74,10 @@ class PendingQueue:
 
     def gate(self, entry: Entry) -> Entry | None:
         """The waiting workload that ``entry`` may not pass (limit reached), or None."""
-        for ahead in self.ordered():
-            if ahead.order >= entry.order:
-                return None
-            if self._bypassed.get(ahead.uid, 0) >= self.backfill_limit:
-                return ahead
-        return None
+        return min((ahead for ahead in self._entries.values()
+                    if ahead.order < entry.order
+                    and self._bypassed.get(ahead.uid, 0) >= self.backfill_limit),
+                   key=lambda e: e.order, default=None)
 
     def placed(self, entry: Entry) -> None:
         """``entry`` was placed: it leaves the queue; every waiting one ahead of it was
