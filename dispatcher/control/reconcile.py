@@ -155,9 +155,10 @@ class Reconciler:
         found = self.copies.get(cluster, uid)
         if found is not None:
             rv = str(found.obj["metadata"].get("resourceVersion", ""))
-            status = strip_nulls(found.obj.get("status") or {})
             if self._mirrored.get(uid) == rv:  # pruned fields would never compare equal
                 status = workload.get("status") or {}
+            else:
+                status = strip_nulls(found.obj.get("status") or {})
             return Copy(state=CopyState.OURS, uid=str(found.obj["metadata"].get("uid", "")),
                         status=status, generic=found.generic)
         seen = self._foreign.get((cluster, uid))
