@@ -35,7 +35,7 @@ from dispatcher.devfleet.binaries import BuildError, source_path
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
 from dispatcher.kube import errors
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NODES, ResourceRef
+from dispatcher.kube.resources import NODES, SECRETS, ResourceRef
 
 __all__ = [
     "APPLY_PATCH",
@@ -220,7 +220,7 @@ async def secret_token(client: KubeClient, *, namespace: str, name: str,
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            secret = await client.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+            secret = await client.request("GET", SECRETS.item(name, namespace))
         except errors.NotFound:
             secret = {}
         raw = ((secret or {}).get("data") or {}).get("token")
