@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dispatcher.commands.explain import fleet_snapshots
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec, node_manifests
+from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec
 from dispatcher.placement.engine import POLICIES, decide
 from dispatcher.placement.model import (
     MemberSnapshot,
@@ -61,16 +62,9 @@ class CoreBackend:
         self._views: dict[View, dict[str, ClusterCapacity]] = {}
         self._snapshots: dict[View, tuple[MemberSnapshot, ...]] = {}
         for view in ("live", "durable", "empty"):
-            models = {}
-            for member in fleet.members:
-                capacity = ClusterCapacity()
-                for node in node_manifests(member):
-                    capacity.upsert_node(node)
-                models[member.name] = capacity
-            self._views[view] = models
-            self._snapshots[view] = tuple(
-                MemberSnapshot(name=m.name, capacity=models[m.name], labels=dict(m.labels))
-                for m in fleet.members)
+            snapshots = tuple(fleet_snapshots(fleet))
+            self._views[view] = {s.name: s.capacity for s in snapshots}
+            self._snapshots[view] = snapshots
         self._bound: dict[str, tuple[str, list[str], bool]] = {}
         self._names = frozenset(m.name for m in fleet.members)
 
