@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -109,9 +110,7 @@ def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_ver
         demand=demand, api_version=api_version, kind=kind, annotations=annotations or {},
         count_fits=True)
     if policy is not None:
-        request = PlacementRequest(demand=request.demand, api_version=request.api_version,
-                                   kind=request.kind, pin=request.pin,
-                                   selector=request.selector, policy=policy, count_fits=True)
+        request = replace(request, policy=policy)
     return decide(members, request)
 
 
