@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from dispatcher.placement.offline import fleet_snapshots
+
 if TYPE_CHECKING:
-    from dispatcher.fleet.fleetfile import FleetSpec
     from dispatcher.placement.model import Decision, MemberSnapshot
     from dispatcher.workloads.demand import Demand
 
@@ -75,25 +76,6 @@ def register(subparsers: Any) -> None:
                         help="extra definition file or directory (added to the built-in "
                              "catalog); repeatable")
     parser.set_defaults(run=run)
-
-
-def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
-    """Members of a fleet file, their nodes fed through ``ClusterCapacity`` like a watch.
-
-    Served kinds are unknown offline (every kind passes); every member is Ready.
-    """
-    from dispatcher.fleet.capacity import ClusterCapacity
-    from dispatcher.fleet.fleetfile import node_manifests
-    from dispatcher.placement.model import MemberSnapshot
-
-    members = []
-    for member in spec.members:
-        capacity = ClusterCapacity()
-        for node in node_manifests(member):
-            capacity.upsert_node(node)
-        members.append(MemberSnapshot(name=member.name, capacity=capacity,
-                                      labels=dict(member.labels)))
-    return members
 
 
 def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_version: str = "",

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.commands.explain import fleet_snapshots
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec
 from dispatcher.placement.engine import POLICIES, decide
@@ -26,6 +25,7 @@ from dispatcher.placement.model import (
     PlacementError,
     PlacementRequest,
 )
+from dispatcher.placement.offline import fleet_snapshots
 from dispatcher.sim.backend import NO_RULES, Choice, NoFit, Outcome, Rules, View
 from dispatcher.sim.stream import Resolver
 from dispatcher.workloads.catalog import Catalog
