@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
 
 def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_version: str = "",
                    kind: str = "", annotations: Mapping[str, str] | None = None,
-                   policy: str | None = None) -> Decision:
+                   policy: str | None = None, namespace: str = "") -> Decision:
     """The explained decision for a demand (what ``run`` does per workload).
 
     Raises ``PlacementError`` for an invalid request.
@@ -90,7 +90,7 @@ def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_ver
 
     request = PlacementRequest.from_annotations(
         demand=demand, api_version=api_version, kind=kind, annotations=annotations or {},
-        count_fits=True)
+        count_fits=True, namespace=namespace)
     if policy is not None:
         request = replace(request, policy=policy)
     return decide(members, request)
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             decision = explain_demand(
                 resolution.demand, members=members, api_version=resolution.api_version,
                 kind=resolution.kind, annotations=meta.get("annotations") or {},
-                policy=args.policy)
+                policy=args.policy, namespace=resolution.namespace or "")
         except NoDefinitionError as error:
             print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
             code = max(code, 2)
