@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from dispatcher.control import record as records
-from dispatcher.control.copies import written_generation
-from dispatcher.control.decide import Action, ActionKind, Snapshot
+from dispatcher.control.copies import Rejection, written_generation
+from dispatcher.control.decide import Action, ActionKind, Snapshot, after_rejection
 from dispatcher.control.names import FINALIZER, HUB_GENERATION_ANNOTATION, Phase
 from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.errors import Conflict, NotFound
@@ -52,7 +52,10 @@ async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
         return await _record_pending(rec, uid, snap, action)
     if kind is ActionKind.SUBMIT:
         assert action.member is not None
-        if await rec.create_copy(uid, cluster=action.member, workload=workload):
+        outcome = await rec.create_copy(uid, cluster=action.member, workload=workload)
+        if isinstance(outcome, Rejection):
+            return await _rejected(rec, uid, snap, outcome)
+        if outcome:
             return True
         if rec.workers is not None:  # not connected, or a foreign object: look again
             rec.workers.later(uid, 2.0)
@@ -262,12 +265,52 @@ async def _mark_unknown(rec: Reconciler, uid: str, snap: Snapshot, action: Actio
         "conditions": [records.condition(type_="MemberReachable", status=False,
                                          reason="MemberLost", message=action.reason,
                                          now=snap.now)]})
-    log.warning("member.lost", uid=uid, member=action.member, last_seen=lost,
+    log.warning("member.lost", uid=uid, member=action.member,
+                last_seen=records.format_time(lost),
                 policy=rec.settings.rules.policy)
     rec.event(snap.workload or {}, reason="Unknown", message=action.reason, warning=True)
     if action.recheck_after is not None and rec.workers is not None:
         rec.workers.later(uid, max(action.recheck_after, 0.05))
     return False
+
+
+async def _rejected(rec: Reconciler, uid: str, snap: Snapshot, rejection: Rejection) -> bool:
+    """The member refused the copy: no retry there. The reservation goes at once; the
+    workload goes back to Pending without that member, or fails when no member is left."""
+    record = snap.record
+    assert record is not None
+    rec.release(uid)
+    action = after_rejection(record, rec.settings.rules, member=rejection.member,
+                             message=rejection.describe(),
+                             alternatives=rec.alternatives(uid, snap, without=rejection.member))
+    rejected = records.condition(type_="Submitted", status=False, reason="Rejected",
+                                 message=f"{rejection.member}: {rejection.describe()}",
+                                 now=snap.now)
+    fail = action.kind is ActionKind.FAIL
+    await _write_retreat(rec, uid, snap, action, outcome="rejected", extra=[rejected])
+    rec.metrics.rejections.labels(member=rejection.member, code=str(rejection.status)).inc()
+    log.warning("workload.rejected", member=rejection.member, status_code=rejection.status,
+                reason=rejection.reason, message=rejection.message,
+                outcome="failed" if fail else "requeued", attempt=record.attempt)
+    rec.event(snap.workload or {}, reason="Rejected", message=action.reason, warning=True)
+    return not fail
+
+
+async def _write_retreat(rec: Reconciler, uid: str, snap: Snapshot, action: Action, *,
+                         outcome: str, extra: list[dict[str, Any]] | None = None) -> None:
+    """Write the record of giving up on the current member: requeued (back to Pending,
+    member excluded) or failed (terminal), with the attempt in the history."""
+    record = snap.record
+    assert record is not None
+    fail = action.kind is ActionKind.FAIL
+    status = (records.failed_status(record=record, reason=action.reason, now=snap.now) if fail
+              else records.requeued_status(record=record, reason=action.reason,
+                                           outcome=outcome, now=snap.now))
+    if extra:
+        status["conditions"] = [*status["conditions"], *extra]
+    await rec.patch_record(uid, status)
+    rec.metrics.dispatches.labels(member=action.member or "",
+                                  result="failed" if fail else outcome).inc()
 
 
 async def _requeue(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
@@ -278,12 +321,7 @@ async def _requeue(rec: Reconciler, uid: str, snap: Snapshot, action: Action) ->
     if member is not None and rec.fleet.health(member).reachable:
         await rec.delete_copy(uid, cluster=member, workload=snap.workload or {})
     fail = action.kind is ActionKind.FAIL
-    status = (records.failed_status(record=record, reason=action.reason, now=snap.now) if fail
-              else records.requeued_status(record=record, reason=action.reason,
-                                           outcome="requeued", now=snap.now))
-    await rec.patch_record(uid, status)
-    rec.metrics.dispatches.labels(member=member or "",
-                                  result="failed" if fail else "requeued").inc()
+    await _write_retreat(rec, uid, snap, action, outcome="requeued")
     log.warning("workload.failed" if fail else "workload.requeued", uid=uid, member=member,
                 reason=action.reason, attempt=record.attempt)
     rec.event(snap.workload or {}, reason="Failed" if fail else "Requeued",

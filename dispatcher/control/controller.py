@@ -64,7 +64,8 @@ class Controller:
                                      queue=self.queue, metrics=self.metrics,
                                      events=self.events, clock=clock, monotonic=monotonic)
         self.workers = Workers(handler=self.reconciler.reconcile,
-                               concurrency=settings.workers)
+                               concurrency=settings.workers,
+                               describe=self.reconciler.workload_fields)
         self.reconciler.workers = self.workers
         self._backlog: set[str] | None = set()
         self.hub_watchers = HubWatchers(hub=hub, catalog=catalog, cache=self.cache,
@@ -204,9 +205,13 @@ class Controller:
                                              hub_id=self.settings.hub_id, hub_uid=uid):
                         deleted += 1
                         self.copies.drop(member, uid)
-                        log.info("copy.swept", uid=uid, member=member, reason=reason)
+                        log.info("copy.swept", uid=uid, namespace=meta["namespace"],
+                                 name=meta["name"], kind=obj.get("kind"), member=member,
+                                 reason=reason)
                 except KubeError as exc:
                     log.warning("sweep.failed", uid=uid, member=member,
+                                namespace=obj["metadata"].get("namespace"),
+                                name=obj["metadata"].get("name"), kind=obj.get("kind"),
                                 error=type(exc).__name__)
         return deleted
 

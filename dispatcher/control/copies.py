@@ -28,15 +28,44 @@ from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
+from dispatcher.workloads.paths import strip_server_set
 
-__all__ = ["PodMutations", "build_copy", "delete_if_owned", "owner_state", "stamped",
-           "written_generation"]
+__all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "owner_state",
+           "stamped", "written_generation"]
 
 _SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
                  "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
                  "ownerReferences", "finalizers", "selfLink")
 _HUB_ONLY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+_MESSAGE_LIMIT = 600
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    """A member refused the copy, or the copy could not be built: retrying cannot help.
+
+    ``status`` is the HTTP status (0: the copy could not be built here); ``reason`` the
+    Kubernetes reason (``Invalid``, ``Forbidden``, ...); ``message`` the server's own words,
+    on one line and bounded (it may quote the object, never our credentials).
+    """
+
+    member: str
+    status: int
+    reason: str
+    message: str
+
+    @classmethod
+    def of(cls, member: str, *, status: int, reason: str, message: str) -> Rejection:
+        text = " ".join(message.split())
+        if len(text) > _MESSAGE_LIMIT:
+            text = text[:_MESSAGE_LIMIT - 1] + "…"
+        return cls(member=member, status=status, reason=reason, message=text)
+
+    def describe(self) -> str:
+        """``HTTP 422 Invalid: ...`` (or the reason alone when nothing was sent)."""
+        code = f"HTTP {self.status} {self.reason}" if self.status else self.reason
+        return f"{code}: {self.message}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +110,10 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
                mutations: PodMutations = PodMutations()) -> dict[str, Any]:
     """The object to create on the member (the input is not modified).
 
+    What the hub's apiserver or controllers set and the member sets for itself is left
+    out: server-owned metadata (``_SERVER_OWNED``), hub-only annotations, the status, and
+    what the definition declares in ``copyDefinition.serverSetPaths`` (Job: the generated
+    selector and its template labels).
     Pods of the copy get the hub uid label too, so the member's pods can be matched to the
     workload (reservations shrink as they appear). Raises MutationError when a configured
     mutation cannot be written through the definition.
@@ -102,6 +135,7 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     out["metadata"] = new_meta
     if definition is None:
         return out
+    strip_server_set(out, definition)
     pod_labels = {**mutations.labels, HUB_UID_LABEL: uid}
     return mutate_pods(out, definition, labels=pod_labels,
                        annotations=dict(mutations.annotations) or None,

@@ -57,6 +57,7 @@ __all__ = [
     "MemberHealth",
     "Rules",
     "Snapshot",
+    "after_rejection",
     "decide",
     "not_started",
 ]
@@ -187,6 +188,19 @@ def _give_up_or_requeue(record: DispatchRecord, rules: Rules, reason: str) -> Ac
         return Action(kind=ActionKind.FAIL, member=record.cluster,
                       reason=f"{reason}; gave up after {record.attempt} attempt(s)")
     return Action(kind=ActionKind.REQUEUE, member=record.cluster, reason=reason)
+
+
+def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, message: str,
+                    alternatives: tuple[str, ...]) -> Action:
+    """The member refused the copy (a permanent 4xx): never retried there. REQUEUE (the
+    member joins ``excluded``) when another member could take the workload and attempts
+    remain, else FAIL. ``alternatives`` are the members left once it is excluded."""
+    reason = f"{member} rejected the copy: {message}"
+    if not alternatives:
+        return Action(kind=ActionKind.FAIL, member=member,
+                      reason=f"{reason}; no other member could take it")
+    return _give_up_or_requeue(record, rules,
+                               f"{reason}; trying the others ({', '.join(alternatives)})")
 
 
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:

@@ -25,7 +25,7 @@ __all__ = ["EVENTS", "Metrics", "configure_logging", "serve"]
 EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workload.submitted",
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
           "workload.failed", "workload.conflict", "workload.updated", "workload.finished",
-          "copy.deleted", "copy.swept")
+          "copy.deleted", "copy.swept", "workload.rejected", "workload.retry")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -57,6 +57,7 @@ class Metrics:
     dispatches: Counter
     mirror_lag: Histogram
     free_gpus: Gauge
+    rejections: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -79,6 +80,10 @@ class Metrics:
             free_gpus=Gauge("dispatcher_member_free_gpus",
                             "Free GPUs per member (net of reservations).", ["member"],
                             registry=registry),
+            rejections=Counter("dispatcher_copies_rejected_total",
+                               "Copies a member refused for good, by member and HTTP "
+                               "status (0: the copy could not be built).",
+                               ["member", "code"], registry=registry),
         )
 
     def render(self) -> bytes:

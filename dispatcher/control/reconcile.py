@@ -21,7 +21,7 @@ import structlog
 from dispatcher.control import actions
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
-from dispatcher.control.copies import build_copy, delete_if_owned, owner_state
+from dispatcher.control.copies import Rejection, build_copy, delete_if_owned, owner_state
 from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
@@ -32,9 +32,9 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.patches import strip_nulls
-from dispatcher.kube.resources import DISPATCHES, NAMESPACES
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import (
     Decision,
@@ -170,8 +170,28 @@ class Reconciler:
 
     # -- loop ------------------------------------------------------------------------------
 
+    def workload_fields(self, uid: str) -> dict[str, str]:
+        """What names the workload in every log line about it: namespace, name, kind, uid."""
+        item = self.cache.workload(uid)
+        if item is not None:
+            meta = item.obj.get("metadata") or {}
+            return {"namespace": str(meta.get("namespace") or ""),
+                    "name": str(meta.get("name") or ""),
+                    "kind": str(item.obj.get("kind") or ""), "uid": uid}
+        raw = self.cache.record(uid) or {}
+        ref = (raw.get("spec") or {}).get("workload") or {}
+        return {"namespace": str((raw.get("metadata") or {}).get("namespace") or ""),
+                "name": str(ref.get("name") or ""), "kind": str(ref.get("kind") or ""),
+                "uid": uid}
+
     async def reconcile(self, uid: str) -> None:
-        """Decide and act until nothing is left to do now (at most ``MAX_STEPS`` steps)."""
+        """Decide and act until nothing is left to do now (at most ``MAX_STEPS`` steps).
+
+        Every log line written meanwhile names the workload (``workload_fields``)."""
+        with structlog.contextvars.bound_contextvars(**self.workload_fields(uid)):
+            await self._reconcile(uid)
+
+    async def _reconcile(self, uid: str) -> None:
         decision: Decision | None = None
         for _ in range(MAX_STEPS):
             snap = self.snapshot(uid, decision)
@@ -251,16 +271,9 @@ class Reconciler:
             return _no_choice(f"waiting behind {blocker.name} (bypassed "
                               f"{self.queue.bypasses(blocker.uid)} times; backfill limit "
                               f"{self.queue.backfill_limit})", policy=policy)
-        request = PlacementRequest.from_annotations(
-            demand=resolution.demand, api_version=resolution.api_version,
-            kind=resolution.kind, annotations=meta.get("annotations") or {},
-            default_policy=policy, namespace=str(meta.get("namespace") or ""))
-        request = replace(request, exhaustive=True)  # every member's verdict in the log
-        members = restrict(self.fleet.snapshots(), excluded=record.excluded,
-                           namespace=str(meta.get("namespace") or "default"),
-                           allowed=self.fleet.allowed_namespaces)
         try:
-            decision = engine.decide(members, request)
+            decision = engine.decide(self._members(workload, excluded=record.excluded),
+                                     self._request(workload, resolution))
         except PlacementError as exc:
             self.queue.add(entry)
             return _no_choice(str(exc), policy=policy)
@@ -277,6 +290,34 @@ class Reconciler:
         self.queue.placed(entry)
         self.metrics.pending.set(len(self.queue))
         return decision
+
+    def _request(self, workload: Mapping[str, Any], resolution: Resolution
+                 ) -> PlacementRequest:
+        meta = workload["metadata"]
+        request = PlacementRequest.from_annotations(
+            demand=resolution.demand, api_version=resolution.api_version,
+            kind=resolution.kind, annotations=meta.get("annotations") or {},
+            default_policy=self.settings.default_policy,
+            namespace=str(meta.get("namespace") or ""))
+        return replace(request, exhaustive=True)  # every member's verdict in the log
+
+    def _members(self, workload: Mapping[str, Any], *, excluded: Sequence[str]
+                 ) -> list[MemberSnapshot]:
+        return restrict(self.fleet.snapshots(), excluded=excluded,
+                        namespace=str(workload["metadata"].get("namespace") or "default"),
+                        allowed=self.fleet.allowed_namespaces)
+
+    def alternatives(self, uid: str, snap: Snapshot, *, without: str) -> tuple[str, ...]:
+        """Members that could still take the workload once ``without`` is excluded too."""
+        workload, record = snap.workload, snap.record
+        assert workload is not None and record is not None
+        try:
+            resolution = self.resolution(uid, workload)
+            return engine.eligible(
+                self._members(workload, excluded=(*record.excluded, without)),
+                self._request(workload, resolution))
+        except (WorkloadError, PlacementError):
+            return ()
 
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
@@ -332,39 +373,53 @@ class Reconciler:
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool:
-        """Create the copy on ``cluster``; True when it exists now (created or ours)."""
+                          ) -> bool | Rejection:
+        """Create the copy on ``cluster``: True when it exists now (created or ours), False
+        to look again later (not connected, or a foreign object holds the name), a
+        ``Rejection`` when the member refused it for good (or it cannot be built).
+        Transient failures (no answer, 429, 5xx) raise, for the worker's back-off."""
         client = self.fleet.client(cluster)
         if client is None:
             return False
+        try:
+            body = self.copy_body(workload)
+        except WorkloadError as exc:
+            return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
         if ref is None:
-            raise NotFound(f"{cluster} does not serve {workload['kind']} "
-                           f"({workload['apiVersion']})")
+            return Rejection.of(cluster, status=404, reason="NotServed",
+                                message=f"{cluster} does not serve {workload['kind']} "
+                                        f"({workload['apiVersion']})")
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = self.copy_body(workload)
         try:
-            try:
-                created = await client.request("POST", ref.collection(namespace), body=body)
-            except NotFound:
-                if not self.settings.create_namespaces:
-                    raise
-                await self.ensure_namespace(client, namespace)
-                created = await client.request("POST", ref.collection(namespace), body=body)
+            created = await self._post_copy(client, ref, namespace=namespace, body=body)
         except Conflict:
             existing = await client.request("GET", ref.item(body["metadata"]["name"],
                                                             namespace))
             if owner_state(existing, hub_id=self.settings.hub_id,
                            hub_uid=uid) is CopyState.OURS:
-                self.copies.put(cluster, uid, member_copy(existing, catalog=self.catalog,
-                                                          seen_at=self.monotonic()))
+                self.copies.put(cluster, uid, self.cached_copy(existing))
                 return True
             self._foreign[(cluster, uid)] = self.clock()
             return False
-        self.copies.put(cluster, uid, member_copy(created, catalog=self.catalog,
-                                                  seen_at=self.monotonic()))
+        except KubeError as exc:
+            if not exc.permanent:
+                raise
+            return Rejection.of(cluster, status=exc.status, reason=exc.reason or
+                                type(exc).__name__, message=exc.detail)
+        self.copies.put(cluster, uid, self.cached_copy(created))
         return True
+
+    async def _post_copy(self, client: KubeClient, ref: ResourceRef, *, namespace: str,
+                         body: Mapping[str, Any]) -> Any:
+        try:
+            return await client.request("POST", ref.collection(namespace), body=body)
+        except NotFound:
+            if not self.settings.create_namespaces:
+                raise
+            await self.ensure_namespace(client, namespace)
+            return await client.request("POST", ref.collection(namespace), body=body)
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

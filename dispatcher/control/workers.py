@@ -10,7 +10,7 @@ across workloads is bounded; a failing reconcile is retried with a growing delay
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
@@ -24,8 +24,11 @@ _MAX_BACKOFF_S = 30.0
 class Workers:
     """Per-uid serial workers with bounded overall concurrency."""
 
-    def __init__(self, *, handler: Callable[[str], Awaitable[None]], concurrency: int) -> None:
+    def __init__(self, *, handler: Callable[[str], Awaitable[None]], concurrency: int,
+                 describe: Callable[[str], Mapping[str, str]] | None = None) -> None:
+        """``describe(uid)`` gives the fields that name the workload in a retry log line."""
         self._handler = handler
+        self._describe = describe
         self._limit = asyncio.Semaphore(concurrency)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()
@@ -74,9 +77,11 @@ class Workers:
                         count = self._failures.get(uid, 0) + 1
                         self._failures[uid] = count
                         delay = min(0.5 * 2 ** (count - 1), _MAX_BACKOFF_S)
-                        log.warning("workload.retry", uid=uid, error=type(exc).__name__,
+                        fields = dict(self._describe(uid)) if self._describe else {}
+                        log.warning("workload.retry", **{**fields, "uid": uid},
+                                    error=type(exc).__name__,
                                     message=str(exc).splitlines()[0][:300] if str(exc)
-                                    else "", retry_in=delay)
+                                    else "", retries=count, retry_in=delay)
                         self.later(uid, delay)
                     if uid not in self._dirty or self._stopping:
                         return

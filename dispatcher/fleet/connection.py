@@ -151,8 +151,9 @@ class MemberConnection:
         self.health = healthmod.expire(before, now=self._clock(),
                                        unreachable_after=self._unreachable_after)
         if self.health != before:
+            first = self.health.first_loss
             self._log.warning("member.unreachable", reason=str(self.health.reason),
-                              since=str(self.health.first_loss))
+                              since=first.isoformat() if first is not None else None)
             self._notify()
 
     # -- supervisor ----------------------------------------------------------------------
@@ -341,9 +342,10 @@ class MemberConnection:
         self.health = healthmod.failed(before, now=self._clock(), problem=problem,
                                        unreachable_after=self._unreachable_after)
         if (before.reason, before.ready) != (self.health.reason, self.health.ready):
+            # member.lost only once it counts as unreachable; before that it is failing
+            lost = "member.lost" if not self.health.reachable else "member.failing"
             event = {"KubeconfigInvalid": "member.kubeconfig_invalid",
-                     "SecretMissing": "member.secret_missing"}.get(problem.reason,
-                                                                   "member.lost")
+                     "SecretMissing": "member.secret_missing"}.get(problem.reason, lost)
             self._log.warning(event, reason=str(problem.reason), message=problem.message,
                               reachable=self.health.reachable)
         self._notify()

@@ -117,7 +117,7 @@ class KubeClient:
             resp.release()
             message, reason = _status_message(raw)
             raise error_for_status(
-                status=resp.status, reason=reason,
+                status=resp.status, reason=reason, detail=message,
                 message=f"{self.name}: {method} {path}: HTTP {resp.status}: {message}")
         return resp
 

@@ -34,10 +34,20 @@ __all__ = [
 class KubeError(Exception):
     """A Kubernetes API call failed."""
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "",
+                 detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.detail = detail or message  # the server's own message, without our prefix
+
+    @property
+    def permanent(self) -> bool:
+        """Retrying the same request cannot succeed: the server refused the request itself
+        (400 bad request, 403 forbidden, 404 no such kind or namespace, 405/415 not
+        supported, 413 too large, 422 invalid). 401 (credentials may be reloaded), 409
+        (the caller checks ownership), 429, 5xx and no answer are worth retrying."""
+        return self.status in _PERMANENT
 
 
 class Unreachable(KubeError):
@@ -77,6 +87,11 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
-def error_for_status(*, status: int, message: str, reason: str = "") -> KubeError:
-    """The KubeError subclass for an HTTP status."""
-    return _BY_STATUS.get(status, ServerError)(message, status=status, reason=reason)
+_PERMANENT = frozenset({400, 403, 404, 405, 406, 413, 415, 422})
+
+
+def error_for_status(*, status: int, message: str, reason: str = "", detail: str = ""
+                     ) -> KubeError:
+    """The KubeError subclass for an HTTP status; ``detail`` is the server's message."""
+    return _BY_STATUS.get(status, ServerError)(message, status=status, reason=reason,
+                                               detail=detail)

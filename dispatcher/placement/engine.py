@@ -30,7 +30,7 @@ from dispatcher.placement.model import (
 )
 from dispatcher.placement.selector import Selector, SelectorError, parse_selector
 
-__all__ = ["POLICIES", "decide"]
+__all__ = ["POLICIES", "decide", "eligible"]
 
 POLICIES: tuple[str, ...] = ("most-free", "best-fit")
 _SUMMARY_LIMIT = 900
@@ -70,6 +70,14 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
         group = f" ({request.group})" if request.group else ""
         return f"kind {request.kind}{group} not served"
     return None
+
+
+def eligible(members: Sequence[MemberSnapshot], request: PlacementRequest) -> tuple[str, ...]:
+    """Members that could take the request at all (every gate passes; free capacity not
+    considered): who is left after a member refused a copy. Raises PlacementError like
+    ``decide`` for an invalid selector."""
+    selector = _selector(request)
+    return tuple(m.name for m in members if _gate(m, request, selector) is None)
 
 
 def _quick_misfit(capacity: ClusterCapacity, gpus: int, largest_pod: int) -> bool:

@@ -181,6 +181,8 @@ class Definition:
     demand_batch: Batch
     status_batch: Batch
     full_batch: Batch  # demand slots, then status slots: one jq call per full resolve
+    # copyDefinition.serverSetPaths: what the hub's apiserver set, removed from a copy
+    server_set: tuple[Expr, ...] = ()
     document: dict[str, Any] = field(repr=False)
 
     @property

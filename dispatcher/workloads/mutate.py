@@ -12,15 +12,13 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
-
-import jq
 
 from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
+from dispatcher.workloads.paths import Location, locations
 
 __all__ = ["mutate_pods"]
 
@@ -114,20 +112,14 @@ def _where(definition: Definition, comp: Component, *, key: str
     return expr, ()
 
 
-@lru_cache(maxsize=2048)
-def _path_program(text: str) -> Any:
-    return jq.compile(f"[path({text}\n)]")
-
-
 def _locations(expr: Expr, text: str, *, definition: Definition, comp: Component
-               ) -> list[list[str | int]]:
+               ) -> list[Location]:
     try:
-        found: list[list[str | int]] = _path_program(expr.text).input_text(text).first()
+        return locations(expr.text, text)
     except ValueError as error:
         raise MutationError(
             f"definition {definition.name}: component {comp.name}: {expr.field} "
             f"({expr.text!r}) cannot be written: {' '.join(str(error).split())}") from None
-    return found
 
 
 def _apply(root: dict[str, Any], path: Sequence[str | int], *, key: str, value: Any,

@@ -18,11 +18,13 @@ from dispatcher.workloads.model import (
     FRAGMENT_FIELDS,
     Component,
     Definition,
+    Expr,
     GangGroup,
     GangScheduling,
     Scale,
     SpecSource,
 )
+from dispatcher.workloads.paths import path_problem
 from dispatcher.workloads.statusdef import StatusReader
 
 __all__ = ["FORMATS", "DocReader", "structure_issues"]
@@ -33,7 +35,7 @@ FORMATS: frozenset[tuple[str, str]] = frozenset({
 })
 
 _TOP = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
-_SPEC = frozenset({"structureDefinition", "optimizationInstructions"})
+_SPEC = frozenset({"structureDefinition", "optimizationInstructions", "copyDefinition"})
 _STRUCTURE = frozenset({"rootComponent", "childComponents", "additionalChildKinds"})
 _COMPONENT = frozenset({"name", "kind", "ownerRef", "specDefinition", "scaleDefinition",
                         "statusDefinition", "instanceIdPath", "podSelector",
@@ -107,6 +109,8 @@ class DocReader(StatusReader):
         gangs = self._gangs(instructions.get("gangScheduling"),
                             "spec.optimizationInstructions.gangScheduling",
                             names={c.name for c in components})
+        server_set = self._server_set((spec or {}).get("copyDefinition"),
+                                      "spec.copyDefinition")
         self._compile_checks()
         if self.issues:
             return None
@@ -123,7 +127,7 @@ class DocReader(StatusReader):
             name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
             group=kind[0], version=kind[1], kind=kind[2], components=tuple(components),
             status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
-            full_batch=full_batch,
+            full_batch=full_batch, server_set=server_set,
             document=dict(doc))
 
     # -- components ------------------------------------------------------------------------
@@ -233,6 +237,21 @@ class DocReader(StatusReader):
                 item = self._mapping(action, f"{field}.{key}[{i}]",
                                      allowed=frozenset({"path", "value"})) or {}
                 self._expr(item.get("path"), f"{field}.{key}[{i}].path", section=None)
+
+    def _server_set(self, value: Any, field: str) -> tuple[Expr, ...]:
+        """``copyDefinition.serverSetPaths``: jq path expressions removed from a copy."""
+        raw = self._mapping(value, field, allowed=frozenset({"serverSetPaths"})) or {}
+        out = []
+        for i, item in enumerate(self._list(raw.get("serverSetPaths"), f"{field}.serverSetPaths")):
+            expr = self._expr(item, f"{field}.serverSetPaths[{i}]", section=None)
+            if expr is None:
+                continue
+            problem = path_problem(expr.text)
+            if problem:
+                self._issue(expr.field, f"not a path expression: {problem}")
+            else:
+                out.append(expr)
+        return tuple(out)
 
     # -- gangs -----------------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""Locations in a workload object named by jq path expressions, and removing them.
+
+A definition names places in an object with jq; ``path(EXPR)`` turns an expression into
+the concrete key/index lists it addresses. ``mutate`` writes through such locations;
+``strip_server_set`` removes the ones a definition declares as set by the hub's apiserver
+(``copyDefinition.serverSetPaths``), so a member copy carries only what the user wrote and
+the member's apiserver fills in its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import jq
+
+from dispatcher.workloads.errors import MutationError
+from dispatcher.workloads.jqrun import canonical_text
+from dispatcher.workloads.model import Definition, Expr
+
+__all__ = ["Location", "locations", "path_problem", "strip_server_set"]
+
+Location = list[str | int]
+
+
+@lru_cache(maxsize=2048)
+def _path_program(text: str) -> Any:
+    return jq.compile(f"[path({text}\n)]")
+
+
+def locations(expr_text: str, obj_text: str) -> list[Location]:
+    """Every location ``expr_text`` addresses in the object (JSON text); ValueError from jq
+    when it is not a path expression for this object."""
+    found: list[Location] = _path_program(expr_text).input_text(obj_text).first()
+    return found
+
+
+def path_problem(expr_text: str) -> str:
+    """Why ``expr_text`` is not a path expression (checked on ``null``), or ''."""
+    try:
+        locations(expr_text, "null")
+    except ValueError as error:
+        return " ".join(str(error).split())
+    return ""
+
+
+def strip_server_set(obj: dict[str, Any], definition: Definition) -> None:
+    """Remove, in place, every location of ``definition.server_set`` that ``obj`` holds.
+
+    Locations are computed on the object before any removal and removed deepest-last-index
+    first, so removing one list item never shifts another that is still to go.
+    """
+    if not definition.server_set:
+        return
+    try:
+        text = canonical_text(obj)
+    except ValueError as error:
+        raise MutationError(f"cannot read the object: {error}") from None
+    found: list[Location] = []
+    for expr in definition.server_set:
+        found.extend(_checked(expr, text, definition=definition))
+    for location in sorted(found, key=_order, reverse=True):
+        _remove(obj, location)
+
+
+def _checked(expr: Expr, text: str, *, definition: Definition) -> list[Location]:
+    try:
+        return locations(expr.text, text)
+    except ValueError as error:
+        raise MutationError(
+            f"definition {definition.name}: {expr.field} ({expr.text!r}) cannot be "
+            f"removed: {' '.join(str(error).split())}") from None
+
+
+def _order(location: Sequence[str | int]) -> list[tuple[int, int, str]]:
+    return [(1, step, "") if isinstance(step, int) else (0, 0, step) for step in location]
+
+
+def _remove(root: Any, location: Sequence[str | int]) -> None:
+    node = root
+    for step in location[:-1]:
+        node = _step(node, step)
+        if node is None:
+            return
+    if not location:
+        return
+    last = location[-1]
+    if isinstance(last, int) and isinstance(node, list) and -len(node) <= last < len(node):
+        del node[last]
+    elif isinstance(last, str) and isinstance(node, dict):
+        node.pop(last, None)
+
+
+def _step(node: Any, step: str | int) -> Any:
+    if isinstance(step, int):
+        return node[step] if isinstance(node, list) and -len(node) <= step < len(node) else None
+    return node.get(step) if isinstance(node, dict) else None

@@ -1,0 +1,109 @@
+"""The in-process controller harness for integration tests on the dev fleet.
+
+``running(fleet)`` starts a controller with its own hub id on one fresh hub namespace,
+watching the members ``member-1`` and ``member-2`` of that fleet; ``eventually`` polls with
+a deadline (never a sleep-and-hope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.control.controller import Controller
+from dispatcher.control.decide import Rules
+from dispatcher.control.fleetview import LiveFleet
+from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
+from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.fleet.runtime import Fleet
+from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import NotFound
+from dispatcher.kube.resources import NAMESPACES
+from dispatcher.workloads.catalog import Catalog
+
+__all__ = ["Harness", "eventually", "get_or_none", "running"]
+
+HUB_ID = f"it-{uuid.uuid4().hex[:6]}"
+TIMEOUT_S = 20.0
+
+
+@dataclass
+class Harness:
+    hub: KubeClient
+    members: dict[str, KubeClient]
+    controller: Controller
+    namespace: str
+
+
+async def _client(state: FleetState, name: str) -> KubeClient:
+    kubeconfig = yaml.safe_load(Path(state.cluster(name).kubeconfig).read_text())
+    return await KubeClient.from_kubeconfig(kubeconfig, name=name)
+
+
+@contextlib.asynccontextmanager
+async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
+                  catalog: Catalog | None = None) -> AsyncIterator[Harness]:
+    """A controller (own hub id) watching one fresh hub namespace, stopped on exit."""
+    namespace = f"ctl-{uuid.uuid4().hex[:8]}"
+    hub = await _client(dev_fleet, "hub")
+    members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
+    await hub.request("POST", NAMESPACES.collection(), body={
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    catalog = catalog or Catalog.builtin()
+    statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
+                    for n in members)
+    fleet = LiveFleet(Fleet(hub=None, settings=FleetSettings(
+        static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
+        unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
+        kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
+    settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}", namespaces=(namespace,),
+                               sweep_interval_s=3600, rules=rules or Rules(),
+                               leader=LeaderSettings(enabled=False),
+                               server=ServerSettings(port=0))
+    controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet)
+    stop = asyncio.Event()
+    await fleet.start()
+    task = asyncio.create_task(controller.run(stop))
+    await eventually(_ready(controller), what="the controller to sync")
+    try:
+        yield Harness(hub=hub, members=members, controller=controller, namespace=namespace)
+    finally:
+        stop.set()
+        await task
+        await asyncio.wait_for(fleet.stop(), 10)
+        for client in (hub, *members.values()):
+            await client.close()
+
+
+def _ready(controller: Controller) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return controller.ready()
+    return check
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, what: str) -> Any:
+    """Poll ``check`` until it returns something truthy (fails after TIMEOUT_S)."""
+    deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def get_or_none(client: KubeClient, path: str) -> Any:
+    try:
+        return await client.request("GET", path)
+    except NotFound:
+        return None
