@@ -204,8 +204,7 @@ class Reconciler:
                 continue
             if not await self._execute(uid, snap, action, decision):
                 return
-            if action.kind is ActionKind.REQUEUE:
-                decision = None
+            decision = None  # used by the step right after PLACE only; a retreat needs anew
 
     def _idle(self, uid: str, snap: Snapshot, action: Action) -> None:
         if snap.workload is None:

@@ -28,6 +28,7 @@ from dispatcher.control.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
@@ -255,7 +256,9 @@ async def _install_widgets(h: Harness) -> None:
 
     async def served() -> bool:
         for client in clients.values():
-            if await get_or_none(client, WIDGETS.collection("default")) is None:
+            try:
+                await client.request("GET", WIDGETS.collection("default"))
+            except KubeError:  # 404 until established, 429 while storage initialises
                 return False
         return True
 
@@ -277,8 +280,9 @@ async def test_a_copy_every_member_refuses_fails_at_once_with_the_message(
         uid = created["metadata"]["uid"]
 
         async def failed() -> Any:
-            record = await dispatch(h, "Widget", "big")
-            return record if record.get("status", {}).get("phase") == "Failed" else None
+            record = await get_or_none(h.hub, DISPATCHES.item("widget-big", h.namespace))
+            return record if (record or {}).get("status", {}).get("phase") == "Failed" \
+                else None
 
         record = await eventually(failed, what="the Dispatch to fail")
         status = record["status"]
