@@ -342,8 +342,8 @@ class MemberConnection:
         self.health = healthmod.failed(before, now=self._clock(), problem=problem,
                                        unreachable_after=self._unreachable_after)
         if (before.reason, before.ready) != (self.health.reason, self.health.ready):
-            # member.lost only once it counts as unreachable; before that it is failing
-            lost = "member.lost" if not self.health.reachable else "member.failing"
+            # failing while within unreachableAfter; unreachable (as ``expire`` says) after
+            lost = "member.failing" if self.health.reachable else "member.unreachable"
             event = {"KubeconfigInvalid": "member.kubeconfig_invalid",
                      "SecretMissing": "member.secret_missing"}.get(problem.reason, lost)
             self._log.warning(event, reason=str(problem.reason), message=problem.message,

@@ -146,5 +146,5 @@ async def test_insecure_kubeconfig_warns_and_closed_port_is_connection_refused()
         finally:
             await conn.stop()
     assert conn.health.reachable is False
-    assert [e["event"] for e in logs][:2] == ["member.tls_unverified", "member.lost"]
+    assert [e["event"] for e in logs][:2] == ["member.tls_unverified", "member.unreachable"]
     assert "sekret-unit-token" not in repr(logs)
