@@ -35,6 +35,8 @@ from dispatcher.workloads.catalog import Catalog
 
 __all__ = ["Controller"]
 
+SWEEP_MAX_DELETES = 50
+
 log = structlog.get_logger("dispatcher")
 
 SYNC_TIMEOUT_S = 15.0
@@ -180,13 +182,19 @@ class Controller:
             await asyncio.sleep(2.0)  # coalesce reconnect bursts
 
     async def sweep(self) -> int:
-        """Delete our copies whose hub object is gone or that a failover left behind."""
+        """Delete our copies whose hub object is gone or that a failover left behind, at
+        most ``SWEEP_MAX_DELETES`` per pass (a misconfiguration that makes everything look
+        stale costs a bounded number of deletes per interval, and says so in the log)."""
         deleted = 0
         for member in self.fleet.names():
             client = self.fleet.client(member)
             if client is None:
                 continue
             for uid, found in self.copies.items(member):
+                if deleted >= SWEEP_MAX_DELETES:
+                    log.warning("sweep.limited", deleted=deleted,
+                                hint="more stale copies wait for the next pass")
+                    return deleted
                 obj = found.obj
                 key = kind_key(str(obj.get("apiVersion")), str(obj.get("kind")))
                 if (member, key) not in self.copies.synced:
@@ -221,8 +229,9 @@ class Controller:
         if item is not None:
             raw = self.cache.record(uid)
             record = records.read(raw) if raw is not None else None
-            if record is None or record.cluster is None or record.cluster == member:
-                return None
+            if record is None or record.cluster is None \
+                    or self.fleet.same_cluster(record.cluster, member):
+                return None  # where the record says it is (maybe under a second name)
             return f"workload moved to {record.cluster}"
         meta = obj.get("metadata") or {}
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))

@@ -19,9 +19,11 @@ from typing import Any
 from dispatcher.control.decide import CopyState
 from dispatcher.control.names import (
     HUB_GENERATION_ANNOTATION,
+    HUB_OBJECT_ANNOTATION,
     HUB_UID_ANNOTATION,
     HUB_UID_LABEL,
     ORIGIN_LABEL,
+    PREFIX,
 )
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
@@ -30,8 +32,8 @@ from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import strip_server_set
 
-__all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "owner_state",
-           "stamped", "written_generation"]
+__all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "object_key",
+           "owner_state", "stamped", "written_generation"]
 
 _SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
                  "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
@@ -78,13 +80,29 @@ class PodMutations:
     priority_class_name: str | None = None
 
 
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``Kind.group/name`` of an object (``Kind/name`` in the core group)."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(obj.get("kind") or "")
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
+
+
 def stamped(obj: Mapping[str, Any], *, hub_id: str) -> str | None:
-    """The hub uid a member object was stamped with by hub ``hub_id``, else None."""
+    """The hub uid a member object was stamped with by hub ``hub_id``, else None.
+
+    The object must also be the one the stamp names (``HUB_OBJECT_ANNOTATION`` equals its
+    own kind, group and name): stamps an operator copied onto a child object, or that a
+    workload smuggled into a nested template, never make that object a copy.
+    """
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
     if not hub_id or labels.get(ORIGIN_LABEL) != hub_id:
         return None
-    uid = (meta.get("annotations") or {}).get(HUB_UID_ANNOTATION) or labels.get(HUB_UID_LABEL)
+    if annotations.get(HUB_OBJECT_ANNOTATION) != object_key(obj):
+        return None
+    uid = annotations.get(HUB_UID_ANNOTATION) or labels.get(HUB_UID_LABEL)
     return str(uid) if uid else None
 
 
@@ -120,7 +138,8 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     """
     meta = workload.get("metadata") or {}
     uid = str(meta.get("uid") or "")
-    out = {k: _copy.deepcopy(v) for k, v in workload.items() if k != "status"}
+    out = {k: _copy.deepcopy(v) for k, v in workload.items() if k not in ("status", "metadata")}
+    _strip_nested_stamps(out)
     new_meta = {k: _copy.deepcopy(v) for k, v in meta.items() if k not in _SERVER_OWNED}
     labels = dict(new_meta.get("labels") or {})
     labels[ORIGIN_LABEL] = hub_id
@@ -128,6 +147,7 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     annotations = {k: v for k, v in (new_meta.get("annotations") or {}).items()
                    if k not in _HUB_ONLY_ANNOTATIONS}
     annotations[HUB_UID_ANNOTATION] = uid
+    annotations[HUB_OBJECT_ANNOTATION] = object_key(workload)
     if meta.get("generation"):
         annotations[HUB_GENERATION_ANNOTATION] = str(meta["generation"])
     new_meta["labels"] = labels
@@ -141,6 +161,27 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
                        annotations=dict(mutations.annotations) or None,
                        scheduler_name=mutations.scheduler_name,
                        priority_class_name=mutations.priority_class_name)
+
+
+def _strip_nested_stamps(node: Any) -> None:
+    """Remove ``dispatcher.io/`` labels and annotations from every nested ``metadata``
+    (templates of child objects and pods), so a workload cannot make its children carry
+    another workload's stamps. The copy's own metadata is stamped afterwards."""
+    if isinstance(node, list):
+        for item in node:
+            _strip_nested_stamps(item)
+        return
+    if not isinstance(node, dict):
+        return
+    meta = node.get("metadata")
+    if isinstance(meta, dict):
+        for key in ("labels", "annotations"):
+            values = meta.get(key)
+            if isinstance(values, dict):
+                meta[key] = {k: v for k, v in values.items()
+                             if not (isinstance(k, str) and k.startswith(PREFIX))}
+    for value in node.values():
+        _strip_nested_stamps(value)
 
 
 async def delete_if_owned(client: KubeClient, ref: ResourceRef, *, namespace: str, name: str,

@@ -58,6 +58,10 @@ class FleetView(Protocol):
         """Hub namespaces whose workloads may go to ``member`` (empty: any)."""
         ...
 
+    def same_cluster(self, a: str, b: str) -> bool:
+        """Whether two members are one cluster (registered twice)."""
+        ...
+
 
 class LiveFleet:
     """``FleetView`` over the fleet runtime; ``start`` relays its changes to ``pulse``."""
@@ -117,3 +121,6 @@ class LiveFleet:
             return self.fleet.connection(member).spec.allowed_namespaces
         except UnknownMember:
             return ()
+
+    def same_cluster(self, a: str, b: str) -> bool:
+        return self.fleet.same_cluster(a, b)

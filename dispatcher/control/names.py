@@ -2,7 +2,8 @@
 
 Kept in one place because three sides read them: the controller (stamps and checks), the
 orphan sweep (lists by label) and tests (assert on them). Ownership is never guessed: a
-member copy is ours only when it carries both our origin label and the hub uid.
+member copy is ours only when it carries our origin label and the hub uid, and its own
+kind, group and name are the ones its hub-object stamp names.
 """
 
 from __future__ import annotations
@@ -12,16 +13,22 @@ from enum import StrEnum
 __all__ = [
     "FINALIZER",
     "HUB_GENERATION_ANNOTATION",
+    "HUB_OBJECT_ANNOTATION",
     "HUB_UID_ANNOTATION",
     "HUB_UID_LABEL",
     "ORIGIN_LABEL",
+    "PREFIX",
     "Phase",
 ]
 
+PREFIX = "dispatcher.io/"
 ORIGIN_LABEL = "dispatcher.io/origin"
 HUB_UID_LABEL = "dispatcher.io/hub-uid"
 HUB_UID_ANNOTATION = "dispatcher.io/hub-uid"
 HUB_GENERATION_ANNOTATION = "dispatcher.io/hub-generation"
+# ``Kind.group/name`` of the hub object: a copy is the object whose own kind, group and
+# name are these (a child an operator created from it, with inherited stamps, is not)
+HUB_OBJECT_ANNOTATION = "dispatcher.io/hub-object"
 FINALIZER = "dispatcher.io/dispatch"
 
 

@@ -34,7 +34,7 @@ from dispatcher.fleet.kubeconfigs import skips_tls_verify
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
-from dispatcher.kube import watch
+from dispatcher.kube import errors, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NODES, PODS, split_api_version
 
@@ -83,6 +83,9 @@ class MemberConnection:
         self.reservations = MemberReservations(member=spec.name, capacity=self.capacity)
         self.health = healthmod.initial()
         self.kubernetes_version: str | None = None
+        # uid of the member's kube-system namespace: the same cluster registered twice
+        # shows up as two members with one id (None: not readable)
+        self.cluster_id: str | None = None
         self.served: frozenset[tuple[str, str]] | None = None
         """(apiVersion, kind) pairs of the catalog the member serves; None until known."""
         self.synced = False
@@ -232,12 +235,24 @@ class MemberConnection:
         version = str((info or {}).get("gitVersion", "")) or None
         recovered = self.health.first_loss is not None
         self.kubernetes_version = version
+        self.cluster_id = await self._cluster_id(client)
         self.health = healthmod.connected(self.health, now=self._clock(),
                                           version=version or "?")
         event = "member.recovered" if recovered else "member.connected"
         self._log.info(event, server=client.server, version=version)
         await self._discover(client)
         self._notify()
+
+    async def _cluster_id(self, client: KubeClient) -> str | None:
+        try:
+            obj = await client.request("GET", "/api/v1/namespaces/kube-system",
+                                       request_timeout=self._settings.request_timeout_s)
+        except (errors.Forbidden, errors.NotFound):
+            self._log.warning("member.identity_unknown",
+                              hint="cannot read namespace kube-system: a cluster registered "
+                                   "twice cannot be detected (see deploy/member)")
+            return None
+        return str(((obj or {}).get("metadata") or {}).get("uid") or "") or None
 
     async def _discover(self, client: KubeClient) -> None:
         if not self._kinds:

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     SERVER_ERROR = "ServerError"  # 5xx or an unexpected answer
     KUBECONFIG_INVALID = "KubeconfigInvalid"  # malformed, missing context, bad credentials
     SECRET_MISSING = "SecretMissing"  # the referenced Secret or its key does not exist
+    DUPLICATE_CLUSTER = "DuplicateCluster"  # another member is the same cluster
 
 
 # Reasons that say the server answered (so it is reachable) versus the network failed.
@@ -78,6 +79,14 @@ class Health:
         if self.reachable:
             return Reason.ANSWERING
         return self.reason
+
+
+def duplicate(health: Health, *, of: str, cluster_id: str) -> Health:
+    """The member is the same cluster as member ``of`` (registered twice): not Ready, so
+    nothing is placed through it and its copies are ``of``'s."""
+    return replace(health, ready=False, reason=Reason.DUPLICATE_CLUSTER,
+                   message=f"the same cluster as member {of} (kube-system namespace uid "
+                           f"{cluster_id}); unregister one of them")
 
 
 def initial() -> Health:

@@ -30,6 +30,7 @@ import structlog
 import tenacity
 
 from dispatcher.aiotasks import Pulse, cancel_all, guarded
+from dispatcher.fleet import health as healthmod
 from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.capacity import CapacitySummary
@@ -156,7 +157,7 @@ class Fleet:
             out[name] = MemberState(
                 name=name, labels=spec.labels, cordoned=spec.cordoned,
                 allowed_namespaces=spec.allowed_namespaces, static=spec.static,
-                client=conn.client if conn.connected else None, health=conn.health,
+                client=conn.client if conn.connected else None, health=self.health(name),
                 kubernetes_version=conn.kubernetes_version,
                 capacity=conn.capacity.summary(), served_kinds=conn.served)
         return out
@@ -166,7 +167,7 @@ class Fleet:
         out = []
         for name in sorted(self._connections):
             conn = self._connections[name]
-            health = conn.health
+            health = self.health(name)
             out.append(MemberSnapshot(
                 name=name, capacity=conn.capacity, labels=conn.spec.labels,
                 ready=health.ready,
@@ -189,8 +190,32 @@ class Fleet:
         return conn.client if conn is not None and conn.connected else None
 
     def health(self, member: str) -> Health:
-        """The member's health (``first_loss`` is kept across failed reconnects)."""
-        return self.connection(member).health
+        """The member's health (``first_loss`` is kept across failed reconnects); not Ready
+        with reason DuplicateCluster when it is the same cluster as a member named before
+        it (the first name keeps the cluster)."""
+        conn = self.connection(member)
+        first = self.same_cluster_as(member)
+        if first is not None and conn.cluster_id is not None:
+            return healthmod.duplicate(conn.health, of=first, cluster_id=conn.cluster_id)
+        return conn.health
+
+    def same_cluster_as(self, member: str) -> str | None:
+        """The first member (by name) that is the same cluster as ``member``, if another."""
+        cluster_id = self.connection(member).cluster_id
+        if cluster_id is None:
+            return None
+        for name in sorted(self._connections):
+            if name == member:
+                return None
+            if self._connections[name].cluster_id == cluster_id:
+                return name
+        return None
+
+    def same_cluster(self, a: str, b: str) -> bool:
+        """Whether members ``a`` and ``b`` are one cluster (registered twice)."""
+        ids = [self._connections[m].cluster_id if m in self._connections else None
+               for m in (a, b)]
+        return a == b or (ids[0] is not None and ids[0] == ids[1])
 
     @property
     def version(self) -> int:
@@ -386,7 +411,7 @@ class Fleet:
             written = self._written.get(name)
             previous = written[0] if written else (self._objects[name].get("status") or {})
             desired = statusmod.member_status(
-                health=conn.health, capacity=conn.capacity if conn.synced else None,
+                health=self.health(name), capacity=conn.capacity if conn.synced else None,
                 version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now)
             if not statusmod.needs_write(
                     desired, written=written[0] if written else None,

@@ -26,8 +26,8 @@ from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.errors import NotFound
-from dispatcher.kube.resources import NAMESPACES
+from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES
 from dispatcher.workloads.catalog import Catalog
 
 __all__ = ["Harness", "eventually", "get_or_none", "running"]
@@ -51,8 +51,12 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 
 @contextlib.asynccontextmanager
 async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
-                  catalog: Catalog | None = None) -> AsyncIterator[Harness]:
-    """A controller (own hub id) watching one fresh hub namespace, stopped on exit."""
+                  catalog: Catalog | None = None,
+                  aliases: dict[str, str] | None = None) -> AsyncIterator[Harness]:
+    """A controller (own hub id) watching one fresh hub namespace, stopped on exit.
+
+    ``aliases`` registers more members under other names (alias -> fleet cluster name):
+    the same cluster twice, as an operator's mistake would."""
     namespace = f"ctl-{uuid.uuid4().hex[:8]}"
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
@@ -60,7 +64,9 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     catalog = catalog or Catalog.builtin()
     statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
-                    for n in members)
+                    for n in members) + tuple(
+        StaticMember(name=alias, kubeconfig=dev_fleet.cluster(n).kubeconfig)
+        for alias, n in (aliases or {}).items())
     fleet = LiveFleet(Fleet(hub=None, settings=FleetSettings(
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
         unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
@@ -80,6 +86,9 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
         stop.set()
         await task
         await asyncio.wait_for(fleet.stop(), 10)
+        # Its Dispatches hold reservations that other suites' live views would count.
+        with contextlib.suppress(KubeError):
+            await hub.request("DELETE", DISPATCHES.collection(namespace))
         for client in (hub, *members.values()):
             await client.close()
 

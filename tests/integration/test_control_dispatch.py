@@ -20,7 +20,12 @@ from typing import Any
 import pytest
 
 from dispatcher.control.decide import Rules
-from dispatcher.control.names import FINALIZER, HUB_UID_ANNOTATION, ORIGIN_LABEL
+from dispatcher.control.names import (
+    FINALIZER,
+    HUB_OBJECT_ANNOTATION,
+    HUB_UID_ANNOTATION,
+    ORIGIN_LABEL,
+)
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
@@ -219,7 +224,8 @@ async def test_sweep_deletes_an_orphan_copy_only(harness: Harness) -> None:
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": h.namespace}})
     orphan = jobset("orphan", h.namespace, replicas=1, gpus=1)
     orphan["metadata"]["labels"] = {ORIGIN_LABEL: h.controller.settings.hub_id}
-    orphan["metadata"]["annotations"] = {HUB_UID_ANNOTATION: str(uuid.uuid4())}
+    orphan["metadata"]["annotations"] = {HUB_UID_ANNOTATION: str(uuid.uuid4()),
+                                         HUB_OBJECT_ANNOTATION: "JobSet.jobset.x-k8s.io/orphan"}
     await client.request("POST", JOBSETS.collection(h.namespace), body=orphan)
     other = jobset("not-ours", h.namespace, replicas=1, gpus=1)
     other["metadata"]["labels"] = {ORIGIN_LABEL: "another-hub"}
@@ -257,12 +263,18 @@ async def test_live_view_counts_in_flight_reservations(harness: Harness,
 
     reservation = await eventually(placed, what="the reservation on the Dispatch")
     obj = await live.hub_workload(h.hub, catalog, namespace=h.namespace, ref="JobSet/explained")
-    with_it = {m.name: m.capacity.free for m in await live.live_snapshots(
-        config, hub=h.hub, catalog=catalog)}
-    without = {m.name: m.capacity.free for m in await live.live_snapshots(
-        config, hub=h.hub, catalog=catalog, exclude_uid=obj["metadata"]["uid"])}
     member = reservation["member"]
-    assert without[member] - with_it[member] == sum(n["gpus"] for n in reservation["nodes"])
+    held = sum(n["gpus"] for n in reservation["nodes"])
+
+    async def counted() -> bool:
+        # other tests' reservations may expire between the two reads: read again then
+        with_it = {m.name: m.capacity.free for m in await live.live_snapshots(
+            config, hub=h.hub, catalog=catalog)}
+        without = {m.name: m.capacity.free for m in await live.live_snapshots(
+            config, hub=h.hub, catalog=catalog, exclude_uid=obj["metadata"]["uid"])}
+        return without[member] - with_it[member] == held
+
+    await eventually(counted, what=f"the {held} reserved GPUs counted on {member}")
 
 
 async def test_stuck_copy_moves_then_fails_after_bounded_attempts(dev_fleet: FleetState) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.copies import Rejection, build_copy
+from dispatcher.control.copies import Rejection, build_copy, stamped
 from dispatcher.control.decide import ActionKind, Rules, after_rejection
 from dispatcher.control.record import DispatchRecord
 from dispatcher.kube.errors import error_for_status
@@ -145,3 +145,41 @@ def test_rejection_message_is_one_bounded_line() -> None:
                              message="first\nsecond " + "x" * 5000)
     assert "\n" not in rejection.message and len(rejection.message) <= 600
     assert rejection.describe().startswith("HTTP 422 Invalid: first second")
+
+
+def _jobset_with_smuggled_stamps() -> dict[str, Any]:
+    """A JobSet whose child Job template carries another workload's stamps (finding 3)."""
+    victim = {"dispatcher.io/origin": "hub-a", "dispatcher.io/hub-uid": "victim-uid"}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "attacker", "namespace": "team-b", "uid": "attacker-uid"},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {
+                "metadata": {"labels": {**victim, "team": "b"}, "annotations": {
+                    "dispatcher.io/hub-uid": "victim-uid",
+                    "dispatcher.io/hub-object": "Job.batch/eval"}},
+                "spec": {"template": {"metadata": {"labels": dict(victim)}, "spec": {
+                    "containers": [{"name": "c", "image": "busybox"}]}}}}}]}}
+
+
+def test_nested_templates_lose_every_dispatcher_stamp() -> None:
+    out = build_copy(_jobset_with_smuggled_stamps(), hub_id="hub-a",
+                     definition=CATALOG.find("jobset.x-k8s.io/v1alpha2", "JobSet"))
+    job_template = out["spec"]["replicatedJobs"][0]["template"]
+    assert job_template["metadata"]["labels"] == {"team": "b"}
+    assert job_template["metadata"]["annotations"] == {}
+    pod_labels = job_template["spec"]["template"]["metadata"]["labels"]
+    # only our own stamp, for the attacker's own uid (pods are attributed to their workload)
+    assert pod_labels == {"dispatcher.io/hub-uid": "attacker-uid"}
+    assert stamped(out, hub_id="hub-a") == "attacker-uid"
+
+
+def test_a_child_with_inherited_stamps_is_not_a_copy() -> None:
+    hub = hub_job()
+    copy_ = build_copy(hub, hub_id="hub-a", definition=CATALOG.find("batch/v1", "Job"))
+    assert stamped(copy_, hub_id="hub-a") == "uid-1"
+    # an operator created a Pod (or any child) copying the Job's labels and annotations
+    child = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "eval-x7k2p", "labels": copy_["metadata"]["labels"],
+        "annotations": copy_["metadata"]["annotations"]}}
+    assert stamped(child, hub_id="hub-a") is None
+    renamed = {**copy_, "metadata": {**copy_["metadata"], "name": "other"}}
+    assert stamped(renamed, hub_id="hub-a") is None

@@ -13,7 +13,12 @@ from dispatcher.control import record
 from dispatcher.control.copies import build_copy, owner_state, stamped
 from dispatcher.control.decide import CopyState
 from dispatcher.control.leader import is_free
-from dispatcher.control.names import HUB_UID_ANNOTATION, ORIGIN_LABEL, Phase
+from dispatcher.control.names import (
+    HUB_OBJECT_ANNOTATION,
+    HUB_UID_ANNOTATION,
+    ORIGIN_LABEL,
+    Phase,
+)
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.patches import apply_merge
 from dispatcher.placement.model import Decision, NodeGrant, Verdict
@@ -95,7 +100,7 @@ def test_copy_is_stripped_and_stamped() -> None:
     assert not {"uid", "resourceVersion", "finalizers", "ownerReferences", "managedFields",
                 "creationTimestamp"} & set(meta)
     assert meta["labels"][ORIGIN_LABEL] == "h" and meta["labels"]["k"] == "v"
-    assert meta["annotations"] == {HUB_UID_ANNOTATION: "u1"}
+    assert meta["annotations"] == {HUB_UID_ANNOTATION: "u1", HUB_OBJECT_ANNOTATION: "K/t"}
     assert hub["metadata"]["uid"] == "u1"  # input untouched
     assert stamped(copy, hub_id="h") == "u1"
     assert stamped(copy, hub_id="other") is None
