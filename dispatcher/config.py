@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dispatcher.control.admission import LEVELS
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
@@ -213,7 +214,9 @@ def _control(r: _Reader) -> ControlSettings:
     policy = placement.choice("defaultPolicy", "most-free", PLACEMENT_POLICIES)
     placement.done()
     submit = r.section("submit")
-    create_ns = submit.get("createNamespaces", bool, True)
+    create_ns = submit.get("createNamespaces", bool, False)
+    psa_floor = submit.choice("podSecurityFloor", "baseline", LEVELS)
+    admission_check = submit.get("admissionCheck", bool, True)
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
                              annotations=tpl.string_map("annotations"),
@@ -259,7 +262,8 @@ def _control(r: _Reader) -> ControlSettings:
         raise r.error("hubId", "must not be empty")
     return ControlSettings(
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
-        create_namespaces=create_ns, pod_mutations=mutations, backfill_limit=backfill,
+        create_namespaces=create_ns, pod_security_floor=psa_floor,
+        admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,
         workers=r.integer("workers", 64, minimum=1), record_events=r.get("events", bool, True),
         leader=leader, server=server, log_level=level)

@@ -158,7 +158,7 @@ def _add(args: argparse.Namespace) -> int:
     import yaml
 
     from dispatcher.fleet import registration
-    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
+    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, credential_plugin, flatten
     from dispatcher.kube.errors import KubeError
 
     try:
@@ -184,6 +184,10 @@ def _add(args: argparse.Namespace) -> int:
         print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
               f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
                                           else ""))
+
+    plugin = credential_plugin(kubeconfig)
+    if plugin:
+        return _fail(f"{plugin}: register with --create-identity to store a minted token", 2)
 
     async def apply() -> registration.Registered:
         async with await _hub(args) as hub:

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import actions
+from dispatcher.control import actions, admission
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
 from dispatcher.control.copies import Rejection, build_copy, delete_if_owned, owner_state
@@ -32,9 +32,9 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, KubeError, NotFound
+from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound
 from dispatcher.kube.patches import strip_nulls
-from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES, PODS, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import (
     Decision,
@@ -46,6 +46,7 @@ from dispatcher.placement.model import (
 from dispatcher.sim.trace import resolved_event
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.mutate import pod_templates
 from dispatcher.workloads.resolve import Resolution, status_of
 
 __all__ = ["Reconciler", "member_copy", "restrict"]
@@ -367,9 +368,19 @@ class Reconciler:
         self.cache.put(item.ref, updated, force=True)
 
     async def ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        """Create ``namespace`` on a member with the hub namespace's Pod Security labels,
+        never below ``submit.podSecurityFloor`` (``admission.namespace_labels``)."""
+        try:
+            hub_ns = await self.hub.request("GET", NAMESPACES.item(namespace))
+            hub_labels = (hub_ns.get("metadata") or {}).get("labels") or {}
+        except KubeError:
+            hub_labels = {}  # unreadable: the floor alone applies
+        labels = admission.namespace_labels(hub_labels,
+                                            floor=self.settings.pod_security_floor)
         with contextlib.suppress(Conflict):
             await client.request("POST", NAMESPACES.collection(), body={
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": labels}})
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool | Rejection:
@@ -380,8 +391,13 @@ class Reconciler:
         client = self.fleet.client(cluster)
         if client is None:
             return False
+        definition = self.catalog.find(str(workload["apiVersion"]), str(workload["kind"]))
         try:
             body = self.copy_body(workload)
+            pods = admission.dry_run_pods(
+                pod_templates(body, definition) if definition is not None
+                and self.settings.admission_check else [],
+                namespace=str(workload["metadata"].get("namespace") or "default"))
         except WorkloadError as exc:
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
@@ -392,7 +408,8 @@ class Reconciler:
                                         f"({workload['apiVersion']})")
         namespace = str(workload["metadata"].get("namespace") or "default")
         try:
-            created = await self._post_copy(client, ref, namespace=namespace, body=body)
+            created = await self._submit(client, ref, cluster=cluster, namespace=namespace,
+                                         body=body, pods=pods)
         except Conflict:
             existing = await client.request("GET", ref.item(body["metadata"]["name"],
                                                             namespace))
@@ -407,18 +424,57 @@ class Reconciler:
                 raise
             return Rejection.of(cluster, status=exc.status, reason=exc.reason or
                                 type(exc).__name__, message=exc.detail)
+        if isinstance(created, Rejection):
+            return created
         self.copies.put(cluster, uid, self.cached_copy(created))
         return True
 
-    async def _post_copy(self, client: KubeClient, ref: ResourceRef, *, namespace: str,
-                         body: Mapping[str, Any]) -> Any:
-        try:
-            return await client.request("POST", ref.collection(namespace), body=body)
-        except NotFound:
-            if not self.settings.create_namespaces:
-                raise
-            await self.ensure_namespace(client, namespace)
-            return await client.request("POST", ref.collection(namespace), body=body)
+    async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
+                      namespace: str, body: Mapping[str, Any],
+                      pods: Sequence[Mapping[str, Any]]) -> Any:
+        """Admission dry-run of the pods, then the create; the namespace is created first
+        when it is missing and ``submit.createNamespaces`` allows it."""
+        for last in (False, True):
+            try:
+                refused = await self._admit(client, cluster=cluster, namespace=namespace,
+                                            pods=pods)
+                if refused is not None:
+                    return refused
+                return await client.request("POST", ref.collection(namespace), body=body)
+            except NotFound as exc:
+                if last or f'namespaces "{namespace}" not found' not in exc.detail:
+                    raise
+                if not self.settings.create_namespaces:
+                    return Rejection.of(
+                        cluster, status=404, reason="NamespaceMissing",
+                        message=f"namespace {namespace} does not exist on {cluster}; the "
+                                f"member's operator prepares the namespaces it takes "
+                                f"(submit.createNamespaces is off)")
+                await self.ensure_namespace(client, namespace)
+        raise AssertionError("unreachable")
+
+    async def _admit(self, client: KubeClient, *, cluster: str, namespace: str,
+                     pods: Sequence[Mapping[str, Any]]) -> Rejection | None:
+        """The member's admission verdict on each pod template (``dryRun=All``): a
+        Rejection on a refusal (403); a pod invalid as such (422: an operator completes
+        it) is not the admission's word and passes."""
+        for pod in pods:
+            try:
+                await client.request("POST", PODS.collection(namespace), body=pod,
+                                     query=[("dryRun", "All")])
+            except (Forbidden, Invalid) as exc:
+                if isinstance(exc, Invalid):
+                    continue
+                if 'cannot create resource "pods"' in exc.detail:
+                    # RBAC, not admission: this identity cannot ask (deploy/member grants
+                    # it); the copy is still created, and the log says what was skipped
+                    log.warning("admission.unchecked", member=cluster, namespace=namespace,
+                                message=exc.detail[:300])
+                    return None
+                return Rejection.of(cluster, status=exc.status, reason="PodNotAdmitted",
+                                    message=f"a pod of this workload would not be admitted "
+                                            f"in namespace {namespace}: {exc.detail}")
+        return None
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

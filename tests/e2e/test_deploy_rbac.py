@@ -203,6 +203,7 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
         "hubId": HUB_ID,
         "hub": {"kubeconfig": str(hub_kubeconfig)},
         "watch": {"namespaces": [namespace]},
+        "submit": {"createNamespaces": True},
         # The Lease name the Role allows (resourceNames); short, so a stale one clears soon.
         "leaderElection": {"enabled": True, "namespace": SYSTEM, "name": "dispatcher",
                            "leaseDuration": 6, "renewEvery": 2},

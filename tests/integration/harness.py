@@ -52,11 +52,13 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 @contextlib.asynccontextmanager
 async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   catalog: Catalog | None = None,
-                  aliases: dict[str, str] | None = None) -> AsyncIterator[Harness]:
+                  aliases: dict[str, str] | None = None,
+                  create_namespaces: bool = True) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace, stopped on exit.
 
     ``aliases`` registers more members under other names (alias -> fleet cluster name):
-    the same cluster twice, as an operator's mistake would."""
+    the same cluster twice, as an operator's mistake would. ``create_namespaces`` is on:
+    the test namespaces exist on the hub only."""
     namespace = f"ctl-{uuid.uuid4().hex[:8]}"
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
@@ -72,6 +74,7 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
         unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
         kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
     settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}", namespaces=(namespace,),
+                               create_namespaces=create_namespaces,
                                sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
                                server=ServerSettings(port=0))

@@ -145,7 +145,9 @@ def test_member_role_grants_each_catalog_kind_and_read_only_capacity() -> None:
     workloads = catalog_resources()
     for resource in workloads:
         assert granted.get(resource) == MEMBER_WORKLOAD_VERBS, resource
-    assert granted[("", "nodes")] == granted[("", "pods")] == {"list", "watch"}
+    assert granted[("", "nodes")] == {"list", "watch"}
+    # pods: read for capacity, create only for the admission dry-run of pod templates
+    assert granted[("", "pods")] == {"list", "watch", "create"}
     extra = set(granted) - workloads - {("", "nodes"), ("", "pods")}
     assert extra == set()
     create_ns = grants(one(docs, "ClusterRole", "dispatcher-member-namespaces")["rules"])
