@@ -32,6 +32,9 @@ not 2,001st. Oldest-first across namespaces would let any burst delay everyone.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["Entry", "PendingQueue"]
@@ -62,10 +65,10 @@ class PendingQueue:
         self.backfill_limit = backfill_limit
         self._entries: dict[str, Entry] = {}
         self._by_namespace: dict[str, dict[str, Entry]] = {}
+        self._sorted: dict[str, list[tuple[tuple[int, float, str], Entry]]] = {}
         self._bypassed: dict[str, int] = {}
         self._saturated: dict[str, set[str]] = {}  # namespace -> uids at the limit
         self._parked: dict[str, tuple[Entry, str]] = {}
-        self._order: list[Entry] | None = None
 
     def __len__(self) -> int:
         """Pending workloads: waiting plus parked."""
@@ -89,8 +92,9 @@ class PendingQueue:
             count = 0
         self._entries[entry.uid] = entry
         self._by_namespace.setdefault(entry.namespace, {})[entry.uid] = entry
+        bisect.insort(self._sorted.setdefault(entry.namespace, []), (entry.order, entry),
+                      key=lambda item: item[0])
         self._set_bypassed(entry, count)
-        self._order = None
 
     def park(self, entry: Entry, reason: str) -> None:
         """``entry`` cannot be placed whatever capacity frees (``reason`` says why): it
@@ -105,14 +109,16 @@ class PendingQueue:
             self._drop(uid)
             del self._entries[uid]
             self._bypassed.pop(uid, None)
-            self._order = None
 
     def _drop(self, uid: str) -> None:
         old = self._entries[uid]
         members = self._by_namespace.get(old.namespace, {})
         members.pop(uid, None)
+        ordered = self._sorted[old.namespace]
+        del ordered[bisect.bisect_left(ordered, old.order, key=lambda item: item[0])]
         if not members:
             self._by_namespace.pop(old.namespace, None)
+            self._sorted.pop(old.namespace, None)
         saturated = self._saturated.get(old.namespace)
         if saturated is not None:
             saturated.discard(uid)
@@ -127,17 +133,25 @@ class PendingQueue:
     def ordered(self) -> list[Entry]:
         """Waiting workloads, the one to try first first (priority, then turns across
         namespaces, then age)."""
-        if self._order is None:
-            keyed: list[tuple[tuple[int, int, float, str], Entry]] = []
-            for members in self._by_namespace.values():
-                rank: dict[int, int] = {}
-                for entry in sorted(members.values(), key=lambda e: e.order):
-                    turn = rank.get(entry.priority, 0)
-                    rank[entry.priority] = turn + 1
-                    keyed.append(((-entry.priority, turn, entry.created, entry.uid), entry))
-            keyed.sort(key=lambda item: item[0])
-            self._order = [entry for _, entry in keyed]
-        return list(self._order)
+        return list(self.in_order())
+
+    def in_order(self) -> Iterator[Entry]:
+        """``ordered`` lazily, over a copy (the queue may change while it is read): a
+        caller that stops early pays only for what it read."""
+        lanes = [self._turns(list(items)) for items in self._sorted.values()]
+        for _, entry in heapq.merge(*lanes, key=lambda item: item[0]):
+            yield entry
+
+    @staticmethod
+    def _turns(items: list[tuple[tuple[int, float, str], Entry]]
+               ) -> Iterator[tuple[tuple[int, int, float, str], Entry]]:
+        """One namespace's entries keyed by (-priority, turn, created, uid), where turn
+        counts the entries of the same namespace and priority ahead of it."""
+        turn, priority = 0, None
+        for _, entry in items:
+            turn = turn + 1 if entry.priority == priority else 0
+            priority = entry.priority
+            yield (-entry.priority, turn, entry.created, entry.uid), entry
 
     def parked(self) -> list[tuple[Entry, str]]:
         """Parked workloads and why, oldest first."""
