@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import actions, admission
+from dispatcher.control import actions, admission, parking
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
 from dispatcher.control.copies import Rejection, build_copy, delete_if_owned, owner_state
@@ -27,7 +27,8 @@ from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import Entry, PendingQueue, priority_of
+from dispatcher.control.priority import InvalidPriority
+from dispatcher.control.queue import Entry, PendingQueue
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
 from dispatcher.fleet.reservations import Reservation
@@ -132,6 +133,7 @@ class Reconciler:
         self._resolved: dict[str, tuple[int, Resolution]] = {}
         self._foreign: dict[tuple[str, str], float] = {}
         self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
+        self._bare = parking.BareFleet()  # what the fleet could ever run (``_place``)
 
     # -- snapshot ------------------------------------------------------------------------
 
@@ -232,29 +234,43 @@ class Reconciler:
         resolution = self.catalog.resolve(workload)
         self._resolved[uid] = (generation, resolution)
         meta = workload["metadata"]
+        namespace = str(meta.get("namespace") or "")
+        try:  # the effective priority (``_place`` parks a junk one before resolving)
+            priority = self.settings.priority.of(meta.get("annotations"), namespace)
+        except InvalidPriority:
+            priority = self.settings.priority.of(None, namespace)
         event = resolved_event(ts=records.format_time(self.clock()), uid=uid,
-                               namespace=str(meta.get("namespace") or ""),
+                               namespace=namespace,
                                name=str(meta["name"]), api_version=resolution.api_version,
                                kind=resolution.kind, definition=resolution.definition_name,
                                demand=resolution.demand,
-                               priority=priority_of(meta.get("annotations")))
+                               priority=priority)
         event.pop("ts")
         log.info(event.pop("event"), **event)
         return resolution
 
     def _place(self, uid: str, snap: Snapshot) -> Decision:
+        """Place ``uid`` now, or say why not: parked when it can never wait usefully
+        (invalid annotations, unresolvable, no member could ever run it: see
+        ``control.parking``), queued when it only needs capacity or its namespace's gate
+        holds it."""
         workload, record = snap.workload, snap.record
         assert workload is not None and record is not None
         meta = workload["metadata"]
         policy = self.settings.default_policy
-        entry = Entry(uid=uid, priority=priority_of(meta.get("annotations")),
+        namespace = str(meta.get("namespace") or "")
+        entry = Entry(uid=uid, priority=0, namespace=namespace,
                       created=records.parse_time(meta.get("creationTimestamp")) or snap.now,
-                      name=f"{meta.get('namespace')}/{meta['name']}")
+                      name=f"{namespace}/{meta['name']}")
+        try:
+            entry = replace(entry, priority=self.settings.priority.of(
+                meta.get("annotations"), namespace))
+        except InvalidPriority as exc:
+            return self._park(entry, str(exc), policy=policy)
         try:
             resolution = self.resolution(uid, workload)
         except WorkloadError as exc:
-            self.queue.add(entry)
-            return _no_choice(f"cannot resolve: {str(exc).splitlines()[0][:500]}",
+            return self._park(entry, f"cannot resolve: {str(exc).splitlines()[0][:500]}",
                               policy=policy)
         held = [m for m in self.copies.where(uid) if self.fleet.health(m).reachable]
         if held:  # a copy already exists (record lost or requeued): adopt, never duplicate
@@ -265,20 +281,30 @@ class Reconciler:
                                               reason="a copy of this workload is there"),),
                             chosen=held[0], assignment=(),
                             summary=f"adopting the copy already on {held[0]}")
+        request = self._request(workload, resolution)
+        invalid = parking.annotation_error(request)
+        if invalid is not None:
+            return self._park(entry, invalid, policy=policy)
         blocker = self.queue.gate(entry)
         if blocker is not None:
             self.queue.add(entry)
             return _no_choice(f"waiting behind {blocker.name} (bypassed "
                               f"{self.queue.bypasses(blocker.uid)} times; backfill limit "
-                              f"{self.queue.backfill_limit})", policy=policy)
+                              f"{self.queue.backfill_limit} in namespace {namespace})",
+                              policy=policy)
+        members = self._members(workload, excluded=record.excluded)
         try:
-            decision = engine.decide(self._members(workload, excluded=record.excluded),
-                                     self._request(workload, resolution))
-        except PlacementError as exc:
-            self.queue.add(entry)
-            return _no_choice(str(exc), policy=policy)
+            decision = engine.decide(members, request)
+        except PlacementError as exc:  # the pinned member does not exist
+            return self._park(entry, f"{parking.UNPLACEABLE}{exc}", policy=policy)
         log.info("placement.decided", uid=uid, **decision.to_dict())
         if decision.chosen is None:
+            bare, unknown = self._bare.view(self.fleet.snapshots())
+            never = parking.unplaceable(
+                self._restrict(bare, workload, excluded=record.excluded), request,
+                unknown=unknown)
+            if never is not None:
+                return self._park(entry, never, policy=policy)
             self.queue.add(entry)
             return decision
         reservations = self.fleet.reservations(decision.chosen)
@@ -290,6 +316,12 @@ class Reconciler:
         self.queue.placed(entry)
         self.metrics.pending.set(len(self.queue))
         return decision
+
+    def _park(self, entry: Entry, reason: str, *, policy: str) -> Decision:
+        """``entry`` waits outside the gate (``PendingQueue.park``); ``reason`` is its
+        Pending message."""
+        self.queue.park(entry, reason)
+        return _no_choice(reason, policy=policy)
 
     def _request(self, workload: Mapping[str, Any], resolution: Resolution
                  ) -> PlacementRequest:
@@ -303,7 +335,11 @@ class Reconciler:
 
     def _members(self, workload: Mapping[str, Any], *, excluded: Sequence[str]
                  ) -> list[MemberSnapshot]:
-        return restrict(self.fleet.snapshots(), excluded=excluded,
+        return self._restrict(self.fleet.snapshots(), workload, excluded=excluded)
+
+    def _restrict(self, members: Sequence[MemberSnapshot], workload: Mapping[str, Any], *,
+                  excluded: Sequence[str]) -> list[MemberSnapshot]:
+        return restrict(members, excluded=excluded,
                         namespace=str(workload["metadata"].get("namespace") or "default"),
                         allowed=self.fleet.allowed_namespaces)
 

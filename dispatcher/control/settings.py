@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.priority import PriorityPolicy
 
 __all__ = ["ControlSettings", "LeaderSettings", "ServerSettings"]
 
@@ -65,7 +66,10 @@ class ControlSettings:
     pod_mutations: PodMutations = field(default_factory=PodMutations)
     """Pod-template changes applied to every copy (labels, scheduler, ...)."""
     backfill_limit: int = 50
-    """How many later workloads may be placed ahead of a waiting one before it blocks them."""
+    """How many later workloads of its namespace may be placed ahead of a waiting one before
+    it blocks them (other namespaces are never blocked by it)."""
+    priority: PriorityPolicy = field(default_factory=PriorityPolicy)
+    """How ``dispatcher.io/priority`` is honoured (``queue.priority``)."""
     reservation_ttl_s: float = 300.0
     """GPUs of a decision stay reserved this long unless the pods show up first."""
     rules: Rules = field(default_factory=Rules)
