@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from dispatcher.sim.quantities import format_duration, parse_duration
     from dispatcher.sim.runner import run_policies, run_scenario
     from dispatcher.sim.scenario import ScenarioError, load_scenario
-    from dispatcher.sim.trace import TraceError
+    from dispatcher.workloads.trace import TraceError
 
     try:
         duration = None if args.duration is None else parse_duration(args.duration)
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _trace_stream(path: str, run_time: float | None) -> list[Any]:
     from dispatcher.sim.stream import stream_from_trace
-    from dispatcher.sim.trace import TraceError, read_trace
+    from dispatcher.workloads.trace import TraceError, read_trace
 
     try:
         with open(path, encoding="utf-8") as handle:

@@ -23,7 +23,7 @@ from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import Decision
-from dispatcher.sim.trace import EVENT_DELETED, EVENT_FINISHED
+from dispatcher.workloads.trace import EVENT_DELETED, EVENT_FINISHED
 
 if TYPE_CHECKING:
     from dispatcher.control.reconcile import Reconciler

@@ -3,7 +3,7 @@
 Log lines are structlog JSON, one per event, with stable event names (``EVENTS``) and the
 workload uid as ``uid``; values come from the control loop's own data, never from
 credentials (kubeconfigs and tokens never reach a log call). The ``workload.resolved``
-line is built by ``dispatcher.sim.trace.resolved_event`` so ``dispatcher simulate --trace``
+line is built by ``dispatcher.workloads.trace.resolved_event`` so ``dispatcher simulate --trace``
 can replay a controller log.
 """
 

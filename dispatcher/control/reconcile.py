@@ -44,11 +44,11 @@ from dispatcher.placement.model import (
     PlacementRequest,
     Verdict,
 )
-from dispatcher.sim.trace import resolved_event
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.mutate import pod_templates
 from dispatcher.workloads.resolve import Resolution, status_of
+from dispatcher.workloads.trace import resolved_event
 
 __all__ = ["Reconciler", "member_copy", "restrict"]
 

@@ -19,8 +19,8 @@ from typing import Any
 from dispatcher.control.names import Phase
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.placement.model import Decision
-from dispatcher.sim.trace import gangs_json
 from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.trace import gangs_json
 
 __all__ = [
     "DispatchRecord",

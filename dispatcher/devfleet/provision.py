@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from dispatcher.devfleet import workload_crds
-from dispatcher.devfleet.binaries import source_path
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import MemberSpec, node_manifests
+from dispatcher.sources import source_path
 
 __all__ = ["crds_dir", "install_crds", "provision_hub", "provision_member"]
 

@@ -44,11 +44,11 @@ from typing import Any, Literal
 
 import yaml
 
-from dispatcher.devfleet.binaries import BuildError, source_path
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
 from dispatcher.kube import errors
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NAMESPACES, NODES, SECRETS, ResourceRef
+from dispatcher.sources import SourceMissing, source_path
 
 __all__ = [
     "APPLY_PATCH",
@@ -129,7 +129,7 @@ def identity_dir() -> Path:
         return Path(override)
     try:
         return source_path("deploy", "member")
-    except BuildError as exc:
+    except SourceMissing as exc:
         raise IdentityError(f"{exc}, or set {MANIFESTS_ENV} to a copy of deploy/member"
                             ) from None
 

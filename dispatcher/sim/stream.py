@@ -16,8 +16,8 @@ from typing import Any
 from dispatcher.sim.backend import Rules
 from dispatcher.sim.results import SimWorkload
 from dispatcher.sim.scenario import Scenario, ScenarioError
-from dispatcher.sim.trace import TraceWorkload
 from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.trace import TraceWorkload
 
 __all__ = ["Resolver", "build_stream", "stream_from_trace"]
 

@@ -248,7 +248,7 @@ async def test_live_view_counts_in_flight_reservations(harness: Harness,
                                                       dev_fleet: FleetState) -> None:
     """``dispatcher explain`` live: the controller's members, reservations from Dispatches."""
     from dispatcher.config import Config
-    from dispatcher.control import live
+    from dispatcher.shell import live
 
     h = harness
     statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
