@@ -90,6 +90,7 @@ async def client_for(state: FleetState, name: str) -> KubeClient:
 def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
+              "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
                   {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in MEMBERS]}}
     path = workdir / "config.yaml"

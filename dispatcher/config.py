@@ -20,8 +20,10 @@ from typing import Any
 
 import yaml
 
+from dispatcher.control.admission import LEVELS
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 
@@ -205,6 +207,27 @@ def _fleet(r: _Reader, base: Path) -> FleetSettings:
         raise r.error("", str(exc)) from None
 
 
+def _priority(r: _Reader) -> PriorityPolicy:
+    """``queue.priority``: default, max, maxByNamespace (integers within the sane range)."""
+
+    def bounded(reader: _Reader, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise reader.error(name, f"must be an integer, got {value!r}")
+        if abs(value) > PRIORITY_LIMIT:
+            raise reader.error(name, f"must be between -{PRIORITY_LIMIT} and "
+                                     f"{PRIORITY_LIMIT}, got {value}")
+        return value
+
+    default = bounded(r, "default", r.get("default", int, 0))
+    cap = bounded(r, "max", r.get("max", int, 0))
+    caps = r.get("maxByNamespace", dict, {})
+    by_namespace = {str(ns): bounded(r, f"maxByNamespace.{ns}", value)
+                    for ns, value in caps.items()}
+    r.done()
+    return PriorityPolicy(default=default, max=cap,
+                          max_by_namespace=MappingProxyType(by_namespace))
+
+
 def _control(r: _Reader) -> ControlSettings:
     watch = r.section("watch")
     namespaces, selector = watch.strings("namespaces"), watch.get("labelSelector", str, "")
@@ -213,7 +236,9 @@ def _control(r: _Reader) -> ControlSettings:
     policy = placement.choice("defaultPolicy", "most-free", PLACEMENT_POLICIES)
     placement.done()
     submit = r.section("submit")
-    create_ns = submit.get("createNamespaces", bool, True)
+    create_ns = submit.get("createNamespaces", bool, False)
+    psa_floor = submit.choice("podSecurityFloor", "baseline", LEVELS)
+    admission_check = submit.get("admissionCheck", bool, True)
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
                              annotations=tpl.string_map("annotations"),
@@ -223,6 +248,7 @@ def _control(r: _Reader) -> ControlSettings:
     submit.done()
     queue = r.section("queue")
     backfill = queue.integer("backfillLimit", 50)
+    priority = _priority(queue.section("priority"))
     queue.done()
     res = r.section("reservations")
     ttl = res.number("ttl", 300.0, strict=True)
@@ -259,7 +285,9 @@ def _control(r: _Reader) -> ControlSettings:
         raise r.error("hubId", "must not be empty")
     return ControlSettings(
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
-        create_namespaces=create_ns, pod_mutations=mutations, backfill_limit=backfill,
+        create_namespaces=create_ns, pod_security_floor=psa_floor,
+        admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
+        priority=priority,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,
         workers=r.integer("workers", 64, minimum=1), record_events=r.get("events", bool, True),
         leader=leader, server=server, log_level=level)

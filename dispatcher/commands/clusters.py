@@ -19,13 +19,26 @@ examples:
   dispatcher clusters add gpu-east --kubeconfig east.yaml --context admin@east \\
       --label region=us-east --label tier=prod
   dispatcher clusters add gpu-east --kubeconfig east.yaml --cordon   update: no new dispatches
-  dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity
-                                  register a least-privilege token, not the admin kubeconfig
+  dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity \\
+      --namespace team-a --namespace team-b
+                                  register a least-privilege token, not the admin kubeconfig:
+                                  it reads cluster-wide and writes only in team-a and team-b
+                                  (a RoleBinding each); placement sends it only those
+  dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity \\
+      --namespaces team-a,team-c --create-namespaces
+                                  ... creating team-c on the member first if missing
+  dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity --cluster-wide
+                                  opt-in: the token writes in EVERY namespace of the member,
+                                  kube-system included (see the warning it prints)
   dispatcher clusters remove gpu-east
 
 'add' stores only the chosen context of the kubeconfig, with certificate and token files
 inlined, in the Secret dispatcher-system/NAME-kubeconfig on the hub, then creates or updates
-the MemberCluster NAME that points at it. The running controller connects within seconds.
+the MemberCluster NAME that points at it (with --namespace: spec.allowedNamespaces, so only
+those namespaces' workloads are placed there). The running controller connects within seconds.
+With --create-identity, say where the member identity may write: --namespace (the default
+install, deploy/member/) or --cluster-wide (deploy/member/cluster-wide/); re-running with
+other choices removes the bindings the new choice does not hold.
 The hub is reached through --hub-kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
 """
 
@@ -60,7 +73,24 @@ def register(subparsers: Any) -> None:
                      help="register cordoned: no new dispatches until uncordoned")
     add.add_argument("--create-identity", action="store_true",
                      help="--kubeconfig is an admin's: apply deploy/member/ on the member with "
-                          "it, mint a token for that ServiceAccount and register only that")
+                          "it, mint a token for that ServiceAccount and register only that; "
+                          "needs --namespace or --cluster-wide")
+    add.add_argument("--namespace", "--namespaces", dest="namespaces", action="append",
+                     default=[], metavar="NS[,NS...]",
+                     help="a namespace hub workloads may run in on this member (repeatable or "
+                          "comma-separated; never kube-*): set as the MemberCluster's "
+                          "allowedNamespaces and, with --create-identity, the only namespaces "
+                          "the identity may write in (one RoleBinding each)")
+    add.add_argument("--cluster-wide", action="store_true",
+                     help="with --create-identity, OPT-IN: let the identity write in every "
+                          "namespace of the member, kube-system included "
+                          "(deploy/member/cluster-wide/); combine with --namespace to still "
+                          "restrict placement")
+    add.add_argument("--create-namespaces", action="store_true",
+                     help="with --create-identity: with --namespace, create the missing "
+                          "listed namespaces on the member now (admin kubeconfig); with "
+                          "--cluster-wide, let the identity create namespaces itself (for "
+                          "config submit.createNamespaces: true)")
     add.add_argument("--token-source", choices=("auto", "secret", "request"), default="auto",
                      help="with --create-identity: the token Secret (long-lived), a "
                           "TokenRequest (expires, works without a token controller), or the "
@@ -154,13 +184,36 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
+CLUSTER_WIDE_WARNING = """\
+warning: --cluster-wide: the member identity of {name} may create, patch and delete workloads
+  (Deployments, Jobs, Pods, ... every catalog kind) in EVERY namespace of the member,
+  kube-system included{create}. Anyone who can submit a workload on the hub, or who obtains the
+  token from the hub Secret, can then run pods on {name} in any namespace as far as its
+  admission allows. {allowed}
+  Prefer --namespace NS (one RoleBinding per namespace). See
+  deploy/member/cluster-wide/kustomization.yaml."""
+
+
+def _namespaces(items: list[str]) -> list[str]:
+    return [n.strip() for item in items for n in item.split(",") if n.strip()]
+
+
 def _add(args: argparse.Namespace) -> int:
     import yaml
 
-    from dispatcher.fleet import registration
-    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
+    from dispatcher.fleet import identity, registration
+    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, credential_plugin, flatten
     from dispatcher.kube.errors import KubeError
 
+    try:
+        namespaces = identity.check_namespaces(_namespaces(args.namespaces))
+    except identity.IdentityError as exc:
+        return _fail(str(exc), 2)
+    if args.create_identity and not namespaces and not args.cluster_wide:
+        return _fail(f"--create-identity: {identity.CHOOSE}", 2)
+    if not args.create_identity and (args.cluster_wide or args.create_namespaces):
+        return _fail("--cluster-wide and --create-namespaces only apply with "
+                     "--create-identity", 2)
     try:
         labels = _parse_labels(args.label)
         source = yaml.safe_load(args.kubeconfig.read_text())
@@ -173,22 +226,41 @@ def _add(args: argparse.Namespace) -> int:
         text = "kubeconfig is not valid YAML" if isinstance(exc, yaml.YAMLError) else str(exc)
         return _fail(text, 2)
     if args.create_identity:
-        from dispatcher.fleet import identity
-
+        if args.cluster_wide:
+            allowed = (f"Placement is restricted to {', '.join(namespaces)} "
+                       "(allowedNamespaces); the token is not." if namespaces else
+                       "No allowedNamespaces: any hub namespace but kube-* is placed there.")
+            print(CLUSTER_WIDE_WARNING.format(
+                name=args.name, allowed=allowed,
+                create=", and create namespaces" if args.create_namespaces else ""),
+                file=sys.stderr)
         try:
-            minted = asyncio.run(identity.create_identity(kubeconfig,
-                                                          token_source=args.token_source))
+            minted = asyncio.run(identity.create_identity(
+                kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
+                create_namespaces=args.create_namespaces, token_source=args.token_source))
         except (identity.IdentityError, KubeError, OSError) as exc:
             return _fail(f"cannot create the member identity: {exc}")
         kubeconfig = minted.kubeconfig
         print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
               f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
                                           else ""))
+        scope = ("every namespace (cluster-wide)" if minted.cluster_wide
+                 else ", ".join(minted.namespaces))
+        print(f"writes in: {scope}")
+        for removed in minted.removed:
+            print(f"{removed} removed (not part of this install)")
+        for warning in minted.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+
+    plugin = credential_plugin(kubeconfig)
+    if plugin:
+        return _fail(f"{plugin}: register with --create-identity to store a minted token", 2)
 
     async def apply() -> registration.Registered:
         async with await _hub(args) as hub:
-            return await registration.register(hub, member=args.name, kubeconfig=kubeconfig,
-                                               labels=labels, cordoned=args.cordon)
+            return await registration.register(
+                hub, member=args.name, kubeconfig=kubeconfig, labels=labels,
+                cordoned=args.cordon, allowed_namespaces=namespaces or None)
 
     try:
         done = asyncio.run(apply())

@@ -183,8 +183,8 @@ def _live(args: argparse.Namespace, catalog: Any) -> tuple[list[MemberSnapshot],
     import asyncio
 
     from dispatcher import config as configmod
-    from dispatcher.control import live
     from dispatcher.control.observe import configure_logging
+    from dispatcher.shell import live
 
     config = configmod.load(args.config)
     configure_logging(level="warning", stream=sys.stderr)  # stdout is the report

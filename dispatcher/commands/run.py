@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dispatcher import config as configmod
-    from dispatcher.control import app
+    from dispatcher.shell import app
 
     def edit(data: dict[str, Any]) -> None:
         if args.namespace:

@@ -33,7 +33,7 @@ Scenario file (YAML; errors name the file and the key):
   duration: 24h                   # virtual time; services run until then
   policies: [most-free, best-fit]
   fleet: clusters/local.yaml      # a fleet file (relative to the scenario) or inline
-  queue: {backfill: 16, starvationLimit: 32}
+  queue: {backfillLimit: 50}
   workloads:                      # explicit arrivals ...
   - {at: 0s, runTime: 2h, priority: 10, file: jobs/train.yaml}   # or manifest: {...}
   - {at: 5m, file: jobs/serve.yaml}                              # no runTime: a service
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from dispatcher.sim.quantities import format_duration, parse_duration
     from dispatcher.sim.runner import run_policies, run_scenario
     from dispatcher.sim.scenario import ScenarioError, load_scenario
-    from dispatcher.sim.trace import TraceError
+    from dispatcher.workloads.trace import TraceError
 
     try:
         duration = None if args.duration is None else parse_duration(args.duration)
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _trace_stream(path: str, run_time: float | None) -> list[Any]:
     from dispatcher.sim.stream import stream_from_trace
-    from dispatcher.sim.trace import TraceError, read_trace
+    from dispatcher.workloads.trace import TraceError, read_trace
 
     try:
         with open(path, encoding="utf-8") as handle:
@@ -294,10 +294,10 @@ def _print_tables(summary: dict[str, Any], *, wide: bool) -> None:
             f"{100 * p['gpuUtilization']:.1f}%",
             "-" if frag["strandedGpusMean"] is None else
             f"{frag['strandedGpusMean']:.0f} ({100 * (share or 0):.0f}% of free)",
-            *([p["reservations"], p["placementCalls"]] if wide else [])])
+            *([p["gated"], p["placementCalls"]] if wide else [])])
     table(columns=["policy", "submitted", "dispatched", "completed", "pending",
                    "never-placeable", "wait-p50", "wait-p95", "wait-p99", "gpu-util",
-                   "stranded-gpus", *(["reservations", "placement-calls"] if wide else [])],
+                   "stranded-gpus", *(["gated", "placement-calls"] if wide else [])],
           rows=rows)
     for p in summary["policies"]:
         print(f"\npolicy {p['policy']}: GPU utilization {100 * p['gpuUtilization']:.1f}% "

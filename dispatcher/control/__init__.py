@@ -2,7 +2,9 @@
 
 Pure cores (no I/O, no clock): ``decide`` (one workload's next action, a documented branch
 table), ``record`` (the Dispatch object as a value and its status patches), ``queue``
-(priority, age, bounded backfill), ``names`` (labels, annotations, phases).
+(priority, turns across namespaces, age; backfill bounded per namespace), ``priority``
+(the annotation capped per namespace), ``admission`` (invalid or never-placeable workloads
+are parked, not queued), ``names`` (labels, annotations, phases).
 
 Shell: ``watchers`` (hub kinds, Dispatches, member copies -> caches + kicks), ``workers``
 (one serial worker per workload uid), ``reconcile``/``actions`` (snapshot -> decide ->

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from dispatcher.control import parking
 from dispatcher.control import record as records
 from dispatcher.control.copies import Rejection, written_generation
 from dispatcher.control.decide import Action, ActionKind, Snapshot, after_rejection
@@ -22,7 +23,7 @@ from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import Decision
-from dispatcher.sim.trace import EVENT_DELETED, EVENT_FINISHED
+from dispatcher.workloads.trace import EVENT_DELETED, EVENT_FINISHED
 
 if TYPE_CHECKING:
     from dispatcher.control.reconcile import Reconciler
@@ -146,11 +147,7 @@ async def _record_placement(rec: Reconciler, uid: str, snap: Snapshot,
 
 
 async def _record_pending(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> bool:
-    reason = "NoFeasibleMember"
-    if action.reason.startswith("waiting behind"):
-        reason = "Queued"
-    elif action.reason.startswith("cannot resolve"):
-        reason = "ResolveFailed"
+    reason = parking.pending_reason(action.reason)
     await rec.patch_record(uid, {**rec.demand_patch(uid), **records.pending_status(
         message=action.reason, reason=reason, now=snap.now)})
     rec.metrics.pending.set(len(rec.queue))

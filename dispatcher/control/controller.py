@@ -159,6 +159,8 @@ class Controller:
                 self.metrics.free_gpus.labels(member=snap.name).set(snap.capacity.free)
             for entry in self.queue.ordered():
                 self.workers.kick(entry.uid)
+            for entry, _ in self.queue.parked():  # a member added may make it placeable
+                self.workers.kick(entry.uid)
             self.metrics.pending.set(len(self.queue))
             await asyncio.sleep(_ROUND_MIN_INTERVAL_S)
 

@@ -3,7 +3,7 @@
 Log lines are structlog JSON, one per event, with stable event names (``EVENTS``) and the
 workload uid as ``uid``; values come from the control loop's own data, never from
 credentials (kubeconfigs and tokens never reach a log call). The ``workload.resolved``
-line is built by ``dispatcher.sim.trace.resolved_event`` so ``dispatcher simulate --trace``
+line is built by ``dispatcher.workloads.trace.resolved_event`` so ``dispatcher simulate --trace``
 can replay a controller log.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["EVENTS", "Metrics", "configure_logging", "serve"]
+__all__ = ["EVENTS", "FIELD_LIMIT", "Metrics", "cap_fields", "configure_logging", "serve"]
 
 EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workload.submitted",
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
@@ -35,6 +35,7 @@ def configure_logging(*, level: str = "info", stream: TextIO | None = None) -> N
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            cap_fields,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
             structlog.processors.format_exc_info,
@@ -45,6 +46,34 @@ def configure_logging(*, level: str = "info", stream: TextIO | None = None) -> N
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
         cache_logger_on_first_use=True,
     )
+
+
+FIELD_LIMIT = 2000
+"""The longest string a log field keeps (a tenant's 250 KB annotation must not become a
+512 KB log line); longer ones are cut and say by how much."""
+
+
+def _capped(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        if len(value) <= FIELD_LIMIT:
+            return value
+        return f"{value[:FIELD_LIMIT]}…(+{len(value) - FIELD_LIMIT} chars)"
+    if depth >= 4:
+        return value
+    if isinstance(value, dict):
+        return {k: _capped(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_capped(v, depth + 1) for v in value]
+    return value
+
+
+def cap_fields(_logger: Any, _method: str, event: MutableMapping[str, Any]
+               ) -> MutableMapping[str, Any]:
+    """structlog processor: every string field (nested too) at most ``FIELD_LIMIT`` long."""
+    for key, value in event.items():
+        if not isinstance(value, (int, float, bool)) and value is not None:
+            event[key] = _capped(value)
+    return event
 
 
 @dataclass(frozen=True)

@@ -1,88 +1,177 @@
-"""The pending queue: which waiting workload is tried first, and bounded backfill.
+"""The pending queue: which waiting workload is tried first, and bounded backfill per namespace.
 
-Fed by the shell when a placement finds no feasible member (``add``) or succeeds
-(``placed``); read when fleet capacity or health changes (``ordered``: priority, then age)
-and before each placement (``gate``). Backfill is bounded: a workload placed while an
-older or higher-priority one is still waiting counts as one bypass of each such waiting
-workload; once a waiting workload has been bypassed ``backfill_limit`` times, nothing
-behind it is placed until it is (so a large gang is not starved by a stream of small
-ones, and small ones still use the room a large one cannot use, up to the bound).
-Pure: no I/O, no clock.
+Fed by the shell when a placement finds no feasible member (``add``), finds that no member
+could ever take the workload or that its request is invalid (``park``), or succeeds
+(``placed``); read when fleet capacity or health changes (``ordered``, ``parked``) and
+before each placement (``gate``). Pure: no I/O, no clock.
+
+**The queue key is the namespace.** The hub is shared by teams, one namespace each, and a
+namespace is what an operator already grants (RBAC, ``allowedNamespaces``, the priority
+cap), so it is the unit of fairness; a separate queue object would be one more thing to
+create and keep in sync for no gain yet.
+
+**Backfill is bounded within a namespace only.** A workload placed while an older or
+higher-priority one *of its own namespace* is still waiting counts as one bypass of each
+such waiting workload; once a waiting workload has been bypassed ``backfill_limit`` times,
+nothing behind it *in its namespace* is placed until it is. So a team's large gang is not
+starved by that team's own stream of small ones, and one team's waiting (or impossible)
+workload never holds another team's back. The price: a large gang has no protection against
+*other* namespaces' streams (that needs quotas or reservations, not a gate).
+
+**Parked workloads hold nothing.** A workload no member could ever run as the fleet is now
+(``Unplaceable``), or whose request is invalid (``InvalidAnnotation``, unresolvable), is
+parked: it is never in the gate, is not counted as bypassed, and is retried when the fleet
+changes (a member added may make it placeable; a fixed annotation kicks it by its watch).
+
+**Order across namespaces is priority, then turns.** ``ordered`` sorts by priority (which
+the operator caps per namespace, so it may dominate), then by the workload's rank among the
+waiting ones of its namespace and priority, then age: namespaces of equal priority take
+turns, so a burst of 2,000 from one team puts another team's first waiting workload second,
+not 2,001st. Oldest-first across namespaces would let any burst delay everyone.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["PRIORITY_ANNOTATION", "Entry", "PendingQueue", "priority_of"]
-
-PRIORITY_ANNOTATION = "dispatcher.io/priority"
-
-
-def priority_of(annotations: dict[str, str] | None) -> int:
-    """The ``dispatcher.io/priority`` annotation as an int (0 when absent or not a number)."""
-    try:
-        return int((annotations or {}).get(PRIORITY_ANNOTATION, 0))
-    except (TypeError, ValueError):
-        return 0
+__all__ = ["Entry", "PendingQueue"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
-    """One waiting workload: higher ``priority`` first, then smaller ``created`` (older)."""
+    """One waiting workload: higher ``priority`` first, then smaller ``created`` (older).
+
+    ``namespace`` is its queue key (see the module docstring); ``name`` is for messages."""
 
     uid: str
     priority: int
     created: float
     name: str = ""
+    namespace: str = ""
 
     @property
     def order(self) -> tuple[int, float, str]:
+        """Order within the namespace."""
         return (-self.priority, self.created, self.uid)
 
 
 class PendingQueue:
-    """Waiting workloads and their bypass counts (see the module docstring)."""
+    """Waiting and parked workloads, and bypass counts (see the module docstring)."""
 
     def __init__(self, *, backfill_limit: int) -> None:
         self.backfill_limit = backfill_limit
         self._entries: dict[str, Entry] = {}
+        self._by_namespace: dict[str, dict[str, Entry]] = {}
+        self._sorted: dict[str, list[tuple[tuple[int, float, str], Entry]]] = {}
         self._bypassed: dict[str, int] = {}
+        self._saturated: dict[str, set[str]] = {}  # namespace -> uids at the limit
+        self._parked: dict[str, tuple[Entry, str]] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Pending workloads: waiting plus parked."""
+        return len(self._entries) + len(self._parked)
 
     def __contains__(self, uid: object) -> bool:
-        return uid in self._entries
+        return uid in self._entries or uid in self._parked
+
+    @property
+    def waiting(self) -> int:
+        """Workloads waiting for capacity (the ones that may hold a gate)."""
+        return len(self._entries)
 
     def add(self, entry: Entry) -> None:
         """``entry`` could not be placed now (keeps its bypass count if already waiting)."""
+        self._parked.pop(entry.uid, None)
+        if entry.uid in self._entries:
+            self._drop(entry.uid)
+            count = self._bypassed.get(entry.uid, 0)
+        else:
+            count = 0
         self._entries[entry.uid] = entry
-        self._bypassed.setdefault(entry.uid, 0)
+        self._by_namespace.setdefault(entry.namespace, {})[entry.uid] = entry
+        bisect.insort(self._sorted.setdefault(entry.namespace, []), (entry.order, entry),
+                      key=lambda item: item[0])
+        self._set_bypassed(entry, count)
+
+    def park(self, entry: Entry, reason: str) -> None:
+        """``entry`` cannot be placed whatever capacity frees (``reason`` says why): it
+        leaves the gate and forgets its bypasses."""
+        self.remove(entry.uid)
+        self._parked[entry.uid] = (entry, reason)
 
     def remove(self, uid: str) -> None:
         """Forget ``uid`` (deleted, or placed: see ``placed``)."""
-        self._entries.pop(uid, None)
-        self._bypassed.pop(uid, None)
+        self._parked.pop(uid, None)
+        if uid in self._entries:
+            self._drop(uid)
+            del self._entries[uid]
+            self._bypassed.pop(uid, None)
+
+    def _drop(self, uid: str) -> None:
+        old = self._entries[uid]
+        members = self._by_namespace.get(old.namespace, {})
+        members.pop(uid, None)
+        ordered = self._sorted[old.namespace]
+        del ordered[bisect.bisect_left(ordered, old.order, key=lambda item: item[0])]
+        if not members:
+            self._by_namespace.pop(old.namespace, None)
+            self._sorted.pop(old.namespace, None)
+        saturated = self._saturated.get(old.namespace)
+        if saturated is not None:
+            saturated.discard(uid)
+            if not saturated:
+                del self._saturated[old.namespace]
+
+    def _set_bypassed(self, entry: Entry, count: int) -> None:
+        self._bypassed[entry.uid] = count
+        if count >= self.backfill_limit:
+            self._saturated.setdefault(entry.namespace, set()).add(entry.uid)
 
     def ordered(self) -> list[Entry]:
-        """Waiting workloads, the one to try first first."""
-        return sorted(self._entries.values(), key=lambda e: e.order)
+        """Waiting workloads, the one to try first first (priority, then turns across
+        namespaces, then age)."""
+        return list(self.in_order())
+
+    def in_order(self) -> Iterator[Entry]:
+        """``ordered`` lazily, over a copy (the queue may change while it is read): a
+        caller that stops early pays only for what it read."""
+        lanes = [self._turns(list(items)) for items in self._sorted.values()]
+        for _, entry in heapq.merge(*lanes, key=lambda item: item[0]):
+            yield entry
+
+    @staticmethod
+    def _turns(items: list[tuple[tuple[int, float, str], Entry]]
+               ) -> Iterator[tuple[tuple[int, int, float, str], Entry]]:
+        """One namespace's entries keyed by (-priority, turn, created, uid), where turn
+        counts the entries of the same namespace and priority ahead of it."""
+        turn, priority = 0, None
+        for _, entry in items:
+            turn = turn + 1 if entry.priority == priority else 0
+            priority = entry.priority
+            yield (-entry.priority, turn, entry.created, entry.uid), entry
+
+    def parked(self) -> list[tuple[Entry, str]]:
+        """Parked workloads and why, oldest first."""
+        return sorted(self._parked.values(), key=lambda item: item[0].order)
 
     def bypasses(self, uid: str) -> int:
         return self._bypassed.get(uid, 0)
 
     def gate(self, entry: Entry) -> Entry | None:
-        """The waiting workload that ``entry`` may not pass (limit reached), or None."""
-        return min((ahead for ahead in self._entries.values()
-                    if ahead.order < entry.order
-                    and self._bypassed.get(ahead.uid, 0) >= self.backfill_limit),
+        """The waiting workload of ``entry``'s namespace that ``entry`` may not pass (its
+        backfill limit reached), or None. Other namespaces never gate it."""
+        saturated = self._saturated.get(entry.namespace, ())
+        return min((ahead for uid in saturated if uid != entry.uid
+                    and (ahead := self._entries[uid]).order < entry.order),
                    key=lambda e: e.order, default=None)
 
     def placed(self, entry: Entry) -> None:
-        """``entry`` was placed: it leaves the queue; every waiting one ahead of it was
-        bypassed once more."""
+        """``entry`` was placed: it leaves the queue; every waiting one of its namespace
+        ahead of it was bypassed once more."""
         self.remove(entry.uid)
-        for ahead in self._entries.values():
+        for ahead in list(self._by_namespace.get(entry.namespace, {}).values()):
             if ahead.order < entry.order:
-                self._bypassed[ahead.uid] = self._bypassed.get(ahead.uid, 0) + 1
+                self._set_bypassed(ahead, self._bypassed.get(ahead.uid, 0) + 1)

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import actions
+from dispatcher.control import actions, admission, parking
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
 from dispatcher.control.copies import Rejection, build_copy, delete_if_owned, owner_state
@@ -27,14 +27,15 @@ from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import Entry, PendingQueue, priority_of
+from dispatcher.control.priority import InvalidPriority
+from dispatcher.control.queue import Entry, PendingQueue
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, KubeError, NotFound
+from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound
 from dispatcher.kube.patches import strip_nulls
-from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES, PODS, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import (
     Decision,
@@ -43,10 +44,11 @@ from dispatcher.placement.model import (
     PlacementRequest,
     Verdict,
 )
-from dispatcher.sim.trace import resolved_event
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.mutate import pod_templates
 from dispatcher.workloads.resolve import Resolution, status_of
+from dispatcher.workloads.trace import resolved_event
 
 __all__ = ["Reconciler", "member_copy", "restrict"]
 
@@ -131,6 +133,7 @@ class Reconciler:
         self._resolved: dict[str, tuple[int, Resolution]] = {}
         self._foreign: dict[tuple[str, str], float] = {}
         self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
+        self._bare = parking.BareFleet()  # what the fleet could ever run (``_place``)
 
     # -- snapshot ------------------------------------------------------------------------
 
@@ -231,29 +234,43 @@ class Reconciler:
         resolution = self.catalog.resolve(workload)
         self._resolved[uid] = (generation, resolution)
         meta = workload["metadata"]
+        namespace = str(meta.get("namespace") or "")
+        try:  # the effective priority (``_place`` parks a junk one before resolving)
+            priority = self.settings.priority.of(meta.get("annotations"), namespace)
+        except InvalidPriority:
+            priority = self.settings.priority.of(None, namespace)
         event = resolved_event(ts=records.format_time(self.clock()), uid=uid,
-                               namespace=str(meta.get("namespace") or ""),
+                               namespace=namespace,
                                name=str(meta["name"]), api_version=resolution.api_version,
                                kind=resolution.kind, definition=resolution.definition_name,
                                demand=resolution.demand,
-                               priority=priority_of(meta.get("annotations")))
+                               priority=priority)
         event.pop("ts")
         log.info(event.pop("event"), **event)
         return resolution
 
     def _place(self, uid: str, snap: Snapshot) -> Decision:
+        """Place ``uid`` now, or say why not: parked when it can never wait usefully
+        (invalid annotations, unresolvable, no member could ever run it: see
+        ``control.parking``), queued when it only needs capacity or its namespace's gate
+        holds it."""
         workload, record = snap.workload, snap.record
         assert workload is not None and record is not None
         meta = workload["metadata"]
         policy = self.settings.default_policy
-        entry = Entry(uid=uid, priority=priority_of(meta.get("annotations")),
+        namespace = str(meta.get("namespace") or "")
+        entry = Entry(uid=uid, priority=0, namespace=namespace,
                       created=records.parse_time(meta.get("creationTimestamp")) or snap.now,
-                      name=f"{meta.get('namespace')}/{meta['name']}")
+                      name=f"{namespace}/{meta['name']}")
+        try:
+            entry = replace(entry, priority=self.settings.priority.of(
+                meta.get("annotations"), namespace))
+        except InvalidPriority as exc:
+            return self._park(entry, str(exc), policy=policy)
         try:
             resolution = self.resolution(uid, workload)
         except WorkloadError as exc:
-            self.queue.add(entry)
-            return _no_choice(f"cannot resolve: {str(exc).splitlines()[0][:500]}",
+            return self._park(entry, f"cannot resolve: {str(exc).splitlines()[0][:500]}",
                               policy=policy)
         held = [m for m in self.copies.where(uid) if self.fleet.health(m).reachable]
         if held:  # a copy already exists (record lost or requeued): adopt, never duplicate
@@ -264,20 +281,30 @@ class Reconciler:
                                               reason="a copy of this workload is there"),),
                             chosen=held[0], assignment=(),
                             summary=f"adopting the copy already on {held[0]}")
+        request = self._request(workload, resolution)
+        invalid = parking.annotation_error(request)
+        if invalid is not None:
+            return self._park(entry, invalid, policy=policy)
         blocker = self.queue.gate(entry)
         if blocker is not None:
             self.queue.add(entry)
             return _no_choice(f"waiting behind {blocker.name} (bypassed "
                               f"{self.queue.bypasses(blocker.uid)} times; backfill limit "
-                              f"{self.queue.backfill_limit})", policy=policy)
+                              f"{self.queue.backfill_limit} in namespace {namespace})",
+                              policy=policy)
+        members = self._members(workload, excluded=record.excluded)
         try:
-            decision = engine.decide(self._members(workload, excluded=record.excluded),
-                                     self._request(workload, resolution))
-        except PlacementError as exc:
-            self.queue.add(entry)
-            return _no_choice(str(exc), policy=policy)
+            decision = engine.decide(members, request)
+        except PlacementError as exc:  # the pinned member does not exist
+            return self._park(entry, f"{parking.UNPLACEABLE}{exc}", policy=policy)
         log.info("placement.decided", uid=uid, **decision.to_dict())
         if decision.chosen is None:
+            bare, unknown = self._bare.view(self.fleet.snapshots())
+            never = parking.unplaceable(
+                self._restrict(bare, workload, excluded=record.excluded), request,
+                unknown=unknown)
+            if never is not None:
+                return self._park(entry, never, policy=policy)
             self.queue.add(entry)
             return decision
         reservations = self.fleet.reservations(decision.chosen)
@@ -289,6 +316,12 @@ class Reconciler:
         self.queue.placed(entry)
         self.metrics.pending.set(len(self.queue))
         return decision
+
+    def _park(self, entry: Entry, reason: str, *, policy: str) -> Decision:
+        """``entry`` waits outside the gate (``PendingQueue.park``); ``reason`` is its
+        Pending message."""
+        self.queue.park(entry, reason)
+        return _no_choice(reason, policy=policy)
 
     def _request(self, workload: Mapping[str, Any], resolution: Resolution
                  ) -> PlacementRequest:
@@ -302,7 +335,11 @@ class Reconciler:
 
     def _members(self, workload: Mapping[str, Any], *, excluded: Sequence[str]
                  ) -> list[MemberSnapshot]:
-        return restrict(self.fleet.snapshots(), excluded=excluded,
+        return self._restrict(self.fleet.snapshots(), workload, excluded=excluded)
+
+    def _restrict(self, members: Sequence[MemberSnapshot], workload: Mapping[str, Any], *,
+                  excluded: Sequence[str]) -> list[MemberSnapshot]:
+        return restrict(members, excluded=excluded,
                         namespace=str(workload["metadata"].get("namespace") or "default"),
                         allowed=self.fleet.allowed_namespaces)
 
@@ -367,9 +404,19 @@ class Reconciler:
         self.cache.put(item.ref, updated, force=True)
 
     async def ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        """Create ``namespace`` on a member with the hub namespace's Pod Security labels,
+        never below ``submit.podSecurityFloor`` (``admission.namespace_labels``)."""
+        try:
+            hub_ns = await self.hub.request("GET", NAMESPACES.item(namespace))
+            hub_labels = (hub_ns.get("metadata") or {}).get("labels") or {}
+        except KubeError:
+            hub_labels = {}  # unreadable: the floor alone applies
+        labels = admission.namespace_labels(hub_labels,
+                                            floor=self.settings.pod_security_floor)
         with contextlib.suppress(Conflict):
             await client.request("POST", NAMESPACES.collection(), body={
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": labels}})
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool | Rejection:
@@ -380,8 +427,13 @@ class Reconciler:
         client = self.fleet.client(cluster)
         if client is None:
             return False
+        definition = self.catalog.find(str(workload["apiVersion"]), str(workload["kind"]))
         try:
             body = self.copy_body(workload)
+            pods = admission.dry_run_pods(
+                pod_templates(body, definition) if definition is not None
+                and self.settings.admission_check else [],
+                namespace=str(workload["metadata"].get("namespace") or "default"))
         except WorkloadError as exc:
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
@@ -392,7 +444,8 @@ class Reconciler:
                                         f"({workload['apiVersion']})")
         namespace = str(workload["metadata"].get("namespace") or "default")
         try:
-            created = await self._post_copy(client, ref, namespace=namespace, body=body)
+            created = await self._submit(client, ref, cluster=cluster, namespace=namespace,
+                                         body=body, pods=pods)
         except Conflict:
             existing = await client.request("GET", ref.item(body["metadata"]["name"],
                                                             namespace))
@@ -407,18 +460,57 @@ class Reconciler:
                 raise
             return Rejection.of(cluster, status=exc.status, reason=exc.reason or
                                 type(exc).__name__, message=exc.detail)
+        if isinstance(created, Rejection):
+            return created
         self.copies.put(cluster, uid, self.cached_copy(created))
         return True
 
-    async def _post_copy(self, client: KubeClient, ref: ResourceRef, *, namespace: str,
-                         body: Mapping[str, Any]) -> Any:
-        try:
-            return await client.request("POST", ref.collection(namespace), body=body)
-        except NotFound:
-            if not self.settings.create_namespaces:
-                raise
-            await self.ensure_namespace(client, namespace)
-            return await client.request("POST", ref.collection(namespace), body=body)
+    async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
+                      namespace: str, body: Mapping[str, Any],
+                      pods: Sequence[Mapping[str, Any]]) -> Any:
+        """Admission dry-run of the pods, then the create; the namespace is created first
+        when it is missing and ``submit.createNamespaces`` allows it."""
+        for last in (False, True):
+            try:
+                refused = await self._admit(client, cluster=cluster, namespace=namespace,
+                                            pods=pods)
+                if refused is not None:
+                    return refused
+                return await client.request("POST", ref.collection(namespace), body=body)
+            except NotFound as exc:
+                if last or f'namespaces "{namespace}" not found' not in exc.detail:
+                    raise
+                if not self.settings.create_namespaces:
+                    return Rejection.of(
+                        cluster, status=404, reason="NamespaceMissing",
+                        message=f"namespace {namespace} does not exist on {cluster}; the "
+                                f"member's operator prepares the namespaces it takes "
+                                f"(submit.createNamespaces is off)")
+                await self.ensure_namespace(client, namespace)
+        raise AssertionError("unreachable")
+
+    async def _admit(self, client: KubeClient, *, cluster: str, namespace: str,
+                     pods: Sequence[Mapping[str, Any]]) -> Rejection | None:
+        """The member's admission verdict on each pod template (``dryRun=All``): a
+        Rejection on a refusal (403); a pod invalid as such (422: an operator completes
+        it) is not the admission's word and passes."""
+        for pod in pods:
+            try:
+                await client.request("POST", PODS.collection(namespace), body=pod,
+                                     query=[("dryRun", "All")])
+            except (Forbidden, Invalid) as exc:
+                if isinstance(exc, Invalid):
+                    continue
+                if 'cannot create resource "pods"' in exc.detail:
+                    # RBAC, not admission: this identity cannot ask (deploy/member grants
+                    # it); the copy is still created, and the log says what was skipped
+                    log.warning("admission.unchecked", member=cluster, namespace=namespace,
+                                message=exc.detail[:300])
+                    return None
+                return Rejection.of(cluster, status=exc.status, reason="PodNotAdmitted",
+                                    message=f"a pod of this workload would not be admitted "
+                                            f"in namespace {namespace}: {exc.detail}")
+        return None
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

@@ -10,6 +10,7 @@ Pure: times are passed in as Unix seconds and rendered as RFC 3339.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,8 +19,8 @@ from typing import Any
 from dispatcher.control.names import Phase
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.placement.model import Decision
-from dispatcher.sim.trace import gangs_json
 from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.trace import gangs_json
 
 __all__ = [
     "DispatchRecord",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 API_VERSION = "dispatcher.io/v1alpha1"
+_NAME_LIMIT = 253
 
 
 def format_time(ts: float) -> str:
@@ -117,8 +119,15 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
 
 
 def dispatch_name(workload: Mapping[str, Any]) -> str:
-    """The Dispatch of a workload: ``<kind>-<name>`` (kinds may share names in a namespace)."""
-    return f"{str(workload.get('kind', '')).lower()}-{workload['metadata']['name']}"[:253]
+    """The Dispatch of a workload: ``<kind>-<name>`` (kinds may share names in a namespace).
+
+    Longer than a name may be (253), it is cut and ends in a hash of the whole, so two
+    workloads whose names share a long prefix never share a Dispatch."""
+    full = f"{str(workload.get('kind', '')).lower()}-{workload['metadata']['name']}"
+    if len(full) <= _NAME_LIMIT:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    return f"{full[:_NAME_LIMIT - 11].rstrip('-.')}-{digest}"
 
 
 def dispatch_body(*, workload: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.priority import PriorityPolicy
 
 __all__ = ["ControlSettings", "LeaderSettings", "ServerSettings"]
 
@@ -53,12 +54,22 @@ class ControlSettings:
     """Only hub workloads matching this label selector are dispatched."""
     default_policy: str = "most-free"
     """Placement policy when a workload has no ``dispatcher.io/policy`` annotation."""
-    create_namespaces: bool = True
-    """Create the workload's namespace on the member when it does not exist."""
+    create_namespaces: bool = False
+    """Create the workload's namespace on the member when it does not exist (with the hub
+    namespace's Pod Security labels). Off: only namespaces the member's operator prepared
+    are used, and a missing one is a rejection."""
+    pod_security_floor: str = "baseline"
+    """The weakest Pod Security level of a namespace the dispatcher creates on a member."""
+    admission_check: bool = True
+    """Dry-run each pod template as a Pod on the member before creating the copy, so a
+    pod the member would not admit is a rejection with its reason."""
     pod_mutations: PodMutations = field(default_factory=PodMutations)
     """Pod-template changes applied to every copy (labels, scheduler, ...)."""
     backfill_limit: int = 50
-    """How many later workloads may be placed ahead of a waiting one before it blocks them."""
+    """How many later workloads of its namespace may be placed ahead of a waiting one before
+    it blocks them (other namespaces are never blocked by it)."""
+    priority: PriorityPolicy = field(default_factory=PriorityPolicy)
+    """How ``dispatcher.io/priority`` is honoured (``queue.priority``)."""
     reservation_ttl_s: float = 300.0
     """GPUs of a decision stay reserved this long unless the pods show up first."""
     rules: Rules = field(default_factory=Rules)

@@ -34,9 +34,6 @@ __all__ = ["HubWatchers", "MemberWatchers"]
 log = structlog.get_logger("dispatcher.watch")
 
 Kick = Callable[[str], None]
-_SKIP_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-
-
 def _api_version(group: str, version: str) -> str:
     return f"{group}/{version}" if group else version
 
@@ -72,7 +69,7 @@ class HubWatchers:
         self._kick = kick
         self._namespaces = namespaces or ("",)
         self._selector = label_selector or None
-        self._skip = _SKIP_NAMESPACES | skip_namespaces
+        self._skip = frozenset(skip_namespaces)
         self._watched: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
@@ -137,8 +134,9 @@ class HubWatchers:
             self._kick(uid)
 
     def _wanted(self, obj: Mapping[str, Any]) -> bool:
-        """Never dispatch system namespaces, nor the controller's own (its Deployment)."""
-        return (obj.get("metadata") or {}).get("namespace") not in self._skip
+        """Never dispatch system namespaces (``kube-*``), nor the controller's own."""
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        return namespace not in self._skip and not namespace.startswith("kube-")
 
     async def _records(self, namespace: str) -> None:
         async for item in watch.informer(self._hub, DISPATCHES, namespace=namespace or None):

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dispatcher.sources import SourceMissing, source_path
+
 __all__ = ["Binaries", "BuildError", "cache_root", "ensure_binaries", "kwok_stages", "wrapper_dir"]
 
 
@@ -58,20 +60,10 @@ def wrapper_dir() -> Path:
     override = os.environ.get("DISPATCHER_GO_MODULES")
     if override:
         return Path(override)
-    return source_path("deploy", "local")
-
-
-def source_path(*parts: str) -> Path:
-    """A directory of the dispatcher source tree (``deploy/...``).
-
-    Found next to the package (source checkout, editable install) or under the current
-    directory; BuildError says what to do when neither has it (a wheel install).
-    """
-    for base in (Path(__file__).resolve().parents[2], Path.cwd()):
-        candidate = base.joinpath(*parts)
-        if candidate.is_dir():
-            return candidate
-    raise BuildError(f"{'/'.join(parts)} not found: run this from a dispatcher source checkout")
+    try:
+        return source_path("deploy", "local")
+    except SourceMissing as exc:
+        raise BuildError(str(exc)) from None
 
 
 def cache_root() -> Path:

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from dispatcher.devfleet import workload_crds
-from dispatcher.devfleet.binaries import source_path
 from dispatcher.devfleet.controlplane import KWOK_NODE_ANNOTATION
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import GPU_RESOURCE, MemberSpec, node_manifests
+from dispatcher.sources import source_path
 
 __all__ = ["crds_dir", "install_crds", "member_nodes", "provision_hub", "provision_member",
            "wait_nodes_ready"]

@@ -134,10 +134,15 @@ class ClusterCapacity:
         # Placement memo over the current class list (e.g. pod requirement -> eligible
         # classes); cleared whenever a class appears or disappears.
         self.class_memo: dict[str, tuple[NodeClass, ...]] = {}
+        # Grows with every change of any node's free GPUs (placement memoises a verdict
+        # per version: a member that did not change since the last decision costs nothing).
+        self.version = 0
+        self.verdict_memo: dict[object, object] = {}
 
     # -- contributions -------------------------------------------------------------------
 
     def _detach(self, node: _Node) -> None:
+        self.version += 1
         cls = node.cls
         product = self._products[cls.product]
         product[0] -= 1
@@ -169,6 +174,7 @@ class ClusterCapacity:
                     del self._free_hist[free]
 
     def _attach(self, node: _Node) -> None:
+        self.version += 1
         cls = node.cls
         product = self._products.setdefault(cls.product, [0, 0, 0])
         product[0] += 1

@@ -1,10 +1,21 @@
 """The hub's own identity on a member: applied with admin rights once, then used alone.
 
 ``dispatcher clusters add --create-identity`` must never store the operator's admin
-kubeconfig on the hub. Instead it applies ``deploy/member/`` (a ServiceAccount, its
+kubeconfig on the hub. Instead it applies the member manifests (a ServiceAccount, its
 least-privilege ClusterRoles and a token Secret) on the member with the admin kubeconfig,
 obtains a token for that ServiceAccount and writes a kubeconfig holding only that token;
 that kubeconfig is what gets registered.
+
+Two installs, chosen explicitly (``plan``; neither is a silent default):
+
+- namespaced (``deploy/member/``): the read ClusterRole is bound cluster-wide, the write
+  ClusterRole (labelled ``dispatcher.io/identity-part: write``) by one RoleBinding per listed
+  namespace (``namespace_bindings``), never in ``kube-*`` (``check_namespaces``).
+- cluster-wide (``deploy/member/cluster-wide/``, opt-in): the write ClusterRole bound by a
+  ClusterRoleBinding, namespace creation optional (objects labelled as that part).
+
+Re-applying prunes the identity's bindings the new plan does not hold (``prune_bindings``),
+so going from cluster-wide to namespaced, or dropping a namespace, takes the rights away.
 
 Two token sources, because clusters differ:
 
@@ -15,7 +26,8 @@ Two token sources, because clusters differ:
   token expires (the apiserver may shorten the duration asked for); re-run to renew.
 
 ``auto`` waits briefly for the Secret and falls back to a TokenRequest. Pure parts
-(``load_manifests``, ``token_kubeconfig``) are separate from the calls.
+(``load_manifests``, ``plan``, ``namespace_bindings``, ``check_namespaces``,
+``token_kubeconfig``) are separate from the calls.
 """
 
 from __future__ import annotations
@@ -23,19 +35,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from dispatcher.devfleet.binaries import BuildError, source_path
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
 from dispatcher.kube import errors
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NODES, SECRETS, ResourceRef
+from dispatcher.kube.resources import NAMESPACES, NODES, SECRETS, ResourceRef
+from dispatcher.sources import SourceMissing, source_path
 
 __all__ = [
     "APPLY_PATCH",
@@ -44,9 +57,13 @@ __all__ = [
     "MemberIdentity",
     "TokenSource",
     "apply_manifests",
+    "check_namespaces",
     "create_identity",
     "identity_dir",
     "load_manifests",
+    "namespace_bindings",
+    "plan",
+    "prune_bindings",
     "request_token",
     "secret_token",
     "service_account_of",
@@ -58,6 +75,20 @@ FIELD_MANAGER = "dispatcher"
 NAMESPACE_CREATE_PART = "create-namespaces"
 """Value of the ``dispatcher.io/identity-part`` label on the namespace-creation RBAC."""
 PART_LABEL = "dispatcher.io/identity-part"
+WRITE_PART = "write"
+"""``dispatcher.io/identity-part`` of the write ClusterRole (bound per namespace)."""
+NAMESPACE_WRITE_PART = "namespace-write"
+"""``dispatcher.io/identity-part`` of the RoleBindings ``namespace_bindings`` makes."""
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "member-identity"
+CLUSTER_WIDE_DIR = "cluster-wide"
+"""The opt-in overlay, a folder of the member manifests."""
+CHOOSE = ("say where the member identity may write: --namespace NS (repeatable; a "
+          "RoleBinding in each, never kube-*), or --cluster-wide to let it write in every "
+          "namespace of the member, kube-system included (opt-in; see "
+          "deploy/member/cluster-wide/kustomization.yaml for the risk)")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
 DEFAULT_TOKEN_SECONDS = 365 * 24 * 3600
 SECRET_WAIT_S = 5.0
 MANIFESTS_ENV = "DISPATCHER_MEMBER_MANIFESTS"
@@ -80,7 +111,14 @@ class MemberIdentity:
     expires: str | None
     """Expiry of a TokenRequest token (RFC 3339); None for a Secret token."""
     applied: tuple[str, ...]
-    """``kind/name`` of every object applied on the member."""
+    """``kind/name`` (``kind/namespace/name`` for RoleBindings) of every object applied."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces the identity got a RoleBinding in (namespaced install)."""
+    cluster_wide: bool = False
+    removed: tuple[str, ...] = ()
+    """Bindings of an earlier install the plan no longer holds, deleted."""
+    warnings: tuple[str, ...] = ()
+    """What the check of the minted token found suspicious (it can write in kube-system)."""
 
 
 def identity_dir() -> Path:
@@ -91,7 +129,7 @@ def identity_dir() -> Path:
         return Path(override)
     try:
         return source_path("deploy", "member")
-    except BuildError as exc:
+    except SourceMissing as exc:
         raise IdentityError(f"{exc}, or set {MANIFESTS_ENV} to a copy of deploy/member"
                             ) from None
 
@@ -100,10 +138,28 @@ def load_manifests(directory: Path, *, create_namespaces: bool = True
                    ) -> list[dict[str, Any]]:
     """The objects listed in ``directory/kustomization.yaml`` (``resources:`` only).
 
-    Without ``create_namespaces`` the objects labelled as the namespace-creation part are
-    left out. Anything in the kustomization that would transform the objects (patches,
-    generators, a namespace override) is refused, since it would not be applied here.
+    An entry that is a folder is read the same way (its own kustomization.yaml), as
+    kustomize does with a base. Without ``create_namespaces`` the objects labelled as the
+    namespace-creation part are left out. Anything in a kustomization that would transform
+    the objects (patches, generators, a namespace override) is refused, since it would not
+    be applied here; so are cycles and one object listed twice.
     """
+    docs = _load(directory, create_namespaces=create_namespaces, visiting=())
+    seen: set[tuple[str, str, str]] = set()
+    for doc in docs:
+        meta = doc.get("metadata") or {}
+        key = (str(doc["kind"]), str(meta.get("namespace") or ""), str(meta.get("name")))
+        if key in seen:
+            raise IdentityError(f"{directory}: {key[0]}/{key[2]} is listed twice")
+        seen.add(key)
+    return docs
+
+
+def _load(directory: Path, *, create_namespaces: bool, visiting: tuple[Path, ...]
+          ) -> list[dict[str, Any]]:
+    here = directory.resolve()
+    if here in visiting:
+        raise IdentityError(f"{directory}: kustomization cycle")
     try:
         kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -117,6 +173,10 @@ def load_manifests(directory: Path, *, create_namespaces: bool = True
     docs: list[dict[str, Any]] = []
     for entry in kustomization.get("resources") or []:
         path = directory / str(entry)
+        if path.is_dir():
+            docs += _load(path, create_namespaces=create_namespaces,
+                          visiting=(*visiting, here))
+            continue
         try:
             loaded = list(yaml.safe_load_all(path.read_text()))
         except (OSError, yaml.YAMLError) as exc:
@@ -131,6 +191,69 @@ def load_manifests(directory: Path, *, create_namespaces: bool = True
                 continue
             docs.append(doc)
     return docs
+
+
+def check_namespaces(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` without repeats, in order; IdentityError for a name that is no namespace
+    name (DNS label) or one of the cluster's own (``kube-*``)."""
+    out: list[str] = []
+    for name in names:
+        if name.startswith("kube-"):
+            raise IdentityError(
+                f"namespace {name}: kube-* namespaces belong to the cluster itself; a hub "
+                "workload written there could run with its ServiceAccounts and Secrets, so "
+                "the member identity never gets a RoleBinding in one")
+        if len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+            raise IdentityError(f"namespace {name!r} is not a valid namespace name "
+                                "(lower-case letters, digits and '-', at most 63)")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def namespace_bindings(manifests: Sequence[Mapping[str, Any]], namespaces: Iterable[str]
+                       ) -> list[dict[str, Any]]:
+    """One RoleBinding per namespace of the write ClusterRole (the one ClusterRole labelled
+    ``dispatcher.io/identity-part: write``) to the manifests' ServiceAccount."""
+    writes = [m for m in manifests if m.get("kind") == "ClusterRole"
+              and ((m.get("metadata") or {}).get("labels") or {}).get(PART_LABEL)
+              == WRITE_PART]
+    if len(writes) != 1:
+        raise IdentityError(f"the member manifests must hold exactly one ClusterRole "
+                            f"labelled {PART_LABEL}: {WRITE_PART}, found {len(writes)}")
+    sa_namespace, account = service_account_of(manifests)
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": account, "namespace": namespace,
+                          "labels": {"app.kubernetes.io/name": "dispatcher",
+                                     COMPONENT_LABEL: COMPONENT,
+                                     PART_LABEL: NAMESPACE_WRITE_PART}},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": str(writes[0]["metadata"]["name"])},
+             "subjects": [{"kind": "ServiceAccount", "name": account,
+                           "namespace": sa_namespace}]}
+            for namespace in check_namespaces(namespaces)]
+
+
+def plan(directory: Path, *, namespaces: Sequence[str] = (), cluster_wide: bool = False,
+         create_namespaces: bool = False) -> list[dict[str, Any]]:
+    """Every object to apply on the member, in order.
+
+    Namespaced (``namespaces``, not ``cluster_wide``): ``directory`` itself, then the
+    listed Namespaces when ``create_namespaces``, then one RoleBinding per namespace.
+    ``cluster_wide``: the overlay ``directory/cluster-wide``, its namespace-creation part
+    only with ``create_namespaces``; ``namespaces`` then only restrict placement (the
+    caller's MemberCluster ``allowedNamespaces``), no RoleBinding is needed. Neither:
+    IdentityError saying what to choose.
+    """
+    chosen = check_namespaces(namespaces)
+    if cluster_wide:
+        return load_manifests(directory / CLUSTER_WIDE_DIR, create_namespaces=create_namespaces)
+    if not chosen:
+        raise IdentityError(CHOOSE)
+    manifests = load_manifests(directory, create_namespaces=False)
+    created = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+               for n in chosen] if create_namespaces else []
+    return manifests + created + namespace_bindings(manifests, chosen)
 
 
 def service_account_of(manifests: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
@@ -187,8 +310,68 @@ async def apply_manifests(client: KubeClient, manifests: Sequence[Mapping[str, A
         await client.request("PATCH", ref.item(str(meta["name"]), namespace),
                              query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                              body=dict(doc), content_type=APPLY_PATCH)
-        applied.append(f"{str(doc['kind']).lower()}/{meta['name']}")
+        kind = str(doc["kind"]).lower()
+        applied.append(f"{kind}/{namespace}/{meta['name']}" if kind == "rolebinding"
+                       else f"{kind}/{meta['name']}")
     return applied
+
+
+def _ours(binding: Mapping[str, Any], *, namespace: str, account: str) -> bool:
+    return any(s.get("kind") == "ServiceAccount" and s.get("name") == account
+               and s.get("namespace") == namespace for s in binding.get("subjects") or [])
+
+
+async def prune_bindings(client: KubeClient, keep: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Delete the identity's ClusterRoleBindings and RoleBindings (label
+    ``app.kubernetes.io/component: member-identity``, binding the ServiceAccount of
+    ``keep``) that ``keep`` does not hold; returns them as ``kind/[namespace/]name``.
+
+    Bindings someone made by hand without the label are left alone (``create_identity``
+    reports a token that can still write in kube-system).
+    """
+    namespace, account = service_account_of(keep)
+    wanted = {(str(d["kind"]), str((d.get("metadata") or {}).get("namespace") or ""),
+               str((d.get("metadata") or {}).get("name"))) for d in keep}
+    removed = []
+    selector = [("labelSelector", f"{COMPONENT_LABEL}={COMPONENT}")]
+    for kind, plural in (("ClusterRoleBinding", "clusterrolebindings"),
+                         ("RoleBinding", "rolebindings")):
+        listed = await client.request("GET", f"{RBAC}/{plural}", query=selector)
+        for obj in (listed or {}).get("items") or []:
+            meta = obj.get("metadata") or {}
+            ns = str(meta.get("namespace") or "")
+            if (kind, ns, str(meta.get("name"))) in wanted or not _ours(
+                    obj, namespace=namespace, account=account):
+                continue
+            path = (f"{RBAC}/namespaces/{ns}/{plural}/{meta['name']}" if ns
+                    else f"{RBAC}/{plural}/{meta['name']}")
+            try:
+                await client.request("DELETE", path)
+            except errors.NotFound:
+                continue
+            removed.append(f"{kind.lower()}/{ns + '/' if ns else ''}{meta['name']}")
+    return removed
+
+
+async def _missing_namespaces(client: KubeClient, namespaces: Iterable[str]) -> list[str]:
+    missing = []
+    for name in namespaces:
+        try:
+            await client.request("GET", NAMESPACES.item(name))
+        except errors.NotFound:
+            missing.append(name)
+    return missing
+
+
+async def _can_write_kube_system(client: KubeClient) -> bool:
+    """Whether the client may create Deployments in kube-system (SelfSubjectAccessReview,
+    which every authenticated user may ask)."""
+    review = await client.request(
+        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"group": "apps", "resource": "deployments",
+                                            "verb": "create", "namespace": "kube-system"}}})
+    return bool(((review or {}).get("status") or {}).get("allowed"))
 
 
 async def _resource(client: KubeClient, doc: Mapping[str, Any]) -> ResourceRef:
@@ -232,16 +415,23 @@ async def secret_token(client: KubeClient, *, namespace: str, name: str,
 
 
 async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str | None = None,
-                          directory: Path | None = None, create_namespaces: bool = True,
+                          directory: Path | None = None, namespaces: Sequence[str] = (),
+                          cluster_wide: bool = False, create_namespaces: bool = False,
                           token_source: TokenSource = "auto",
                           expiration_s: int = DEFAULT_TOKEN_SECONDS,
                           secret_wait_s: float = SECRET_WAIT_S) -> MemberIdentity:
-    """Apply the member manifests with ``admin_kubeconfig``, mint a token, check it works.
+    """Apply the member manifests (``plan``) with ``admin_kubeconfig``, remove the bindings
+    of an earlier install the plan no longer holds, mint a token, check it works.
 
-    The check lists one Node with the new kubeconfig, so a wrong server, CA or binding
-    fails here and not later inside the controller.
+    Namespaced: the listed namespaces must exist unless ``create_namespaces`` (checked
+    before anything is applied). The check lists one Node with the new kubeconfig, so a
+    wrong server, CA or binding fails here and not later inside the controller; a token
+    that may still create Deployments in kube-system without ``cluster_wide`` (a binding
+    made by hand) is reported in ``warnings``.
     """
-    manifests = load_manifests(directory or identity_dir(), create_namespaces=create_namespaces)
+    manifests = plan(directory or identity_dir(), namespaces=namespaces,
+                     cluster_wide=cluster_wide, create_namespaces=create_namespaces)
+    chosen = check_namespaces(namespaces)
     namespace, account = service_account_of(manifests)
     secret_name = _token_secret_name(manifests, account=account)
     try:
@@ -249,7 +439,15 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
     except KubeconfigProblem as exc:
         raise IdentityError(str(exc)) from None
     async with await KubeClient.from_kubeconfig(flat_admin, name="member (admin)") as admin:
+        if not cluster_wide and not create_namespaces:
+            missing = await _missing_namespaces(admin, chosen)
+            if missing:
+                raise IdentityError(
+                    f"namespace {', '.join(missing)} does not exist on the member: create "
+                    "it first (with the Pod Security labels it should have), or pass "
+                    "--create-namespaces")
         applied = await apply_manifests(admin, manifests)
+        removed = await prune_bindings(admin, manifests)
         token: str | None = None
         expires: str | None = None
         source: Literal["secret", "request"] = "secret"
@@ -265,10 +463,19 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
                                                  expiration_s=expiration_s)
             source = "request"
     kubeconfig = token_kubeconfig(flat_admin, token=token, user=account)
+    warnings = []
     async with await KubeClient.from_kubeconfig(kubeconfig, name="member (identity)") as mine:
         try:
             await mine.request("GET", NODES.collection(), query=[("limit", "1")])
         except errors.KubeError as exc:
             raise IdentityError(f"the new identity cannot list nodes: {exc}") from None
+        if not cluster_wide and await _can_write_kube_system(mine):
+            warnings.append(
+                f"{namespace}/{account} may still create Deployments in kube-system: a "
+                "binding not made by this command grants it (kubectl get clusterrolebindings,"
+                "rolebindings -A -o wide | grep " + account + ")")
     return MemberIdentity(kubeconfig=kubeconfig, service_account=f"{namespace}/{account}",
-                          token_source=source, expires=expires, applied=tuple(applied))
+                          token_source=source, expires=expires, applied=tuple(applied),
+                          namespaces=() if cluster_wide else chosen,
+                          cluster_wide=cluster_wide, removed=tuple(removed),
+                          warnings=tuple(warnings))

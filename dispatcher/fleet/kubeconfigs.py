@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DEFAULT_KEY", "KubeconfigProblem", "flatten", "from_secret", "read_file",
-           "skips_tls_verify"]
+__all__ = ["DEFAULT_KEY", "KubeconfigProblem", "credential_plugin", "flatten", "from_secret",
+           "read_file", "skips_tls_verify"]
 
 DEFAULT_KEY = "kubeconfig"
 
@@ -134,7 +134,28 @@ def from_secret(secret: Mapping[str, Any], *, key: str = DEFAULT_KEY) -> dict[st
         except (binascii.Error, ValueError):  # not base64, not ASCII, not UTF-8
             raise KubeconfigProblem(f"{where} key {key!r} is not base64 text",
                                     reason="KubeconfigInvalid") from None
-    return _parse(text, f"{where} key {key!r}", not_mapping="is not a kubeconfig mapping")
+    kubeconfig = _parse(text, f"{where} key {key!r}", not_mapping="is not a kubeconfig mapping")
+    plugin = credential_plugin(kubeconfig)
+    if plugin:
+        raise KubeconfigProblem(f"{where} key {key!r}: {plugin}", reason="KubeconfigInvalid")
+    return kubeconfig
+
+
+def credential_plugin(kubeconfig: Mapping[str, Any]) -> str:
+    """Why a kubeconfig meant for the hub may not be used: a user with an ``exec`` or
+    ``auth-provider`` credential plugin (the controller would run that command, chosen by
+    whoever may write the Secret, on every reconnect); '' when there is none."""
+    users = kubeconfig.get("users")
+    for item in users if isinstance(users, list) else ():
+        user = item.get("user") if isinstance(item, Mapping) else None
+        if not isinstance(user, Mapping):
+            continue
+        for plugin in ("exec", "auth-provider"):
+            if user.get(plugin):
+                return (f"user {item.get('name')!r} uses an {plugin} credential plugin; a "
+                        f"kubeconfig stored on the hub must carry its credentials (a token "
+                        f"or a client certificate), never a command to run")
+    return ""
 
 
 def skips_tls_verify(kubeconfig: Mapping[str, Any], *, context: str | None = None) -> bool:

@@ -61,10 +61,15 @@ def from_member_cluster(obj: Mapping[str, Any], *,
     ref = spec.get("kubeconfigSecretRef") or {}
     if not isinstance(ref, Mapping) or not ref.get("name"):
         raise ValueError(f"MemberCluster {name}: spec.kubeconfigSecretRef.name is required")
+    namespace = str(ref.get("namespace") or default_namespace)
+    if namespace != default_namespace:
+        raise ValueError(f"MemberCluster {name}: spec.kubeconfigSecretRef.namespace "
+                         f"{namespace!r} is not the fleet's secret namespace "
+                         f"{default_namespace!r} (fleet.secretNamespace)")
     labels = meta.get("labels") or {}
     return MemberSpec(
         name=str(name),
-        secret=SecretRef(namespace=str(ref.get("namespace") or default_namespace),
+        secret=SecretRef(namespace=namespace,
                          name=str(ref["name"]), key=str(ref.get("key") or DEFAULT_KEY)),
         context=spec.get("context") or None,
         labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),

@@ -9,7 +9,7 @@ an operator pointed a MemberCluster at by hand.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,12 +43,20 @@ def secret_manifest(*, member: str, kubeconfig: Mapping[str, Any],
 
 def member_cluster_manifest(*, member: str, labels: Mapping[str, str], cordoned: bool,
                             namespace: str = DEFAULT_SECRET_NAMESPACE,
-                            context: str | None = None) -> dict[str, Any]:
-    """A MemberCluster pointing at the Secret of ``secret_manifest``."""
+                            context: str | None = None,
+                            allowed_namespaces: Sequence[str] | None = None
+                            ) -> dict[str, Any]:
+    """A MemberCluster pointing at the Secret of ``secret_manifest``.
+
+    ``allowed_namespaces`` None leaves ``spec.allowedNamespaces`` out (an update keeps what
+    the object has); a list sets it (placement sends only those namespaces' workloads).
+    """
     spec: dict[str, Any] = {
         "kubeconfigSecretRef": {"namespace": namespace, "name": secret_name(member),
                                 "key": DEFAULT_KEY},
         "cordoned": cordoned}
+    if allowed_namespaces is not None:
+        spec["allowedNamespaces"] = list(allowed_namespaces)
     if context:
         spec["context"] = context
     return {"apiVersion": MEMBER_CLUSTERS.api_version, "kind": MEMBER_CLUSTERS.kind,
@@ -78,13 +86,14 @@ async def _create_or_patch(hub: KubeClient, *, collection: str, item: str,
 
 async def register(hub: KubeClient, *, member: str, kubeconfig: Mapping[str, Any],
                    labels: Mapping[str, str], cordoned: bool,
-                   namespace: str = DEFAULT_SECRET_NAMESPACE) -> Registered:
+                   namespace: str = DEFAULT_SECRET_NAMESPACE,
+                   allowed_namespaces: Sequence[str] | None = None) -> Registered:
     """Create or update the member's Secret (first: the controller needs it) and object."""
     secret = secret_manifest(member=member, kubeconfig=kubeconfig, namespace=namespace)
     await _create_or_patch(hub, collection=SECRETS.collection(namespace),
                            item=SECRETS.item(secret_name(member), namespace), body=secret)
     obj = member_cluster_manifest(member=member, labels=labels, cordoned=cordoned,
-                                  namespace=namespace)
+                                  namespace=namespace, allowed_namespaces=allowed_namespaces)
     created = await _create_or_patch(hub, collection=MEMBER_CLUSTERS.collection(),
                                      item=MEMBER_CLUSTERS.item(member), body=obj)
     return Registered(member=member, secret=f"{namespace}/{secret_name(member)}",

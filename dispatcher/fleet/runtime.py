@@ -40,10 +40,10 @@ from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret, read_fi
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
+from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, ResourceRef
-from dispatcher.placement.model import MemberSnapshot
 
 __all__ = ["Fleet", "MemberState", "NotConnected", "UnknownMember", "utc_now"]
 

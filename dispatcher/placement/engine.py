@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.placement.fit import PackResult, count_fits, explain_misfit, pack, pod_groups
+from dispatcher.placement.fit import (
+    PackResult,
+    PodGroup,
+    count_fits,
+    explain_misfit,
+    pack,
+    pod_groups,
+)
 from dispatcher.placement.model import (
     Decision,
     MemberSnapshot,
@@ -80,6 +87,48 @@ def eligible(members: Sequence[MemberSnapshot], request: PlacementRequest) -> tu
     return tuple(m.name for m in members if _gate(m, request, selector) is None)
 
 
+_MEMO_LIMIT = 256
+
+
+def _pack_or_why(capacity: ClusterCapacity, groups: tuple[PodGroup, ...]
+                 ) -> PackResult | str:
+    """``pack``, or the misfit reason when nothing fits, memoised per capacity version.
+
+    Both depend only on the member's nodes (free GPUs, classes) and the pod groups, so a
+    member that has not changed since the last decision with the same shapes answers from
+    its memo: the controller's every-member verdicts stay cheap under bursts of similar
+    workloads. The memo is dropped when the capacity changes.
+    """
+    memo = _memo(capacity)
+    found = memo.get(groups)
+    if found is None:
+        packed = pack(capacity, groups)
+        found = packed if packed is not None else _why(capacity, groups)
+        memo[groups] = found
+    return found  # type: ignore[return-value]
+
+
+def _why(capacity: ClusterCapacity, groups: tuple[PodGroup, ...]) -> str:
+    """``explain_misfit``, memoised like ``_pack_or_why``."""
+    memo = _memo(capacity)
+    key = ("why", groups)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = explain_misfit(capacity, groups)
+    return found  # type: ignore[return-value]
+
+
+def _memo(capacity: ClusterCapacity) -> dict[object, object]:
+    memo = capacity.verdict_memo
+    if memo.get(_VERSION) != capacity.version or len(memo) > _MEMO_LIMIT:
+        memo.clear()
+        memo[_VERSION] = capacity.version
+    return memo
+
+
+_VERSION = "version"
+
+
 def _quick_misfit(capacity: ClusterCapacity, gpus: int, largest_pod: int) -> bool:
     """O(1) necessary conditions: enough free GPUs, and one node with room for the largest pod."""
     return capacity.free < gpus or capacity.largest_free_block < largest_pod
@@ -117,7 +166,7 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
         capacity = member.capacity
         reason = _gate(member, request, selector)
         if reason is None and _quick_misfit(capacity, gpus, largest_pod):
-            reason = explain_misfit(capacity, groups)
+            reason = _why(capacity, groups)
         if reason is not None:
             rejected.append(Verdict(member=member.name, feasible=False, reason=reason,
                                     free=capacity.free, fits=no_fits))
@@ -140,10 +189,10 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
                 free_after=capacity.free - gpus, score=score,
                 reason="not evaluated: a better-ranked member fits"))
             continue
-        result = pack(capacity, groups)
-        if result is None:
+        result = _pack_or_why(capacity, groups)
+        if isinstance(result, str):
             rejected.append(Verdict(member=name, feasible=False, free=capacity.free,
-                                    reason=explain_misfit(capacity, groups), fits=no_fits))
+                                    reason=result, fits=no_fits))
             continue
         if stop_at is None:
             stop_at = (preference, neg_score)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.workloads.demand import Demand
 
 __all__ = [
@@ -41,29 +41,6 @@ class PlacementError(ValueError):
     Not "nothing fits": that is a normal ``Decision`` with no choice. The message is meant
     for the workload's Pending condition.
     """
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemberSnapshot:
-    """One member as placement sees it.
-
-    ``served_kinds`` holds (API group, kind) pairs the member serves (core group ""); None
-    means not known (offline fleet files), which filters nothing. ``capacity`` is read
-    synchronously during a decision and must already have reservations applied (see
-    ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
-    (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
-    namespaces may be placed there, so a hub user cannot reach kube-system or another
-    tenant's namespace on the member.
-    """
-
-    name: str
-    capacity: ClusterCapacity
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    ready: bool = True
-    not_ready_reason: str = ""
-    cordoned: bool = False
-    served_kinds: frozenset[tuple[str, str]] | None = None
-    allowed_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ Modules, in data-flow order:
 - ``scenario``: the scenario file format (fleet, stream, policies, seed) and its validation
 - ``trace``: the ``workload.resolved`` log line (what the controller emits) and its replay
 - ``stream``: scenario or trace -> resolved ``SimWorkload`` arrivals (seeded generator)
-- ``engine``: the discrete-event loop (queue, backfill, reservations) -> ``RunResult``
+- ``engine``: the discrete-event loop (the controller's queue, in virtual time) -> ``RunResult``
 - ``backend`` / ``cores``: the protocol the loop uses, and its adapter to the real cores
 - ``ledger``: an independent GPU ledger that raises on any over-allocation
 - ``results``: per-policy figures (waits, utilization, fragmentation) as plain data

@@ -5,14 +5,14 @@ order, so a seed fully determines a run. At each instant, completions free capac
 then arrivals join the queue, then one dispatch pass runs; the fleet is sampled at fixed
 intervals in between (utilization per member, stranded GPUs):
 
-* The queue is ordered by priority (higher first), then age. A pass walks it in order,
-  placing each workload that fits now on the member the policy picks (the real placement
-  over the real capacity model), and stops once more than ``backfill`` workloads that do not
-  fit have been passed: bounded work per event, and bounded overtaking.
-* A workload that cannot fit stays queued. Each time one behind it is placed instead, it is
-  "passed over"; after ``starvation_limit`` times, a member is reserved for it: one where it
-  fits once every batch job has finished (services never do). Nothing else is placed there
-  until it starts, so a large gang is not starved forever by a stream of small ones.
+* The queue is the controller's own ``control.queue.PendingQueue``, so a queue policy change
+  shows here with no second implementation: priority first, then namespaces take turns,
+  then age. A pass walks it in order, placing each workload that fits now on the member the
+  policy picks (the real placement over the real capacity model), skipping the ones the
+  queue's gate holds: once a waiting workload has been passed over ``backfillLimit`` times
+  by later workloads *of its namespace*, nothing behind it in its namespace is placed until
+  it starts (so a large gang is not starved by its own team's small ones, and no team's
+  waiting workload holds another team back).
 * A workload no member of the bare fleet could ever run is not queued: it is reported as
   never placeable, with the placement's reason per member.
 * Re-evaluation is event-driven: capacity only shrinks between completions, so a "fits
@@ -26,12 +26,12 @@ more GPUs than it has.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dispatcher.control.queue import Entry, PendingQueue
 from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.sim.backend import Backend, Choice, NoFit, Rules, View
 from dispatcher.sim.ledger import Ledger
@@ -47,15 +47,6 @@ Progress = Callable[[float], None]
 _COMPLETE, _ARRIVE = 0, 1
 
 
-@dataclass(slots=True)
-class _Queued:
-    key: tuple[int, float, int]
-    workload: SimWorkload
-    passed_over: int = 0
-    reserved: str | None = None
-    no_reservation: bool = False
-
-
 @dataclass
 class _Run:
     """The mutable state of one policy run."""
@@ -66,11 +57,16 @@ class _Run:
     queue_spec: QueueSpec
     duration: float
     now: float = 0.0
-    queue: list[_Queued] = field(default_factory=list)
-    reserved: dict[str, str] = field(default_factory=dict)  # member -> uid
-    # (demand, excluded members) -> epoch of its last "fits nowhere"; capacity only shrinks
-    # between completions, so only members freed since then need asking again.
-    failed: dict[tuple[Demand, Rules, frozenset[str]], int] = field(default_factory=dict)
+    queue: PendingQueue = field(default_factory=lambda: PendingQueue(backfill_limit=50))
+    waiting: dict[str, tuple[Entry, SimWorkload, int]] = field(default_factory=dict)
+    # (demand, rules) -> a small int, so the hot loop never hashes a Demand; and how many
+    # waiting workloads have each.
+    shapes: dict[tuple[Demand, Rules], int] = field(default_factory=dict)
+    shape_count: dict[int, int] = field(default_factory=dict)
+    gated: set[str] = field(default_factory=set)  # uids that held their namespace's gate
+    # shape -> epoch of its last "fits nowhere"; capacity only shrinks between completions,
+    # so only members freed since then need asking again.
+    failed: dict[int, int] = field(default_factory=dict)
     epoch: int = 0
     freed_at: dict[str, int] = field(default_factory=dict)
     empty_verdicts: dict[tuple[Demand, Rules], NoFit | None] = field(default_factory=dict)
@@ -79,7 +75,6 @@ class _Run:
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     last_change: float = 0.0
     completed: int = 0
-    reservations: int = 0
     placement_calls: int = 0
 
     def account(self) -> None:
@@ -96,7 +91,7 @@ class _Run:
         return self.backend.place(workload.demand, policy=self.policy, view=view,
                                   exclude=exclude, rules=workload.rules)
 
-    def arrive(self, workload: SimWorkload, seq: int) -> None:
+    def arrive(self, workload: SimWorkload) -> None:
         demand = workload.demand
         key = (demand, workload.rules)
         if key not in self.empty_verdicts:
@@ -110,21 +105,23 @@ class _Run:
                 reason=verdict.summary() or "no member in the fleet",
                 reasons=verdict.reasons))
             return
-        entry = _Queued(key=(-workload.priority, workload.arrival, seq), workload=workload)
-        bisect.insort(self.queue, entry, key=lambda q: q.key)
+        entry = Entry(uid=workload.uid, priority=workload.priority, created=workload.arrival,
+                      name=f"{workload.namespace}/{workload.name}",
+                      namespace=workload.namespace)
+        shape = self.shapes.setdefault((workload.demand, workload.rules), len(self.shapes))
+        self.shape_count[shape] = self.shape_count.get(shape, 0) + 1
+        self.queue.add(entry)
+        self.waiting[workload.uid] = (entry, workload, shape)
 
-    def start(self, entry: _Queued, choice: Choice, events: list[tuple[float, int, int, object]],
-              seq: int) -> None:
-        workload = entry.workload
+    def start(self, workload: SimWorkload, choice: Choice,
+              events: list[tuple[float, int, int, object]], seq: int) -> None:
         self.account()
         self.ledger.hold(uid=workload.uid, member=choice.member, pods=choice.pods)
         self.backend.bind(uid=workload.uid, choice=choice, durable=workload.run_time is None)
         self.decisions.append(Decision(
             uid=workload.uid, name=workload.name, member=choice.member, start=self.now,
             wait=self.now - workload.arrival, nodes=choice.pods, template=workload.template,
-            kind=workload.kind, gpus=workload.demand.gpus))
-        if entry.reserved is not None:
-            del self.reserved[entry.reserved]
+            kind=workload.kind, gpus=workload.demand.gpus, namespace=workload.namespace))
         if workload.run_time is not None and self.now + workload.run_time <= self.duration:
             heapq.heappush(events, (self.now + workload.run_time, _COMPLETE, seq, workload))
 
@@ -137,55 +134,53 @@ class _Run:
         if member is not None:
             self.freed_at[member] = self.epoch
 
-    def try_place(self, entry: _Queued) -> Choice | None:
-        """Place ``entry`` now if it fits, asking only members that could have changed."""
-        exclude = frozenset(m for m, uid in self.reserved.items()
-                            if uid != entry.workload.uid)
-        key = (entry.workload.demand, entry.workload.rules, exclude)
-        since = self.failed.get(key)
-        ask = exclude
+    def try_place(self, workload: SimWorkload, shape: int) -> Choice | None:
+        """Place ``workload`` now if it fits, asking only members that could have changed."""
+        since = self.failed.get(shape)
+        ask: frozenset[str] = frozenset()
         if since is not None:
-            changed = {m for m, at in self.freed_at.items() if at > since} - exclude
+            changed = {m for m, at in self.freed_at.items() if at > since}
             if not changed:
                 return None
             ask = frozenset(self.ledger.members) - changed
-        verdict = self.place(entry.workload, view="live", exclude=ask)
+        verdict = self.place(workload, view="live", exclude=ask)
         if isinstance(verdict, Choice):
             return verdict
-        self.failed[key] = self.epoch
+        self.failed[shape] = self.epoch
         return None
-
-    def reserve(self, entry: _Queued) -> None:
-        """Reserve a member where ``entry`` fits once the batch jobs there have finished."""
-        others = frozenset(self.reserved)
-        verdict = self.place(entry.workload, view="durable", exclude=others)
-        if isinstance(verdict, NoFit):
-            entry.no_reservation = True
-            return
-        entry.reserved = verdict.member
-        self.reserved[verdict.member] = entry.workload.uid
-        self.reservations += 1
 
     def dispatch_pass(self, events: list[tuple[float, int, int, object]],
                       next_seq: Callable[[], int]) -> None:
-        """Walk the queue in order, placing what fits, until ``backfill`` workloads that do
-        not fit have been passed (the head is always tried)."""
-        skipped: list[_Queued] = []
-        index = 0
-        while index < len(self.queue) and len(skipped) <= self.queue_spec.backfill:
-            entry = self.queue[index]
-            choice = self.try_place(entry)
-            if choice is None:
-                skipped.append(entry)
-                index += 1
+        """Walk the queue in order, placing what fits and the gate lets through.
+
+        Capacity only shrinks during a pass, so a shape that did not fit is not asked again
+        in it, and the pass ends once every waiting shape failed (exact, not a look-ahead
+        bound: the controller tries every waiting workload each round too)."""
+        free = sum(self.ledger.member_total.values()) - sum(self.ledger.member_used.values())
+        failed: set[int] = set()
+        for entry in self.queue.in_order():
+            if free <= 0 or len(failed) >= len(self.shape_count):
+                return
+            _, workload, shape = self.waiting[entry.uid]
+            if shape in failed:
                 continue
-            del self.queue[index]
-            self.start(entry, choice, events, next_seq())
-            for waiting in skipped:
-                waiting.passed_over += 1
-                if (waiting.reserved is None and not waiting.no_reservation
-                        and waiting.passed_over >= self.queue_spec.starvation_limit):
-                    self.reserve(waiting)
+            blocker = self.queue.gate(entry)
+            if blocker is not None:
+                self.gated.add(blocker.uid)
+                continue
+            choice = self.try_place(workload, shape)
+            if choice is None:
+                failed.add(shape)
+                continue
+            self.queue.placed(entry)
+            del self.waiting[entry.uid]
+            left = self.shape_count[shape] - 1
+            if left:
+                self.shape_count[shape] = left
+            else:
+                del self.shape_count[shape]
+            self.start(workload, choice, events, next_seq())
+            free -= workload.demand.gpus
 
 
 def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Backend,
@@ -204,7 +199,9 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         raise ValueError("simulate(duration=None) needs a sample_interval")
     horizon = math.inf if duration is None else duration
     ledger = Ledger(fleet)
-    run = _Run(backend=backend, ledger=ledger, policy=policy, queue_spec=queue or QueueSpec(),
+    spec = queue or QueueSpec()
+    run = _Run(backend=backend, ledger=ledger, policy=policy, queue_spec=spec,
+               queue=PendingQueue(backfill_limit=spec.backfill_limit),
                duration=horizon, gpu_seconds=dict.fromkeys(ledger.members, 0.0))
     events: list[tuple[float, int, int, object]] = []
     counter = iter(range(1 << 62))
@@ -229,12 +226,12 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         run.now = now
         changed = False
         while events and events[0][0] == now:
-            _, kind, seq, payload = heapq.heappop(events)
+            _, kind, _, payload = heapq.heappop(events)
             processed += 1
             if kind == _COMPLETE:
                 run.complete(payload)  # type: ignore[arg-type]
             else:
-                run.arrive(payload, seq)  # type: ignore[arg-type]
+                run.arrive(payload)  # type: ignore[arg-type]
             changed = True
             if check_every and processed % check_every == 0:
                 ledger.check()
@@ -255,26 +252,27 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         policy=policy, duration=end,
         submitted=sum(1 for w in workloads if w.arrival <= horizon),
         decisions=tuple(run.decisions), completed=run.completed,
-        pending_at_end=len(run.queue), unplaceable=tuple(run.unplaceable),
+        pending_at_end=run.queue.waiting, unplaceable=tuple(run.unplaceable),
         gpu_seconds=run.gpu_seconds, member_gpus=dict(ledger.member_total),
-        samples=tuple(samples), reservations=run.reservations,
+        samples=tuple(samples), gated=len(run.gated),
         placement_calls=run.placement_calls, events=processed)
 
 
 def _sample(run: _Run, t: float) -> Sample:
     ledger = run.ledger
-    wanted = {(entry.workload.demand, entry.workload.rules) for entry in run.queue}
+    wanted = {shape: (workload.demand, workload.rules)
+              for _, workload, shape in run.waiting.values()}
     usable: set[str] = set()
-    for demand, rules in wanted:
-        since = run.failed.get((demand, rules, frozenset()))
+    for shape, (demand, rules) in wanted.items():
+        since = run.failed.get(shape)
         if since is not None and not any(at > since for at in run.freed_at.values()):
             continue  # known to fit nowhere since the last completion
         usable |= run.backend.fitting(demand, rules=rules)
-    shapes = [shape for demand, _ in wanted for gang in demand.gangs
-              for shape in gang.pod_shapes]
+    shapes = [pod for demand, _ in wanted.values() for gang in demand.gangs
+              for pod in gang.pod_shapes]
     stranded, free = ledger.fragmentation(shapes, members=usable)
     return Sample(
         t=t,
         utilization={m: (ledger.member_used[m] / total if total else 0.0)
                      for m, total in ledger.member_total.items()},
-        stranded=stranded if run.queue else None, free=free, pending=len(run.queue))
+        stranded=stranded if run.waiting else None, free=free, pending=len(run.waiting))

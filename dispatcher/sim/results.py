@@ -47,6 +47,7 @@ class Decision:
     template: str = ""
     kind: str = ""
     gpus: int = 0
+    namespace: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +99,8 @@ class RunResult:
     gpu_seconds: Mapping[str, float]
     member_gpus: Mapping[str, int]
     samples: tuple[Sample, ...]
-    reservations: int
+    gated: int
+    """Workloads that held their namespace's backfill gate at some point."""
     placement_calls: int
     events: int
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -154,6 +156,14 @@ class RunResult:
                       "waitP50": rounded(percentile([d.wait for d in group], 50)),
                       "waitP95": rounded(percentile([d.wait for d in group], 95))}
                      for name, group in sorted(by_template.items())]
+        by_namespace: dict[str, list[float]] = {}
+        for decision in self.decisions:
+            by_namespace.setdefault(decision.namespace, []).append(decision.wait)
+        namespaces = [{"namespace": name, "dispatched": len(group),
+                       "waitP50": rounded(percentile(group, 50)),
+                       "waitP99": rounded(percentile(group, 99)),
+                       "waitMax": rounded(max(group))}
+                      for name, group in sorted(by_namespace.items())]
 
         return {
             "policy": self.policy,
@@ -172,7 +182,8 @@ class RunResult:
             "fragmentation": {"strandedGpusMean": rounded(stranded),
                               "strandedShareOfFree": rounded(share)},
             "workloads": templates,
-            "reservations": self.reservations,
+            "namespaces": namespaces,
+            "gated": self.gated,
             "unplaceable": list(unplaceable.values()),
             "placementCalls": self.placement_calls,
             "events": self.events,

@@ -11,9 +11,8 @@ file and the key (``scenario.yaml: generator.mix[1].runTime: expected ...``)::
     policies: [most-free, best-fit]    # each policy replays the same stream
     fleet: ../clusters/local.yaml      # a fleet file (relative to this file) ...
     # fleet: {members: [...]}          # ... or the same format inline
-    queue:
-      backfill: 16                     # pending workloads tried behind the head per pass
-      starvationLimit: 32              # passed over this often -> a member is reserved for it
+    queue:                             # the controller's queue (config queue.*)
+      backfillLimit: 50                # passed over this often by its namespace -> it blocks
     sampleInterval: 10m                # utilization/fragmentation sampling (default duration/200)
     workloads:                         # an explicit stream ...
     - at: 0s
@@ -22,6 +21,10 @@ file and the key (``scenario.yaml: generator.mix[1].runTime: expected ...``)::
       manifest: {apiVersion: jobset.x-k8s.io/v1alpha2, kind: JobSet, ...}
     - at: 5m
       file: workloads/serve.yaml       # or a manifest file, relative to this file
+    - at: 1h
+      count: 2000                      # a burst: this many copies ...
+      every: 0.1s                      # ... this far apart (default 0: all at once)
+      file: workloads/small.yaml
     generator:                         # ... and/or a generated one
       rate: 12/h                       # Poisson arrivals
       count: 300                       # stop after this many (else at `until`, else duration)
@@ -117,6 +120,9 @@ class WorkloadEntry:
     run_time: float | None = None
     priority: int = 0
     where: str = ""
+    count: int = 1
+    """Copies of it (a burst), arriving ``every`` seconds apart from ``at``."""
+    every: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,10 +148,10 @@ class Generator:
 
 @dataclass(frozen=True, kw_only=True)
 class QueueSpec:
-    """Queue knobs: how far backfill looks, and when a passed-over workload gets a reservation."""
+    """The queue's knob, as the controller's ``queue.backfillLimit``: how often a waiting
+    workload may be passed over by later ones of its namespace before it blocks them."""
 
-    backfill: int = 16
-    starvation_limit: int = 32
+    backfill_limit: int = 50
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -295,7 +301,8 @@ def _workloads(reader: _Reader, value: Any) -> tuple[WorkloadEntry, ...]:
     for i, item in enumerate(value):
         key = f"workloads[{i}]"
         raw = reader.mapping(item, key)
-        reader.keys(raw, key, {"at", "runTime", "priority", "manifest", "file"})
+        reader.keys(raw, key, {"at", "runTime", "priority", "manifest", "file", "count",
+                               "every"})
         run_time = reader.run_time(raw.get("runTime"), f"{key}.runTime")
         if run_time is not None and run_time.distribution != "fixed":
             raise reader.fail(f"{key}.runTime", "an explicit workload takes a fixed duration")
@@ -304,7 +311,9 @@ def _workloads(reader: _Reader, value: Any) -> tuple[WorkloadEntry, ...]:
             manifest=reader.manifest(raw, key),
             run_time=None if run_time is None else run_time.a,
             priority=reader.integer(raw.get("priority", 0), f"{key}.priority"),
-            where=f"{reader.source}: {key}"))
+            where=f"{reader.source}: {key}",
+            count=reader.integer(raw.get("count", 1), f"{key}.count", minimum=1),
+            every=reader.duration(raw.get("every", 0), f"{key}.every")))
     return tuple(entries)
 
 
@@ -369,7 +378,11 @@ def parse_scenario(data: Any, *, source: str = "<scenario>",
             raise reader.fail(f"policies[{i}]", f"unknown policy {policy!r} "
                                                 f"(known: {', '.join(POLICIES)})")
     queue_raw = reader.mapping(raw.get("queue") or {}, "queue")
-    reader.keys(queue_raw, "queue", {"backfill", "starvationLimit"})
+    for old in ("backfill", "starvationLimit"):
+        if old in queue_raw:
+            raise reader.fail(f"queue.{old}", "replaced by queue.backfillLimit (the "
+                                              "controller's queue: see docs/operator-guide.md)")
+    reader.keys(queue_raw, "queue", {"backfillLimit"})
     workloads = _workloads(reader, raw["workloads"]) if "workloads" in raw else ()
     generator = _generator(reader, raw["generator"]) if "generator" in raw else None
     if not workloads and generator is None:
@@ -388,10 +401,8 @@ def parse_scenario(data: Any, *, source: str = "<scenario>",
         fleet=_fleet(reader, raw["fleet"]),
         workloads=workloads,
         generator=generator,
-        queue=QueueSpec(
-            backfill=reader.integer(queue_raw.get("backfill", 16), "queue.backfill", minimum=0),
-            starvation_limit=reader.integer(queue_raw.get("starvationLimit", 32),
-                                            "queue.starvationLimit", minimum=1)),
+        queue=QueueSpec(backfill_limit=reader.integer(
+            queue_raw.get("backfillLimit", 50), "queue.backfillLimit", minimum=0)),
         sample_interval=sample,
     )
 

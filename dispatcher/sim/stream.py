@@ -16,8 +16,8 @@ from typing import Any
 from dispatcher.sim.backend import Rules
 from dispatcher.sim.results import SimWorkload
 from dispatcher.sim.scenario import Scenario, ScenarioError
-from dispatcher.sim.trace import TraceWorkload
 from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.trace import TraceWorkload
 
 __all__ = ["Resolver", "build_stream", "stream_from_trace"]
 
@@ -50,12 +50,16 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
     items: list[tuple[float, int, SimWorkload]] = []
     for i, entry in enumerate(scenario.workloads):
         namespace, name = _meta(entry.manifest)
-        items.append((entry.at, len(items), SimWorkload(
-            uid=f"w{i:06d}", namespace=namespace, name=name,
-            kind=str(entry.manifest["kind"]), api_version=str(entry.manifest["apiVersion"]),
-            template=name, arrival=entry.at, run_time=entry.run_time,
-            priority=entry.priority, rules=Rules.from_manifest(entry.manifest),
-            demand=demand_of(entry.manifest, entry.where or f"workloads[{i}]"))))
+        for copy in range(entry.count):
+            at = entry.at + copy * entry.every
+            items.append((at, len(items), SimWorkload(
+                uid=f"w{i:06d}" if entry.count == 1 else f"w{i:06d}-{copy:06d}",
+                namespace=namespace, name=name if entry.count == 1 else f"{name}-{copy}",
+                kind=str(entry.manifest["kind"]),
+                api_version=str(entry.manifest["apiVersion"]), template=name, arrival=at,
+                run_time=entry.run_time, priority=entry.priority,
+                rules=Rules.from_manifest(entry.manifest),
+                demand=demand_of(entry.manifest, entry.where or f"workloads[{i}]"))))
     generator = scenario.generator
     if generator is not None:
         rng = random.Random(scenario.seed)

@@ -12,15 +12,16 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
-from dispatcher.workloads.paths import Location, locations
+from dispatcher.workloads.paths import Location, locations, value_at
 
-__all__ = ["mutate_pods"]
+__all__ = ["PodTemplate", "mutate_pods", "pod_templates"]
 
 # pod field -> (where it lives in a template, in a pod spec, fragment path name)
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
@@ -71,6 +72,41 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
             for location in _locations(expr, text, definition=definition, comp=comp):
                 _apply(out, [*location, *suffix], key=key, value=value,
                        where=f"component {comp.name}: {expr.field}")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodTemplate:
+    """One pod template of an object: what a Pod built from it would carry."""
+
+    component: str
+    metadata: Mapping[str, Any]
+    spec: Mapping[str, Any]
+
+
+def pod_templates(obj: Mapping[str, Any], definition: Definition) -> list[PodTemplate]:
+    """Every pod template of ``obj`` (template and pod-spec components; fragmented ones
+    describe no whole pod and are left out), in definition order."""
+    try:
+        text = canonical_text(obj)
+    except ValueError as error:
+        raise MutationError(f"cannot read the object: {error}") from None
+    out: list[PodTemplate] = []
+    for comp in _targets(definition, None):
+        spec = comp.spec
+        assert spec is not None
+        if spec.pattern == "fragmented" or spec.path is None:
+            continue
+        for location in _locations(spec.path, text, definition=definition, comp=comp):
+            found = value_at(obj, location)
+            if not isinstance(found, Mapping):
+                continue
+            if spec.pattern == "template":
+                meta, pod = found.get("metadata") or {}, found.get("spec") or {}
+            else:
+                meta, pod = {}, found
+            if isinstance(meta, Mapping) and isinstance(pod, Mapping):
+                out.append(PodTemplate(component=comp.name, metadata=meta, spec=pod))
     return out
 
 

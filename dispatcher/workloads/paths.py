@@ -19,7 +19,7 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
 
-__all__ = ["Location", "locations", "path_problem", "strip_server_set"]
+__all__ = ["Location", "locations", "path_problem", "strip_server_set", "value_at"]
 
 Location = list[str | int]
 
@@ -34,6 +34,16 @@ def locations(expr_text: str, obj_text: str) -> list[Location]:
     when it is not a path expression for this object."""
     found: list[Location] = _path_program(expr_text).input_text(obj_text).first()
     return found
+
+
+def value_at(root: Any, location: Sequence[str | int]) -> Any:
+    """What ``root`` holds at ``location`` (None when any step is missing)."""
+    node = root
+    for step in location:
+        node = _step(node, step)
+        if node is None:
+            return None
+    return node
 
 
 def path_problem(expr_text: str) -> str:

@@ -1,20 +1,25 @@
 """The installed controller with only its own identities: a full dispatch, mirror, delete.
 
 `kubectl apply -k deploy/` on the test hub; each member registered with
-`dispatcher clusters add --create-identity` (deploy/member applied with the admin
-kubeconfig, only a TokenRequest token of its ServiceAccount stored on the hub); then
+`dispatcher clusters add --create-identity --namespace NS --create-namespaces`
+(deploy/member applied with the admin kubeconfig, the write role bound in the test
+namespace only, only a TokenRequest token of its ServiceAccount stored on the hub); then
 `dispatcher run` as a separate process whose hub kubeconfig holds only the dispatcher
-ServiceAccount's token (no $KUBECONFIG, no ~/.kube/config to fall back to). Two ways to
-know the members, each a run of the whole module: ``memberclusters`` (the controller reads
-the MemberClusters and their kubeconfig Secrets with its own token, the production path)
-and ``static`` (the same minted kubeconfigs as config-file members). A JobSet pinned to
+ServiceAccount's token (no $KUBECONFIG, no ~/.kube/config to fall back to). Three runs of
+the whole module: ``memberclusters`` (the controller reads the MemberClusters and their
+kubeconfig Secrets with its own token, the production path), ``static`` (the same minted
+kubeconfigs as config-file members), both with the namespaced identity and
+``submit.createNamespaces: false``, and ``cluster-wide`` (MemberClusters, the opt-in
+`--cluster-wide --create-namespaces` identity, ``submit.createNamespaces: true``: the
+controller creates the namespace on the member itself). A JobSet pinned to
 one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
 the hub, a spec change on the hub reaches the copy, and deleting it on the hub removes the
 copy and the finalizer; `kubectl get memberclusters` and `kubectl get dispatches -A` show
 what the controller wrote (readiness, nodes, GPUs; workload, kind, GPUs, member, status).
 The controller's log carries no Forbidden answer at any step, so the shipped RBAC is
 enough; the very tokens it runs with are refused Secrets outside dispatcher-system on the
-hub and kube-system objects on a member; SIGTERM exits 0 and frees the Lease.
+hub and kube-system objects on a member (the namespaced ones also any workload write in
+kube-system); SIGTERM exits 0 and frees the Lease.
 Not covered: member outages and failover with these identities (same RBAC, other suites).
 """
 
@@ -144,7 +149,7 @@ def ready(port: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module", params=["memberclusters", "static"])
+@pytest.fixture(scope="module", params=["memberclusters", "static", "cluster-wide"])
 def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """deploy/ on the hub, two members registered with minted identities, the controller
@@ -159,11 +164,17 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
             admin.wait_ok(ref.collection(), timeout=30)
 
     suffix = uuid.uuid4().hex[:6]
+    namespace = f"e2e-rbac-{suffix}"
     members = {f"rbac-{suffix}-1": "member-1", f"rbac-{suffix}-2": "member-2"}
+    cluster_wide = mode == "cluster-wide"
+    # namespaced: the write RoleBinding in the test namespace, which the command creates;
+    # cluster-wide: the opt-in with namespace creation, the controller creates it
+    scope = (["--cluster-wide"] if cluster_wide else ["--namespace", namespace])
     for alias, cluster in members.items():
         code = main(["clusters", "add", alias, "--kubeconfig",
-                     dev_fleet.cluster(cluster).kubeconfig, "--create-identity",
-                     "--token-source", "request", "--hub-kubeconfig", hub.kubeconfig])
+                     dev_fleet.cluster(cluster).kubeconfig, "--create-identity", *scope,
+                     "--create-namespaces", "--token-source", "request",
+                     "--hub-kubeconfig", hub.kubeconfig])
         assert code == 0
 
     answer = admin.request("POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/dispatcher/"
@@ -183,7 +194,6 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
                                                          "user": "dispatcher"}}]}))
     hub_kubeconfig.chmod(0o600)
 
-    namespace = f"e2e-rbac-{suffix}"
     admin.request("POST", NAMESPACES.collection(), {
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     fleet: dict[str, Any] = {"watchMemberClusters": True, "secretNamespace": SYSTEM,
@@ -195,7 +205,8 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
             secret = admin.get(SECRETS.item(f"{alias}-kubeconfig", SYSTEM))
             path.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
             path.chmod(0o600)
-            statics.append({"name": alias, "kubeconfig": str(path)})
+            statics.append({"name": alias, "kubeconfig": str(path),
+                            "allowedNamespaces": [namespace]})
         fleet.update(watchMemberClusters=False, staticMembers=statics)
     port = free_port()
     config = home / "config.yaml"
@@ -208,12 +219,17 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
                            "leaseDuration": 6, "renewEvery": 2},
         "server": {"address": "127.0.0.1", "port": port},
         "sweep": {"interval": 5},
+        # set, not defaulted: each identity is paired with the setting it supports
+        "submit": {"createNamespaces": cluster_wide},
         "fleet": fleet}))
     controller = Controller(config=config, home=home, log=home / "controller.log")
     try:
         eventually(lambda: ready(port) or controller.proc.poll() is not None,
                    what="the controller's /readyz")
         assert controller.proc.poll() is None, controller.log.read_text()[-3000:]
+        if not cluster_wide:  # the command made it on the members
+            for cluster in members.values():
+                assert dev_fleet.cluster(cluster).rest().get(NAMESPACES.item(namespace))
         yield {"hub": admin, "members": members, "namespace": namespace, "mode": mode,
                "controller": controller, "sa_token": sa_token, "fleet": dev_fleet}
     finally:
@@ -222,8 +238,9 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
         print("\n".join(controller.log.read_text(errors="replace").splitlines()[-60:]))
         for alias in members:
             main(["clusters", "remove", alias, "--hub-kubeconfig", hub.kubeconfig])
-        with contextlib.suppress(ApiError):
-            admin.request("DELETE", NAMESPACES.item(namespace))
+        for rest in [admin, *(dev_fleet.cluster(c).rest() for c in members.values())]:
+            with contextlib.suppress(ApiError):
+                rest.request("DELETE", NAMESPACES.item(namespace))
 
 
 def jobset(name: str, *, pin: str) -> dict[str, Any]:
@@ -292,6 +309,8 @@ def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any]) 
     copy_path = f"{JOBSETS}/namespaces/{namespace}/jobsets/train"
 
     copy = eventually(lambda: get_or_none(member, copy_path), what=f"the copy on {cluster}")
+    if installed["mode"] == "cluster-wide":  # the controller created it with its own token
+        assert member.get(NAMESPACES.item(namespace))
     assert copy["metadata"]["labels"]["dispatcher.io/origin"] == HUB_ID
     assert copy["metadata"]["annotations"]["dispatcher.io/hub-uid"] == uid
     record = hub.get(DISPATCHES.item("jobset-train", namespace))
@@ -368,8 +387,27 @@ def test_the_controller_tokens_are_refused_what_they_must_not_do(installed: dict
             with pytest.raises(ApiError) as refused:
                 as_member.request(method, path)
             assert refused.value.status == 403, (cluster, method, path)
+        # the issue's finding: a privileged hostPath Deployment in kube-system (dry run)
+        attempt = ("POST", "/apis/apps/v1/namespaces/kube-system/deployments?dryRun=All",
+                   root_deployment())
+        if installed["mode"] == "cluster-wide":  # the opt-in's documented risk
+            assert as_member.request(*attempt)["metadata"]["name"] == "root"
+        else:
+            with pytest.raises(ApiError) as refused:
+                as_member.request(*attempt)
+            assert refused.value.status == 403, cluster
         assert admin.get(f"/api/v1/namespaces/kube-system/configmaps/{name}")
         admin.request("DELETE", f"/api/v1/namespaces/kube-system/configmaps/{name}")
+
+
+def root_deployment() -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "root"},
+            "spec": {"selector": {"matchLabels": {"app": "root"}}, "template": {
+                "metadata": {"labels": {"app": "root"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                                         "securityContext": {"privileged": True},
+                                         "volumeMounts": [{"name": "h", "mountPath": "/h"}]}],
+                         "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}}}
 
 
 def test_sigterm_exits_0_and_hands_the_lease_over(installed: dict[str, Any]) -> None:

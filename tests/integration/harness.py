@@ -42,6 +42,8 @@ class Harness:
     members: dict[str, KubeClient]
     controller: Controller
     namespace: str
+    others: tuple[str, ...] = ()
+    """Further watched hub namespaces (``running(tenants=N)``): other teams."""
 
 
 async def _client(state: FleetState, name: str) -> KubeClient:
@@ -51,17 +53,23 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 
 @contextlib.asynccontextmanager
 async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
-                  catalog: Catalog | None = None,
-                  aliases: dict[str, str] | None = None) -> AsyncIterator[Harness]:
-    """A controller (own hub id) watching one fresh hub namespace, stopped on exit.
+                  catalog: Catalog | None = None, tenants: int = 0,
+                  changes: dict[str, Any] | None = None,
+                  aliases: dict[str, str] | None = None,
+                  create_namespaces: bool = True) -> AsyncIterator[Harness]:
+    """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
+    with ``changes`` to its ControlSettings, stopped on exit.
 
     ``aliases`` registers more members under other names (alias -> fleet cluster name):
-    the same cluster twice, as an operator's mistake would."""
+    the same cluster twice, as an operator's mistake would. ``create_namespaces`` is on:
+    the test namespaces exist on the hub only."""
     namespace = f"ctl-{uuid.uuid4().hex[:8]}"
+    others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
-    await hub.request("POST", NAMESPACES.collection(), body={
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for name in (namespace, *others):
+        await hub.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     catalog = catalog or Catalog.builtin()
     statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
                     for n in members) + tuple(
@@ -71,24 +79,28 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
         unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
         kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
-    settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}", namespaces=(namespace,),
+    settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}",
+                               namespaces=(namespace, *others),
+                               create_namespaces=create_namespaces,
                                sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
-                               server=ServerSettings(port=0))
+                               server=ServerSettings(port=0), **(changes or {}))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet)
     stop = asyncio.Event()
     await fleet.start()
     task = asyncio.create_task(controller.run(stop))
     await eventually(_ready(controller), what="the controller to sync")
     try:
-        yield Harness(hub=hub, members=members, controller=controller, namespace=namespace)
+        yield Harness(hub=hub, members=members, controller=controller, namespace=namespace,
+                      others=others)
     finally:
         stop.set()
         await task
         await asyncio.wait_for(fleet.stop(), 10)
         # Its Dispatches hold reservations that other suites' live views would count.
-        with contextlib.suppress(KubeError):
-            await hub.request("DELETE", DISPATCHES.collection(namespace))
+        for name in (namespace, *others):
+            with contextlib.suppress(KubeError):
+                await hub.request("DELETE", DISPATCHES.collection(name))
         for client in (hub, *members.values()):
             await client.close()
 

@@ -1,9 +1,10 @@
 """The install manifests themselves, read from deploy/ (no apiserver needed).
 
 Covers: no wildcard in any Role or ClusterRole; the hub ClusterRole and the member
-ClusterRole grant each catalog workload kind exactly the verbs the controller uses, and no
-resource outside the catalog; every CRD of deploy/crds is installed by the kustomization;
-the Deployment is hardened (non-root, read-only root, no capabilities, RuntimeDefault
+ClusterRoles (read, bound cluster-wide; write, bound per namespace) grant each catalog
+workload kind exactly the verbs the controller uses (pods create: the admission dry-run),
+and no resource outside the catalog; every CRD of deploy/crds is installed by the
+kustomization; the Deployment is hardened (non-root, read-only root, no capabilities, RuntimeDefault
 seccomp, probes on the config's server port) and runs as the ServiceAccount the RBAC
 binds; the in-cluster config is config/default.yaml but for the hub kubeconfig.
 Not covered here: what an apiserver makes of them (test_rbac_hub.py, test_rbac_member.py).
@@ -36,6 +37,10 @@ BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("apps", "Deployment"): "deployment
 HUB_WORKLOAD_VERBS = {"get", "list", "watch", "patch"}
 HUB_STATUS_VERBS = {"patch"}
 MEMBER_WORKLOAD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
+# ... split on the member: reads (copies are watched across namespaces by label) are bound
+# cluster-wide, writes per namespace; pods are created as an admission dry-run.
+MEMBER_READ_VERBS = {"get", "list", "watch"}
+MEMBER_WRITE_VERBS = {"create", "patch", "delete"}
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -43,10 +48,11 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def kustomized(directory: Path) -> Iterator[dict[str, Any]]:
-    """The documents of a kustomization's ``resources`` (files only)."""
+    """The documents of a kustomization's ``resources`` (files, and folders as bases)."""
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     for entry in kustomization["resources"]:
-        yield from load(directory / entry)
+        path = directory / entry
+        yield from kustomized(path) if path.is_dir() else load(path)
 
 
 def one(docs: Iterator[dict[str, Any]] | list[dict[str, Any]], kind: str, name: str
@@ -87,7 +93,7 @@ def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 
 def all_roles() -> list[tuple[Path, dict[str, Any]]]:
     roles = []
-    for path in sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "member").glob("*.yaml")):
+    for path in sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "member").rglob("*.yaml")):
         roles += [(path, d) for d in load(path) if d.get("kind") in ("Role", "ClusterRole")]
     return roles
 
@@ -139,17 +145,23 @@ def test_hub_secrets_and_lease_are_namespaced_to_dispatcher_system() -> None:
     assert ("", "secrets") not in grants(cluster_role["rules"])
 
 
-def test_member_role_grants_each_catalog_kind_and_read_only_capacity() -> None:
+def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
     docs = list(kustomized(DEPLOY / "member"))
-    granted = grants(one(docs, "ClusterRole", "dispatcher-member")["rules"])
+    read = grants(one(docs, "ClusterRole", "dispatcher-member")["rules"])
+    write = grants(one(docs, "ClusterRole", "dispatcher-member-write")["rules"])
     workloads = catalog_resources()
     for resource in workloads:
-        assert granted.get(resource) == MEMBER_WORKLOAD_VERBS, resource
-    assert granted[("", "nodes")] == granted[("", "pods")] == {"list", "watch"}
-    extra = set(granted) - workloads - {("", "nodes"), ("", "pods")}
-    assert extra == set()
-    create_ns = grants(one(docs, "ClusterRole", "dispatcher-member-namespaces")["rules"])
+        assert read.get(resource) == MEMBER_READ_VERBS, resource
+        assert write.get(resource) == MEMBER_WRITE_VERBS, resource
+        assert read[resource] | write[resource] == MEMBER_WORKLOAD_VERBS
+    assert read[("", "nodes")] == read[("", "pods")] == {"list", "watch"}
+    assert write[("", "pods")] == {"create"}  # the pod admission dry-run (?dryRun=All)
+    assert set(read) - workloads - {("", "nodes"), ("", "pods")} == set()
+    assert set(write) - workloads - {("", "pods")} == set()
+    overlay = list(kustomized(DEPLOY / "member" / "cluster-wide"))
+    create_ns = grants(one(overlay, "ClusterRole", "dispatcher-member-namespaces")["rules"])
     assert create_ns == {("", "namespaces"): {"create"}}
+    assert not [d for d in docs if d["metadata"]["name"] == "dispatcher-member-namespaces"]
 
 
 def test_every_crd_is_installed_by_the_kustomization() -> None:

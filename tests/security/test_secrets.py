@@ -80,6 +80,7 @@ async def test_no_credentials_in_a_dispatch_runs_log_or_events(dev_fleet: FleetS
     config.write_text(yaml.safe_dump({
         "hubId": hub_id, "hub": {"kubeconfig": dev_fleet.cluster("hub").kubeconfig},
         "watch": {"namespaces": [namespace]}, "leaderElection": {"enabled": False},
+        "submit": {"createNamespaces": True},
         "server": {"port": 0}, "log": {"level": "debug"},
         "fleet": {"watchMemberClusters": False, "probeInterval": 1, "staticMembers": [
             {"name": m, "kubeconfig": dev_fleet.cluster(m).kubeconfig}

@@ -24,3 +24,11 @@ def test_member_cluster_points_at_the_secret_and_parses_back() -> None:
     assert spec.secret == members.SecretRef(namespace="dispatcher-system",
                                             name="east-kubeconfig")
     assert (spec.cordoned, dict(spec.labels), spec.context) == (True, {"region": "us"}, None)
+    assert "allowedNamespaces" not in obj["spec"]  # an update keeps what the object has
+
+
+def test_member_cluster_carries_the_allowed_namespaces_given() -> None:
+    obj = registration.member_cluster_manifest(member="east", labels={}, cordoned=False,
+                                               allowed_namespaces=("team-a", "team-b"))
+    assert obj["spec"]["allowedNamespaces"] == ["team-a", "team-b"]
+    assert members.from_member_cluster(obj).allowed_namespaces == ("team-a", "team-b")

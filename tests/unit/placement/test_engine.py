@@ -217,3 +217,40 @@ def test_choice_is_valid_feasible_and_deterministic(specs: list[list[dict[str, A
              for i, s in enumerate(specs)]
     rng.shuffle(again)
     assert decide(again, request).to_dict() == decision.to_dict()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(clusters, min_size=1, max_size=3), st.lists(demands, min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(min_value=0, max_value=2),
+                          st.integers(min_value=0, max_value=7), st.booleans()),
+                min_size=1, max_size=6),
+       st.sampled_from(["most-free", "best-fit"]))
+def test_memoised_verdicts_equal_fresh_ones(specs: list[list[dict[str, Any]]],
+                                            wanted: list[Demand],
+                                            changes: list[tuple[int, int, bool]],
+                                            policy: str) -> None:
+    """Verdicts answered from a member's memo (the controller's path) are the ones a
+    member never decided before gives, across capacity changes between decisions."""
+    live = [_build(s) for s in specs]
+    for step, request_demand in enumerate(wanted * 2):
+        request = PlacementRequest(demand=request_demand, policy=policy, exhaustive=True)
+        memoised = decide([MemberSnapshot(name=f"m{i}", capacity=c)
+                           for i, c in enumerate(live)], request)
+        fresh = decide([MemberSnapshot(name=f"m{i}", capacity=_build(s))
+                        for i, s in enumerate(specs)], request)
+        assert memoised == fresh
+        if step < len(changes):  # the same change on the live fleet and its description
+            member, index, fill = changes[step]
+            spec = specs[member % len(specs)]
+            if spec:
+                target = spec[index % len(spec)]
+                target["used"] = target["gpus"] if fill else 0  # a node fills or empties
+                rebuilt = _build(spec)
+                live[member % len(specs)].relist_nodes(
+                    [node(f"n{i}", s["gpus"], product=s["product"], ready=s["ready"],
+                          unschedulable=s["unschedulable"], taints=s["taints"],
+                          labels=s["labels"]) for i, s in enumerate(spec)])
+                live[member % len(specs)].relist_pods(
+                    [pod(f"busy-{i}", s["used"], node_name=f"n{i}")
+                     for i, s in enumerate(spec) if s["used"]])
+                assert rebuilt.free == live[member % len(specs)].free

@@ -11,7 +11,7 @@ import yaml
 
 from dispatcher.cli import main
 from dispatcher.sim.scenario import parse_scenario
-from dispatcher.sim.trace import resolved_event
+from dispatcher.workloads.trace import resolved_event
 from tests.unit.sim.helpers import demand
 
 ROOT = Path(__file__).resolve().parents[3]

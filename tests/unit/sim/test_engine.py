@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -56,50 +57,58 @@ def test_priority_first_then_age() -> None:
         ("first", 0), ("urgent", 10), ("old", 15)]
 
 
-def test_backfill_is_bounded() -> None:
+@pytest.mark.parametrize(("limit", "namespace", "start"), [
+    (0, "default", 60),  # head-of-line blocking: waits for the big one (starts 50, runs 10)
+    (0, "team-b", 2),    # ... but never across namespaces
+    (4, "default", 2),   # backfill within the limit
+])
+def test_backfill_is_bounded_per_namespace(limit: int, namespace: str, start: float) -> None:
     spec = fleet({"a": [(2, 8)]})
     stream = [workload("busy", at=0, run=50, need=demand((1, 4))),
               workload("big", at=1, run=10, need=demand((2, 8))),
-              workload("small", at=2, run=10, need=demand((1, 2)))]
-    without = run(spec, stream, queue=QueueSpec(backfill=0))
-    with_backfill = run(spec, stream, queue=QueueSpec(backfill=4))
-    # Head-of-line blocking: the small job waits for the big one (starts at 50, runs 10).
-    assert {d.uid: d.start for d in without.decisions}["small"] == 60
-    assert {d.uid: d.start for d in with_backfill.decisions}["small"] == 2
+              replace(workload("small", at=2, run=10, need=demand((1, 2))),
+                      namespace=namespace)]
+    result = run(spec, stream, queue=QueueSpec(backfill_limit=limit))
+    assert {d.uid: d.start for d in result.decisions}["small"] == start
 
 
-def test_starving_gang_gets_a_reservation() -> None:
+def test_the_gate_rescues_a_starving_gang() -> None:
     # Small 1-GPU jobs arrive every second and run 3.5 s, so the two nodes are never both
-    # empty; the 2 x 8 GPU gang starts only once a member is reserved for it.
+    # empty; the 2 x 8 GPU gang starts only once its namespace's gate holds them back.
     spec = fleet({"a": [(2, 8)]})
     smalls = [workload(f"s{i}", at=float(i), run=3.5, need=demand((1, 1)))
               for i in range(200)]
     big = workload("big", at=0.5, run=10, need=demand((2, 8)))
     starved = run(spec, [*smalls, big], duration=250,
-                  queue=QueueSpec(starvation_limit=10_000))
-    # Without reservations it only starts once the stream of small jobs dries up.
+                  queue=QueueSpec(backfill_limit=10_000))
     assert {d.uid: d.start for d in starved.decisions}["big"] > 200
-    assert starved.reservations == 0
-    rescued = run(spec, [*smalls, big], duration=250, queue=QueueSpec(starvation_limit=5))
+    assert starved.gated == 0
+    rescued = run(spec, [*smalls, big], duration=250, queue=QueueSpec(backfill_limit=5))
     starts = {d.uid: d.start for d in rescued.decisions}
-    assert rescued.reservations == 1
-    assert "big" in starts
-    # Five small jobs were placed past it, then the member was held until the running ones
-    # finished (3.5 s at most).
+    assert rescued.gated == 1
+    # Five small jobs were placed past it, then the ones running finished (3.5 s at most).
     assert starts["big"] <= 0.5 + 5 + 3.5 + 1
 
 
-def test_reservation_skips_members_full_of_services() -> None:
-    # Member a is full of a service forever; the starving gang must reserve b, not a.
-    spec = fleet({"a": [(2, 8)], "b": [(2, 8)]})
-    service = workload("svc", at=0, run=None, need=demand((2, 8)))
-    smalls = [workload(f"s{i}", at=1.0 + i, run=3.5, need=demand((1, 1))) for i in range(100)]
-    big = workload("big", at=1.5, run=10, need=demand((2, 8)))
-    result = run(spec, [service, *smalls, big], duration=150,
-                 queue=QueueSpec(starvation_limit=3))
-    placed = {d.uid: d.member for d in result.decisions}
-    assert placed["svc"] == "a"
-    assert placed["big"] == "b"
+def test_one_tenants_burst_and_impossible_workload_do_not_starve_another() -> None:
+    # 4 x 8 GPUs. Tenant a: a gang that never fits (64 GPUs on one node), a gang that
+    # needs the whole fleet, then 2,000 8-GPU jobs at once; tenant b: 60 1-GPU jobs, one a
+    # second from t=5. b's jobs wait only for a GPU to free up (a's jobs run 20 s), never
+    # behind a's queue.
+    spec = fleet({"m": [(4, 8)]})
+    tenant_a = [workload("impossible", at=0, run=10, need=demand((1, 64)), priority=10**9),
+                workload("whole", at=0, run=10, need=demand((4, 8))),
+                *[workload(f"a{i}", at=1, run=20, need=demand((1, 8))) for i in range(2000)]]
+    tenant_b = [replace(workload(f"b{i}", at=5.0 + i, run=10, need=demand((1, 1))),
+                        namespace="team-b") for i in range(60)]
+    result = simulate(fleet=spec, workloads=[*tenant_a, *tenant_b], backend=CoreBackend(spec),
+                      policy="most-free", duration=20_000, sample_interval=500.0)
+    waits = {d.uid: d.wait for d in result.decisions}
+    assert [u.uid for u in result.unplaceable] == ["impossible"]
+    b_waits = sorted(waits[f"b{i}"] for i in range(60))
+    assert len(b_waits) == 60
+    assert b_waits[-1] <= 20  # at most one run of an a-job
+    assert "whole" in waits  # a's own gate protected its gang from its burst
 
 
 def test_never_placeable_is_reported_not_queued() -> None:
@@ -190,17 +199,16 @@ def max_concurrent(result: RunResult, stream: list[SimWorkload]) -> dict[str, in
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleets, streams, st.sampled_from(["most-free", "best-fit"]), st.integers(0, 4),
-       st.integers(1, 4))
+@given(fleets, streams, st.sampled_from(["most-free", "best-fit"]), st.integers(0, 4))
 def test_no_node_is_ever_over_allocated(members: dict[str, list[tuple[int, int]]],
                                         raw: list[tuple[float, float | None,
                                                         list[tuple[int, int]], int]],
-                                        policy: str, backfill: int, limit: int) -> None:
+                                        policy: str, limit: int) -> None:
     spec = fleet(members)
     stream = [workload(f"w{i}", at=at, run=run_time, need=demand(*need), priority=prio)
               for i, (at, run_time, need, prio) in enumerate(raw)]
     result = run(spec, stream, policy=policy,
-                 queue=QueueSpec(backfill=backfill, starvation_limit=limit))
+                 queue=QueueSpec(backfill_limit=limit))
     capacity = {n["metadata"]["name"]: int(n["status"]["allocatable"]["nvidia.com/gpu"])
                 for m in spec.members for n in node_manifests(m)}
     for node, peak in max_concurrent(result, stream).items():

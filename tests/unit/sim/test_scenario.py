@@ -40,11 +40,11 @@ def test_builtin_default_scenario_loads() -> None:
 
 
 def test_minimal_scenario_values() -> None:
-    scenario = parse_scenario(base(policies=["best-fit"], queue={"backfill": 3}),
+    scenario = parse_scenario(base(policies=["best-fit"], queue={"backfillLimit": 3}),
                               source="s.yaml")
     assert scenario.duration == 7200.0
     assert scenario.policies == ("best-fit",)
-    assert scenario.queue.backfill == 3
+    assert scenario.queue.backfill_limit == 3
     assert scenario.workloads[0].at == 60.0
     assert scenario.workloads[0].run_time == 600.0
     assert scenario.sample_interval == pytest.approx(7200.0 / 200)
@@ -69,8 +69,9 @@ def test_fleet_and_manifest_files_resolve_relative_to_the_scenario(tmp_path: Pat
     ({"policies": ["fastest"]}, "policies[0]"),
     ({"seed": "x"}, "seed"),
     ({"colour": 1}, "colour"),
-    ({"queue": {"backfill": -1}}, "queue.backfill"),
-    ({"queue": {"starvationLimit": 0}}, "queue.starvationLimit"),
+    ({"queue": {"backfillLimit": -1}}, "queue.backfillLimit"),
+    ({"queue": {"backfill": 16}}, "queue.backfill"),
+    ({"queue": {"starvationLimit": 32}}, "queue.starvationLimit"),
     ({"workloads": [{"at": "soon", "manifest": JOB}]}, "workloads[0].at"),
     ({"workloads": [{"at": 0}]}, "workloads[0]"),
     ({"workloads": [{"at": 0, "manifest": {"kind": "Job"}}]}, "workloads[0].manifest"),

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.sim.trace import (
+from dispatcher.workloads.demand import Demand, Gang, PodShape, Toleration
+from dispatcher.workloads.trace import (
     TraceError,
     demand_from_gangs,
     gangs_json,
     read_trace,
     resolved_event,
 )
-from dispatcher.workloads.demand import Demand, Gang, PodShape, Toleration
 
 DEMAND = Demand(gangs=(
     Gang(name="leader", pods=1, min_pods=1, pod_shapes=(

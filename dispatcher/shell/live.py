@@ -18,12 +18,12 @@ import yaml
 
 from dispatcher.config import Config
 from dispatcher.control import record as records
-from dispatcher.control.app import hub_kubeconfig_path
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import MemberSnapshot
+from dispatcher.shell.app import hub_kubeconfig_path
 from dispatcher.workloads.catalog import Catalog
 
 __all__ = ["hub_client", "hub_workload", "live_snapshots"]

@@ -1,0 +1,87 @@
+"""What a copy may do on a member: never more than its hub namespace allows.
+
+A hub namespace's Pod Security level is the hub operator's word on what that tenant's pods
+may do. A namespace the dispatcher creates on a member carries the same level, never a
+weaker one than the configured floor (``submit.podSecurityFloor``, default ``baseline``:
+no privileged containers, host namespaces or hostPath). Before a copy is created, each of
+its pod templates is sent to the member as a Pod with ``dryRun=All``: the member's own
+admission (Pod Security, ServiceAccount, quotas, LimitRanges, policy webhooks) judges it,
+and a refusal is a rejection with the member's reason instead of a copy whose pods can
+never start (workload objects are admitted even when their pods would not be).
+
+Pure: the shell (``reconcile``) does the requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dispatcher.workloads.mutate import PodTemplate
+
+__all__ = ["LEVELS", "PSA_PREFIX", "dry_run_pods", "namespace_labels"]
+
+PSA_PREFIX = "pod-security.kubernetes.io/"
+LEVELS: tuple[str, ...] = ("privileged", "baseline", "restricted")
+_MODES = ("enforce", "audit", "warn")
+_PLACEHOLDER_IMAGE = "dispatcher.invalid/admission-check"
+
+
+def _level(value: Any) -> int:
+    return LEVELS.index(value) if value in LEVELS else -1
+
+
+def namespace_labels(hub_labels: Mapping[str, str] | None, *, floor: str) -> dict[str, str]:
+    """Pod Security labels for a member namespace created for a hub namespace's workloads:
+    each mode at the hub's level, ``enforce`` (and ``warn``) at least at ``floor``."""
+    hub = hub_labels or {}
+    out: dict[str, str] = {}
+    for mode in _MODES:
+        key = f"{PSA_PREFIX}{mode}"
+        level = _level(hub.get(key))
+        if mode != "audit":
+            level = max(level, _level(floor))
+        if level >= 0:
+            out[key] = LEVELS[level]
+            version = hub.get(f"{key}-version")
+            out[f"{key}-version"] = version if isinstance(version, str) and version \
+                else "latest"
+    return out
+
+
+def dry_run_pods(templates: Sequence[PodTemplate], *, namespace: str
+                 ) -> list[dict[str, Any]]:
+    """One Pod per distinct template, to be created with ``dryRun=All`` in ``namespace``.
+
+    Unnamed containers get a name and image-less ones a placeholder image, so that pod
+    validation (which an operator's defaults would satisfy) does not stop admission from
+    running; nothing that changes what the pod may do is added.
+    """
+    out: list[dict[str, Any]] = []
+    seen: list[Any] = []
+    for template in templates:
+        spec = _completed(template.spec)
+        key = (dict(template.metadata.get("labels") or {}), spec)
+        if key in seen:
+            continue
+        seen.append(key)
+        meta: dict[str, Any] = {"generateName": "dispatcher-admission-check-",
+                                "namespace": namespace}
+        for field in ("labels", "annotations"):
+            value = template.metadata.get(field)
+            if isinstance(value, Mapping) and value:
+                meta[field] = dict(value)
+        out.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    return out
+
+
+def _completed(spec: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(spec)
+    for field in ("initContainers", "containers"):
+        items = spec.get(field)
+        if not isinstance(items, list):
+            continue
+        out[field] = [{"name": f"{field[:4].lower()}-{i}", "image": _PLACEHOLDER_IMAGE,
+                       **item} if isinstance(item, Mapping) else item
+                      for i, item in enumerate(items)]
+    return out

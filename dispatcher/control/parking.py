@@ -1,0 +1,118 @@
+"""May this workload wait in the queue at all? Invalid requests and never-placeable ones.
+
+A workload whose request is wrong (an unknown ``dispatcher.io/policy``, a selector that does
+not parse, a junk priority) or that no member could run even with every GPU free (bigger
+than every member, a product nobody has, pinned to a member that does not exist or refuses
+its namespace) must not wait in the queue like one that only needs capacity to free up: it
+would hold its namespace's gate forever and tell the user nothing useful. It is *parked*
+(``queue.PendingQueue.park``) with a message whose first words give the Dispatch condition
+reason (``pending_reason``): ``InvalidAnnotation`` (fixed by the user) or ``Unplaceable``
+(re-checked whenever the fleet changes: a member added may take it).
+
+"Could ever run" is the real placement over the *bare* fleet: each member with its nodes as
+they are now but nothing running and nothing reserved, Ready and not cordoned (a member's
+health and cordon come and go). Node-level state (a node NotReady or cordoned) is kept as
+is: it is re-checked on every change. A member that is not ready and has no nodes yet (never
+listed) is unknown, not empty: a workload it might take is not called unplaceable.
+Pure: no I/O, no clock (``BareFleet`` only caches the bare copies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.placement import engine
+from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
+
+__all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "annotation_error", "bare",
+           "pending_reason", "unplaceable"]
+
+UNPLACEABLE = "unplaceable: "
+"""Prefix of every never-placeable message (condition reason ``Unplaceable``)."""
+INVALID_ANNOTATION = "invalid annotation "
+"""Prefix of every invalid-request message (condition reason ``InvalidAnnotation``)."""
+
+_REASONS = ((UNPLACEABLE, "Unplaceable"), (INVALID_ANNOTATION, "InvalidAnnotation"),
+            ("waiting behind", "Queued"), ("cannot resolve", "ResolveFailed"))
+
+
+def pending_reason(message: str) -> str:
+    """The Dispatch ``Placed=False`` condition reason for a Pending message."""
+    return next((reason for prefix, reason in _REASONS if message.startswith(prefix)),
+                "NoFeasibleMember")
+
+
+def annotation_error(request: PlacementRequest) -> str | None:
+    """Why the request's annotations are invalid (policy, selector), or None."""
+    if request.policy not in engine.POLICIES:
+        return (f"{INVALID_ANNOTATION}dispatcher.io/policy={request.policy!r}: unknown "
+                f"placement policy (known: {', '.join(engine.POLICIES)}); not dispatched "
+                f"until it is fixed")
+    try:
+        engine.eligible((), request)
+    except PlacementError as exc:
+        return f"{INVALID_ANNOTATION}{exc}; not dispatched until it is fixed"
+    return None
+
+
+def bare(capacity: ClusterCapacity) -> ClusterCapacity:
+    """A copy of ``capacity`` with the same nodes and nothing running or reserved."""
+    copy = capacity.snapshot()
+    copy.relist_pods(())
+    for node in list(copy.nodes()):
+        if node.reserved:
+            copy.reserve(node.name, -node.reserved)
+    return copy
+
+
+def _fingerprint(capacity: ClusterCapacity) -> tuple[object, ...]:
+    s = capacity.summary()
+    return (s.nodes, s.ready_nodes, s.cordoned_nodes, s.capacity, s.allocatable,
+            tuple((p.product, p.nodes, p.allocatable) for p in s.products))
+
+
+@dataclass
+class BareFleet:
+    """Bare copies of members' capacity, rebuilt only when a member's nodes change."""
+
+    _cache: dict[str, tuple[tuple[object, ...], ClusterCapacity]] = field(
+        default_factory=dict)
+
+    def view(self, members: Sequence[MemberSnapshot]
+             ) -> tuple[list[MemberSnapshot], tuple[str, ...]]:
+        """The members as they could ever be (see the module docstring), and the names of
+        the unknown ones (not ready, no nodes listed)."""
+        out, unknown = [], []
+        for member in members:
+            if not member.ready and member.capacity.node_count == 0:
+                unknown.append(member.name)
+            key = _fingerprint(member.capacity)
+            cached = self._cache.get(member.name)
+            if cached is None or cached[0] != key:
+                cached = self._cache[member.name] = (key, bare(member.capacity))
+            out.append(replace(member, capacity=cached[1], ready=True, not_ready_reason="",
+                               cordoned=False))
+        for gone in set(self._cache) - {m.name for m in members}:
+            del self._cache[gone]
+        return out, tuple(unknown)
+
+
+def unplaceable(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+                unknown: Sequence[str] = ()) -> str | None:
+    """Why no member of ``members`` (a ``BareFleet`` view, restricted to what this workload
+    may use) could ever run ``request``, or None when one could (or an ``unknown`` member
+    might). Raises PlacementError for an invalid request (check ``annotation_error`` first).
+    """
+    names = {m.name for m in members}
+    if request.pin is not None and request.pin not in names:
+        return (f"{UNPLACEABLE}pinned member {request.pin!r} (dispatcher.io/cluster) does "
+                f"not exist; members: {', '.join(sorted(names)) or 'none'}")
+    maybe = [m for m in members if m.name in unknown and m.ready]  # ready: not restricted
+    if maybe and engine.eligible(maybe, request):
+        return None
+    decision = engine.decide(members, replace(request, exhaustive=True, count_fits=False))
+    if decision.chosen is not None:
+        return None
+    return f"{UNPLACEABLE}even with every GPU free, {decision.summary}"

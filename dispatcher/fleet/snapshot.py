@@ -1,0 +1,42 @@
+"""One member as placement sees it: a frozen view over its live capacity and metadata.
+
+Built by the fleet runtime (``Fleet.snapshots``) from live state, or by ``dispatcher
+explain`` from a fleet file; placement (``placement.model`` re-exports it) reads nothing
+else, so both paths decide identically. It lives in ``fleet`` so the fleet never imports
+placement (the layers go ``control`` -> ``placement`` -> ``fleet`` -> ``workloads``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from dispatcher.fleet.capacity import ClusterCapacity
+
+__all__ = ["MemberSnapshot"]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberSnapshot:
+    """One member as placement sees it.
+
+    ``served_kinds`` holds (API group, kind) pairs the member serves (core group ""); None
+    means not known (offline fleet files), which filters nothing. ``capacity`` is read
+    synchronously during a decision and must already have reservations applied (see
+    ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
+    (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
+    namespaces may be placed there, so a hub user cannot reach kube-system or another
+    tenant's namespace on the member.
+    """
+
+    name: str
+    capacity: ClusterCapacity
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    ready: bool = True
+    not_ready_reason: str = ""
+    cordoned: bool = False
+    served_kinds: frozenset[tuple[str, str]] | None = None
+    allowed_namespaces: tuple[str, ...] = ()
