@@ -31,6 +31,7 @@ __all__ = [
     "compile_errors",
     "is_balanced",
     "is_linear",
+    "jq_message",
 ]
 
 MAX_RESULTS = 1000
@@ -232,8 +233,21 @@ def compile_error(expression: str) -> str | None:
     try:
         jq.compile(expression)
     except ValueError as error:
-        return " ".join(str(error).split())
+        return jq_message(str(error))
     return None
+
+
+def jq_message(raw: str) -> str:
+    """libjq's compile report as one line: each ``jq: error: ...`` joined by ``; ``.
+
+    libjq writes every error on its own line followed by the program echoed with a caret
+    under the culprit and a ``jq: N compile errors`` trailer; flattened naively, the errors
+    run together and the expression is repeated once per error. The caller already names
+    the expression, so only the errors (with their line and column) are kept.
+    """
+    errors = [line.strip().rstrip(":") for line in raw.splitlines()
+              if line.startswith("jq: error")]
+    return "; ".join(errors) if errors else " ".join(raw.split())
 
 
 def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
