@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.workloads.demand import Demand
-from dispatcher.workloads.errors import EvaluationError, ObjectError
+from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
+from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
 
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
@@ -103,7 +104,7 @@ def demand_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) ->
     definition = catalog.require(obj)
     name, _ = _identity(obj)
     text = _text(obj, name=name, limits=limits)
-    _, demand = _demand(definition, definition.demand_batch.run(text), name=name)
+    _, demand = _demand(definition, definition.demand_batch.run(text), name=name, text=text)
     return demand
 
 
@@ -122,7 +123,7 @@ def resolve_with(definition: Definition, obj: Any, *,
     text = _text(obj, name=name, limits=limits)
     results = definition.full_batch.run(text)
     split = len(definition.demand_batch.expressions)
-    components, demand = _demand(definition, results[:split], name=name)
+    components, demand = _demand(definition, results[:split], name=name, text=text)
     reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
@@ -173,9 +174,23 @@ class _Fail:
 class _Values:
     """Typed access to one batch's results, raising EvaluationError on bad shapes."""
 
-    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail) -> None:
+    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
+                 text: str = "") -> None:
         self.results = results
         self.fail = fail
+        self.text = text
+
+    def template_error(self, expr: Expr, index: int, reason: str, *, inner: str = ""
+                       ) -> TemplateError:
+        """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
+        invalid: a TemplateError with its JSON path (the definition's field when the
+        expression is not a path)."""
+        where = json_location(expr.text, self.text, index)
+        if where is None:
+            where = f"({expr.field} result {index})"
+        path = ".".join(p for p in (where, inner) if p).replace(".[", "[")
+        return TemplateError(reason, path=path, field=expr.field, name=self.fail.name,
+                             definition=self.fail.definition.name)
 
     def all(self, expr: Expr) -> list[Any]:
         value = self.results[expr.slot]
@@ -214,9 +229,9 @@ class _Values:
         return int(value)
 
 
-def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str
-            ) -> tuple[tuple[ComponentView, ...], Demand]:
-    values = _Values(results, _Fail(definition, name))
+def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
+            text: str) -> tuple[tuple[ComponentView, ...], Demand]:
+    values = _Values(results, _Fail(definition, name), text=text)
     views = []
     members: list[Member] = []
     for comp in definition.components:
@@ -256,19 +271,40 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
         per = column(scale.pods_per_replica, index) if scale else None
         if per is not None and per < 0 and scale and scale.pods_per_replica:
             raise values.fail(scale.pods_per_replica, f"pods per replica {per} is negative")
-        if replicas is None or replicas < 0:
+        for bound, given in ((scale.replicas, replicas), (scale.min_replicas, minimum)) \
+                if scale else ():
+            if bound is not None and given is not None and given < 0:
+                raise values.template_error(bound, index, f"replica count {given} is negative")
+        if replicas is None:
             replicas = max(minimum, 1) if minimum is not None else 1
         per = 1 if per is None else per
         effective = minimum if minimum is not None and minimum > 0 else replicas
         spec_expr, spec = specs[index]
         try:
+            check_pod_spec(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
             needs = pod_needs(spec)
+        except TemplateProblem as problem:
+            inner = ".".join(p for p in (_SPEC_IN[comp.spec.pattern if comp.spec else ""],
+                                         problem.where) if p)
+            if spec_expr.slot < 0 or comp.spec is None or comp.spec.pattern == "fragmented":
+                raise TemplateError(problem.reason, path=f"({comp.name} pod spec).{inner}",
+                                    field=spec_expr.field, name=values.fail.name,
+                                    definition=values.fail.definition.name) from None
+            raise values.template_error(spec_expr, index, problem.reason,
+                                        inner=inner) from None
         except ValueError as error:
             raise values.fail(spec_expr, str(error)) from None
         out.append(Instance(component=comp.name, id=instance_id, replicas=replicas,
                             pods_per_replica=per, pods=replicas * per,
                             min_pods=min(effective, replicas) * per, needs=needs))
     return tuple(out)
+
+
+# container fields a pod spec must give, by spec pattern (template.check_pod_spec)
+_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name", "image"), "podspec": ("image",),
+                                         "fragmented": (), "": ()}
+# where the pod spec is below the path's result
+_SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
 
 
 def _ids(comp: Component, values: _Values) -> list[str]:
