@@ -86,9 +86,11 @@ class Recorder:
 
     def _check_jq(self, text: str, field: str) -> None:
         """Safety now; compiling is batched at the end of ``build`` (``_compile_checks``)."""
-        for problem in _safety(text):
+        problems = _safety(text)
+        for problem in problems:
             self._issue(field, f"failed to parse JQ expression {_quoted(text)}: {problem}")
-        self._pending.append((text, field))
+        if not problems:  # never compile what the check refused (libjq folds constants)
+            self._pending.append((text, field))
 
     def _compile_checks(self) -> None:
         errors = compile_errors([text for text, _ in self._pending])

@@ -116,6 +116,8 @@ def json_location(expression: str, text: str, index: int) -> str | None:
     Only run when a template is invalid (cold path): jq's ``path()`` on the same
     expression the definition already evaluated.
     """
+    if not text:
+        return None
     try:
         paths = jq.compile(f"[path({expression}\n)]").input_text(text).first()
     except ValueError:

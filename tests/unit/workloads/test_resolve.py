@@ -177,7 +177,7 @@ def test_bad_pod_spec_types_are_clear_errors() -> None:
 
 @pytest.mark.parametrize(("container", "where", "reason"), [
     ({"image": "i"}, "containers[0].name", "is required"),
-    ({"name": "c", "image": ""}, "containers[0].image", "is required"),
+    ({"name": "c", "image": 7}, "containers[0].image", "must be a string, not number 7"),
     ({"name": 3, "image": "i"}, "containers[0].name", "must be a string, not number 3"),
     ({"name": "c", "image": "i", "command": ["run", 8]}, "containers[0].command[1]",
      "must be a string, not number 8"),
