@@ -120,6 +120,11 @@ class Evaluator:
         return {names[key]: f"{hit.bound}: {hit.detail}"
                 for key, hit in self._quarantined.items()}
 
+    def quarantine_of(self, definition: Definition) -> str | None:
+        """Why this very definition (not another of the same name) is quarantined."""
+        hit = self._quarantined.get(id(definition))
+        return f"{hit.bound}: {hit.detail}" if hit is not None else None
+
     # -- blocking ------------------------------------------------------------------------
 
     def resolve(self, obj: Any) -> Resolution:
