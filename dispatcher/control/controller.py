@@ -110,9 +110,14 @@ class Controller:
         log.info("catalog.changed", definitions=len(new),
                  kinds=sorted(f"{v} {k}" for v, k in changed))
         self.fleet.set_kinds(list(after))
-        self._tasks.append(guarded(self._follow_catalog(changed), name="catalog-follow"))
+        removed = set(before) - set(after)
+        added = set(after) - set(before)
+        self._tasks.append(guarded(self._follow_catalog(changed, removed, added),
+                                   name="catalog-follow"))
 
-    async def _follow_catalog(self, changed: set[tuple[str, str]]) -> None:
+    async def _follow_catalog(self, changed: set[tuple[str, str]],
+                              removed: set[tuple[str, str]], added: set[tuple[str, str]]
+                              ) -> None:
         await self.hub_watchers.discover()
         self.fleet.pulse.bump()  # member watchers start copy watches for new kinds
         keys = {kind_key(v, k) for v, k in changed}
@@ -126,9 +131,15 @@ class Controller:
                 self.kick(uid)
         for uid in list(self.cache.uids()):
             item = self.cache.workload(uid)
-            if item is not None and kind_key(str(item.obj.get("apiVersion")),
-                                             str(item.obj.get("kind"))) in keys:
-                self.kick(uid)
+            if item is None:
+                continue
+            kind = (str(item.obj.get("apiVersion")), str(item.obj.get("kind")))
+            if kind_key(*kind) not in keys:
+                continue
+            if kind in removed or kind in added:
+                await self.reconciler.note_definition(uid, present=kind in added,
+                                                      kind=" ".join(kind))
+            self.kick(uid)
         self._tasks[:] = [t for t in self._tasks if not t.done()]
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -174,8 +174,11 @@ class DefinitionWatcher:
                 log.info("definition.applied", overrides=verdict.overrides or None, **fields)
             else:
                 log.warning("definition.rejected", **fields)
+        kept = before.accepted if before is not None else {}
         for key in old.keys() - after.verdicts.keys():
             serves = old[key].serves
+            if serves is None and key in kept:  # broken last, but its last good served one
+                serves = (kept[key].api_version, kept[key].kind)
             kind = f"{serves[0]} {serves[1]}" if serves is not None else None
             source = after.sources.get(serves) if serves is not None else None
             log.info("definition.removed", object=f"{key[0]}/{key[1]}", kind=kind,

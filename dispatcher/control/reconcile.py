@@ -408,6 +408,24 @@ class Reconciler:
         except (WorkloadError, PlacementError):
             return ()
 
+    async def note_definition(self, uid: str, *, present: bool, kind: str) -> None:
+        """Say on a dispatched workload's Dispatch that its kind lost (or regained) its
+        definition. Nothing else changes: the copy keeps running, its status keeps the
+        last reading, nothing is deleted."""
+        raw = self.cache.record(uid)
+        if raw is None or records.read(raw).cluster is None:
+            return  # not dispatched: the next decision says "cannot resolve"
+        message = (f"a definition serves {kind} again" if present else
+                   f"no definition serves {kind} any more (its hub definition was deleted "
+                   f"and there is no built-in or config one): the copy is left running, "
+                   f"its last status reading kept, and no new workload of this kind is "
+                   f"dispatched")
+        with contextlib.suppress(KubeError):
+            await self.patch_record(uid, {"conditions": [records.condition(
+                type_="Definition", status=present,
+                reason="DefinitionRestored" if present else "DefinitionRemoved",
+                message=message, now=self.clock())]})
+
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
         cached = self._resolved.get(uid)

@@ -229,6 +229,16 @@ async def test_a_definition_applied_with_kubectl_makes_a_new_kind_dispatch(
         assert await copy_on_members(h, XGB, "third") == []
         assert len(await copy_on_members(h, XGB, "first")) == 1
 
+        async def left_alone() -> dict[str, Any] | None:
+            record = await dispatch_of(h, "first")
+            for c in ((record or {}).get("status") or {}).get("conditions") or ():
+                if c["type"] == "Definition" and c["status"] == "False":
+                    return c  # type: ignore[no-any-return]
+            return None
+        condition = await eventually(left_alone, what="first: says its definition is gone")
+        assert condition["reason"] == "DefinitionRemoved"
+        assert len(await copy_on_members(h, XGB, "first")) == 1
+
 
 async def test_catalog_files_apply_as_is_and_override_the_built_in(
         dev_fleet: FleetState, cleanup: list[str]) -> None:
