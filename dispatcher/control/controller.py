@@ -109,6 +109,7 @@ class Controller:
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
         log.info("catalog.changed", definitions=len(new),
                  kinds=sorted(f"{v} {k}" for v, k in changed))
+        self.reconciler.forget_readings()
         self.fleet.set_kinds(list(after))
         removed = set(before) - set(after)
         added = set(after) - set(before)

@@ -408,6 +408,12 @@ class Reconciler:
         except (WorkloadError, PlacementError):
             return ()
 
+    def forget_readings(self) -> None:
+        """The catalog changed: drop every reading keyed by a definition's identity (a
+        replaced definition's id may be reused by a new one)."""
+        self._resolved.clear()
+        _STATUS_MEMO.clear()
+
     async def note_definition(self, uid: str, *, present: bool, kind: str) -> None:
         """Say on a dispatched workload's Dispatch that its kind lost (or regained) its
         definition. Nothing else changes: the copy keeps running, its status keeps the
