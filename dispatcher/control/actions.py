@@ -279,7 +279,8 @@ async def _rejected(rec: Reconciler, uid: str, snap: Snapshot, rejection: Reject
     rec.release(uid)
     action = after_rejection(record, rec.settings.rules, member=rejection.member,
                              message=rejection.describe(),
-                             alternatives=rec.alternatives(uid, snap, without=rejection.member))
+                             alternatives=await rec.alternatives(
+                                 uid, snap, without=rejection.member))
     rejected = records.condition(type_="Submitted", status=False, reason="Rejected",
                                  message=f"{rejection.member}: {rejection.describe()}",
                                  now=snap.now)

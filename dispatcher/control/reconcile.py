@@ -396,10 +396,12 @@ class Reconciler:
                         namespace=str(workload["metadata"].get("namespace") or "default"),
                         allowed=self.fleet.allowed_namespaces)
 
-    def alternatives(self, uid: str, snap: Snapshot, *, without: str) -> tuple[str, ...]:
+    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
+                           ) -> tuple[str, ...]:
         """Members that could still take the workload once ``without`` is excluded too."""
         workload, record = snap.workload, snap.record
         assert workload is not None and record is not None
+        await self.prepare(uid, workload)
         try:
             resolution = self.resolution(uid, workload)
             return engine.eligible(
