@@ -128,8 +128,8 @@ class DefinitionWatcher:
         self._effective = effective
         self._report(before, effective)
         current = self._live.current
-        if [id(d) for d in current.definitions] != [id(d) for d in
-                                                    effective.catalog.definitions]:
+        if {id(d) for d in current.definitions} != {id(d) for d in
+                                                    effective.catalog.definitions}:
             self._live.swap(effective.catalog)
         return effective
 

@@ -93,7 +93,9 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
             reading = (live.evaluator.status(obj) if live.trusted(definition)
                        else await live.evaluator.status_async(obj))
             cached = (reading.status, reading.statuses)
-        except WorkloadError:
+        except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                live.notify_quarantine()
             cached = ("unknown", ("unknown",))
         if key is not None:
             if len(_STATUS_MEMO) >= _STATUS_MEMO_SIZE:
