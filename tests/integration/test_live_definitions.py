@@ -338,3 +338,11 @@ async def test_an_invalid_pod_template_is_resolved_false_and_never_submitted(
         assert condition["reason"] == "InvalidTemplate"
         assert "command[1]" in condition["message"], condition
         assert await copy_on_members(h, JOBSETS, "bad-template") == []
+
+
+def test_every_catalog_file_is_a_manifest_the_hub_accepts(dev_fleet: FleetState) -> None:
+    """``kubectl apply -f definitions/`` as is (server-side dry run: nothing is created)."""
+    out = kubectl(dev_fleet, "apply", "--dry-run=server", "-f",
+                  str(ROOT / "definitions")).stdout
+    files = list((ROOT / "definitions").glob("*.yaml"))
+    assert out.count("(server dry run)") == len(files) >= 17, out
