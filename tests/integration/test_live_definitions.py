@@ -16,6 +16,7 @@ never submitted. Definition objects are cluster-scoped: each test deletes its ow
 from __future__ import annotations
 
 import contextlib
+import resource
 import subprocess
 import time
 import uuid
@@ -303,6 +304,7 @@ async def test_a_hostile_definition_is_quarantined_and_others_keep_dispatching(
         await create_when_served(h, hostile_ref, xgboostjob(
             "bomb", h.namespace, kind="HostileJob", api_version=f"{group}/v1"))
         started = time.monotonic()
+        peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
         await h.hub.request("POST", JOBSETS.collection(h.namespace),
                             body=jobset("meanwhile", h.namespace))
 
@@ -311,6 +313,9 @@ async def test_a_hostile_definition_is_quarantined_and_others_keep_dispatching(
             return found if found and found["reason"] == "Quarantined" else None
         condition = await eventually(quarantined, what="the hostile definition quarantined")
         assert time.monotonic() - started < 20  # cut off by the bounds, not left running
+        # the doubling ran in a worker process: this one (the controller's) never grew
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+        assert grown_mb < 200, grown_mb
         assert condition["status"] == "False"
         assert "bound" in condition["message"], condition
         await eventually(lambda: copy_on_members(h, JOBSETS, "meanwhile"),
