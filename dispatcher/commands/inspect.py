@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dispatcher.workloads.bounded import Evaluator
     from dispatcher.workloads.catalog import Catalog
     from dispatcher.workloads.resolve import Resolution
 
@@ -77,35 +78,19 @@ def read_objects(name: str) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve every object of every file; print results; errors go to stderr."""
-    import yaml
-
     from dispatcher.output import emit, table
-    from dispatcher.workloads.errors import DefinitionError, NoDefinitionError, WorkloadError
+    from dispatcher.workloads.bounded import Evaluator
+    from dispatcher.workloads.errors import DefinitionError
 
     try:
         catalog = load_catalog(args.definitions, builtin=not args.no_builtin)
     except DefinitionError as error:
         print(f"error: invalid definitions:\n{error}", file=sys.stderr)
         return 1
-    results: list[Resolution] = []
-    code = 0
-    for name in args.files:
-        try:
-            objects = read_objects(name)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            print(f"error: {name}: cannot read manifests: {' '.join(str(error).split())}",
-                  file=sys.stderr)
-            code = max(code, 1)
-            continue
-        for index, obj in enumerate(objects):
-            try:
-                results.append(catalog.resolve(obj))
-            except NoDefinitionError as error:
-                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
-                code = 2
-            except WorkloadError as error:
-                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
-                code = max(code, 1)
+    # definitions other than the built-in catalog are untrusted: evaluated in bounded
+    # worker processes (docs/definitions.md, "Bounds and trust")
+    with Evaluator.for_catalog(catalog) as evaluator:
+        results, code = _resolve_files(args.files, evaluator)
     if args.output in ("json", "yaml"):
         data = [r.to_dict() for r in results]
         if data or code == 0:
@@ -117,6 +102,34 @@ def run(args: argparse.Namespace) -> int:
             columns += ["namespace", "min pods", "shapes"]
         table(columns=columns, rows=[_row(r, wide=wide) for r in results])
     return code
+
+
+def _resolve_files(files: list[str], evaluator: Evaluator) -> tuple[list[Resolution], int]:
+    """Resolve every object of every file; errors go to stderr; the exit code."""
+    import yaml
+
+    from dispatcher.workloads.errors import NoDefinitionError, WorkloadError
+
+    results: list[Resolution] = []
+    code = 0
+    for name in files:
+        try:
+            objects = read_objects(name)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            print(f"error: {name}: cannot read manifests: {' '.join(str(error).split())}",
+                  file=sys.stderr)
+            code = max(code, 1)
+            continue
+        for index, obj in enumerate(objects):
+            try:
+                results.append(evaluator.resolve(obj))
+            except NoDefinitionError as error:
+                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
+                code = 2
+            except WorkloadError as error:
+                print(f"error: {name}: {object_label(obj, index)}: {error}", file=sys.stderr)
+                code = max(code, 1)
+    return results, code
 
 
 def object_label(obj: Any, index: int) -> str:

@@ -207,7 +207,7 @@ async def _update_copy(rec: Reconciler, uid: str, snap: Snapshot, action: Action
         return False
     updated = await client.request("PATCH", ref.item(meta["name"], meta.get("namespace")),
                                    body=patch, content_type=JSON_MERGE_PATCH)
-    rec.copies.put(action.member, uid, rec.cached_copy(updated))
+    rec.copies.put(action.member, uid, await rec.cached_copy(updated))
     await rec.patch_record(uid, {"remote": {"hubGeneration": generation}})
     log.info("workload.updated", uid=uid, member=action.member, generation=generation,
              changed=sorted(spec))
@@ -279,7 +279,8 @@ async def _rejected(rec: Reconciler, uid: str, snap: Snapshot, rejection: Reject
     rec.release(uid)
     action = after_rejection(record, rec.settings.rules, member=rejection.member,
                              message=rejection.describe(),
-                             alternatives=rec.alternatives(uid, snap, without=rejection.member))
+                             alternatives=await rec.alternatives(
+                                 uid, snap, without=rejection.member))
     rejected = records.condition(type_="Submitted", status=False, reason="Rejected",
                                  message=f"{rejection.member}: {rejection.describe()}",
                                  now=snap.now)

@@ -20,17 +20,20 @@ import structlog
 from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, kind_key
+from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import delete_if_owned
+from dispatcher.control.definitions import DefinitionWatcher
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
-from dispatcher.control.reconcile import Reconciler
+from dispatcher.control.reconcile import Reconciler, member_copy
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.workloads.bounded import DEFAULT_BOUNDS, Bounds
 from dispatcher.workloads.catalog import Catalog
 
 __all__ = ["Controller"]
@@ -50,8 +53,12 @@ class Controller:
     def __init__(self, *, settings: ControlSettings, catalog: Catalog, hub: KubeClient,
                  fleet: FleetView, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 bounds: Bounds = DEFAULT_BOUNDS) -> None:
         self.settings = settings
+        self.live = LiveCatalog(catalog, bounds=bounds)
+        """``catalog`` (built-in + config files) with the hub's definition objects merged
+        over it while running (``control.definitions``)."""
         self.fleet = fleet
         self.hub = hub
         self.clock = clock
@@ -61,7 +68,7 @@ class Controller:
         self.queue = PendingQueue(backfill_limit=settings.backfill_limit)
         self.events = EventRecorder(client=hub, clock=clock) if settings.record_events \
             else None
-        self.reconciler = Reconciler(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
+        self.reconciler = Reconciler(settings=settings, live=self.live, hub=hub, fleet=fleet,
                                      hub_cache=self.cache, copies=self.copies,
                                      queue=self.queue, metrics=self.metrics,
                                      events=self.events, clock=clock, monotonic=monotonic)
@@ -70,15 +77,17 @@ class Controller:
                                describe=self.reconciler.workload_fields)
         self.reconciler.workers = self.workers
         self._backlog: set[str] | None = set()
-        self.hub_watchers = HubWatchers(hub=hub, catalog=catalog, cache=self.cache,
+        self.definitions = DefinitionWatcher(hub=hub, live=self.live, clock=clock)
+        self.hub_watchers = HubWatchers(hub=hub, live=self.live, cache=self.cache,
                                         kick=self.kick, namespaces=settings.namespaces,
                                         label_selector=settings.label_selector,
                                         skip_namespaces=frozenset({settings.leader.namespace}))
-        self.member_watchers = MemberWatchers(fleet=fleet, catalog=catalog, copies=self.copies,
+        self.member_watchers = MemberWatchers(fleet=fleet, live=self.live, copies=self.copies,
                                               kick=self.kick, hub_id=settings.hub_id,
                                               monotonic=monotonic)
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
+        self.live.subscribe(self._catalog_changed)
 
     def kick(self, uid: str) -> None:
         """Reconcile ``uid`` (held back until the caches have synced)."""
@@ -91,8 +100,53 @@ class Controller:
         """Caches synced and workers running (``/readyz``)."""
         return self.started
 
+    def _catalog_changed(self, old: Catalog, new: Catalog) -> None:
+        """The live catalog was swapped: watch and discover new kinds, and read every
+        workload whose definition changed again (a copy's status with the new definition,
+        a waiting workload's demand for the next decision)."""
+        before = {(d.api_version, d.kind): id(d) for d in old.definitions}
+        after = {(d.api_version, d.kind): id(d) for d in new.definitions}
+        changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+        log.info("catalog.changed", definitions=len(new),
+                 kinds=sorted(f"{v} {k}" for v, k in changed))
+        self.reconciler.forget_readings()
+        self.fleet.set_kinds(list(after))
+        removed = set(before) - set(after)
+        added = set(after) - set(before)
+        self._tasks.append(guarded(self._follow_catalog(changed, removed, added),
+                                   name="catalog-follow"))
+
+    async def _follow_catalog(self, changed: set[tuple[str, str]],
+                              removed: set[tuple[str, str]], added: set[tuple[str, str]]
+                              ) -> None:
+        await self.hub_watchers.discover()
+        self.fleet.pulse.bump()  # member watchers start copy watches for new kinds
+        keys = {kind_key(v, k) for v, k in changed}
+        for member in self.fleet.names():
+            for uid, found in self.copies.items(member):
+                obj = found.obj
+                if kind_key(str(obj.get("apiVersion")), str(obj.get("kind"))) not in keys:
+                    continue
+                self.copies.put(member, uid, await member_copy(
+                    obj, live=self.live, seen_at=found.seen_at, previous=found))
+                self.kick(uid)
+        for uid in list(self.cache.uids()):
+            item = self.cache.workload(uid)
+            if item is None:
+                continue
+            kind = (str(item.obj.get("apiVersion")), str(item.obj.get("kind")))
+            if kind_key(*kind) not in keys:
+                continue
+            if kind in removed or kind in added:
+                await self.reconciler.note_definition(uid, present=kind in added,
+                                                      kind=" ".join(kind))
+            self.kick(uid)
+        self._tasks[:] = [t for t in self._tasks if not t.done()]
+
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set; then drain workers and stop every task."""
+        await self.definitions.start()
+        await self._wait_definitions(stop)
         await self.member_watchers.start()
         await self.hub_watchers.start()
         if self.events is not None:
@@ -117,7 +171,21 @@ class Controller:
             await cancel_all(self._tasks)
             await self.hub_watchers.stop()
             await self.member_watchers.stop()
+            await self.definitions.stop()
+            await asyncio.to_thread(self.live.close)
             log.debug("controller.drained")
+
+    async def _wait_definitions(self, stop: asyncio.Event) -> None:
+        """The hub's definitions merged once before anything is watched or decided, so a
+        restarted controller never decides with a catalog the operator has overridden."""
+        merged = asyncio.ensure_future(self.definitions.merged.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({merged, stopped}, timeout=SYNC_TIMEOUT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            merged.cancel()
+            stopped.cancel()
 
     async def _wait_synced(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + SYNC_TIMEOUT_S

@@ -62,6 +62,10 @@ class FleetView(Protocol):
         """Whether two members are one cluster (registered twice)."""
         ...
 
+    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+        """Discover these (apiVersion, kind) pairs on every member (the catalog changed)."""
+        ...
+
 
 class LiveFleet:
     """``FleetView`` over the fleet runtime; ``start`` relays its changes to ``pulse``."""
@@ -93,6 +97,9 @@ class LiveFleet:
 
     def names(self) -> tuple[str, ...]:
         return self.fleet.names()
+
+    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+        self.fleet.set_kinds(kinds)
 
     def snapshots(self) -> Sequence[MemberSnapshot]:
         return self.fleet.snapshots()

@@ -26,16 +26,21 @@ from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
 
-__all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "annotation_error", "bare",
-           "pending_reason", "unplaceable"]
+__all__ = ["INVALID_ANNOTATION", "INVALID_TEMPLATE", "UNPLACEABLE", "BareFleet",
+           "annotation_error", "bare", "pending_reason", "unplaceable"]
 
 UNPLACEABLE = "unplaceable: "
 """Prefix of every never-placeable message (condition reason ``Unplaceable``)."""
 INVALID_ANNOTATION = "invalid annotation "
 """Prefix of every invalid-request message (condition reason ``InvalidAnnotation``)."""
 
+INVALID_TEMPLATE = "invalid pod template: "
+"""Prefix of the message of a workload whose pod template cannot make a valid Pod
+(``TemplateError``; condition reason ``InvalidTemplate``, on ``Resolved`` too)."""
+
 _REASONS = ((UNPLACEABLE, "Unplaceable"), (INVALID_ANNOTATION, "InvalidAnnotation"),
-            ("waiting behind", "Queued"), ("cannot resolve", "ResolveFailed"))
+            ("waiting behind", "Queued"), ("cannot resolve", "ResolveFailed"),
+            (INVALID_TEMPLATE, "InvalidTemplate"))
 
 
 def pending_reason(message: str) -> str:

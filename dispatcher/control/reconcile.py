@@ -21,6 +21,7 @@ import structlog
 from dispatcher.control import actions, admission, parking
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, HubItem, MemberCopy, kind_key
+from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import Rejection, build_copy, delete_if_owned, owner_state
 from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
 from dispatcher.control.events import EventRecorder
@@ -44,10 +45,11 @@ from dispatcher.placement.model import (
     PlacementRequest,
     Verdict,
 )
+from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.errors import TemplateError, WorkloadError
 from dispatcher.workloads.mutate import pod_templates
-from dispatcher.workloads.resolve import Resolution, status_of
+from dispatcher.workloads.resolve import Resolution
 from dispatcher.workloads.trace import resolved_event
 
 __all__ = ["Reconciler", "member_copy", "restrict"]
@@ -63,24 +65,37 @@ _STATUS_MEMO: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
 _STATUS_MEMO_SIZE = 4096
 
 
-def member_copy(obj: Mapping[str, Any], *, catalog: Catalog, seen_at: float) -> MemberCopy:
-    """A copy as cached: its generic status read through the catalog (unknown when broken).
+async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: float,
+                      previous: MemberCopy | None = None) -> MemberCopy:
+    """A copy as cached: its generic status read through the current catalog.
 
-    The reading depends only on the definition and the object's spec and status, so it is
-    memoised on those (copies are re-read on every event, most of which change neither).
+    Unknown when the definition cannot read it; when the kind has no definition any more
+    (its hub definition deleted, no built-in one), the last reading is kept: the workload
+    keeps running and its Dispatch is left alone. The reading depends only on the
+    definition and the object's spec and status, so it is memoised on those (copies are
+    re-read on every event, most of which change neither). Untrusted definitions are read
+    in the bounded worker pool, never on the event loop.
     """
+    definition = live.current.find(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if definition is None:
+        generic, statuses = ((previous.generic, previous.statuses) if previous is not None
+                             else ("unknown", ("unknown",)))
+        return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
     try:
-        key = (id(catalog), json.dumps([obj.get("apiVersion"), obj.get("kind"),
-                                        obj.get("spec"), obj.get("status")],
-                                       sort_keys=True, default=str))
+        key = (id(definition), json.dumps([obj.get("apiVersion"), obj.get("kind"),
+                                           obj.get("spec"), obj.get("status")],
+                                          sort_keys=True, default=str))
     except (TypeError, ValueError):
         key = None
     cached = _STATUS_MEMO.get(key) if key is not None else None
     if cached is None:
         try:
-            reading = status_of(obj, catalog=catalog)
+            reading = (live.evaluator.status(obj) if live.trusted(definition)
+                       else await live.evaluator.status_async(obj))
             cached = (reading.status, reading.statuses)
-        except WorkloadError:
+        except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                live.notify_quarantine()
             cached = ("unknown", ("unknown",))
         if key is not None:
             if len(_STATUS_MEMO) >= _STATUS_MEMO_SIZE:
@@ -112,14 +127,14 @@ def _no_choice(summary: str, *, policy: str) -> Decision:
 class Reconciler:
     """Executes ``decide``'s actions for one workload at a time (see the module docstring)."""
 
-    def __init__(self, *, settings: ControlSettings, catalog: Catalog, hub: KubeClient,
+    def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
                  fleet: FleetView, hub_cache: HubCache, copies: CopyCache,
                  queue: PendingQueue, metrics: Metrics, events: EventRecorder | None,
                  workers: Workers | None = None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
-        self.catalog = catalog
+        self.live = live
         self.hub = hub
         self.fleet = fleet
         self.cache = hub_cache
@@ -130,10 +145,15 @@ class Reconciler:
         self.workers = workers
         self.clock = clock
         self.monotonic = monotonic
-        self._resolved: dict[str, tuple[int, Resolution]] = {}
+        self._resolved: dict[str, tuple[int, int, Resolution | WorkloadError]] = {}
         self._foreign: dict[tuple[str, str], float] = {}
         self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
         self._bare = parking.BareFleet()  # what the fleet could ever run (``_place``)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog in effect now (it changes as hub definitions do)."""
+        return self.live.current
 
     # -- snapshot ------------------------------------------------------------------------
 
@@ -203,6 +223,8 @@ class Reconciler:
                 self._idle(uid, snap, action)
                 return
             if action.kind is ActionKind.PLACE:
+                assert snap.workload is not None
+                await self.prepare(uid, snap.workload)
                 decision = self._place(uid, snap)
                 continue
             if not await self._execute(uid, snap, action, decision):
@@ -225,14 +247,45 @@ class Reconciler:
 
     # -- placement (synchronous: decision and reservation in one step) ---------------------
 
-    def resolution(self, uid: str, workload: Mapping[str, Any]) -> Resolution:
-        """The workload resolved through the catalog, once per generation (logged once)."""
+    async def prepare(self, uid: str, workload: Mapping[str, Any]) -> None:
+        """Resolve the workload through its current definition, once per generation and
+        definition (logged once): untrusted definitions in the bounded worker pool, so
+        ``_place`` (synchronous: decision and reservation in one step) only reads the
+        result. A definition quarantined meanwhile is reported to the live catalog."""
         generation = int(workload["metadata"].get("generation") or 0)
+        definition = self.catalog.find(str(workload.get("apiVersion")),
+                                       str(workload.get("kind")))
         cached = self._resolved.get(uid)
-        if cached is not None and cached[0] == generation:
-            return cached[1]
-        resolution = self.catalog.resolve(workload)
-        self._resolved[uid] = (generation, resolution)
+        if cached is not None and cached[:2] == (generation, id(definition)):
+            return
+        try:
+            resolution: Resolution | WorkloadError = \
+                await self.live.evaluator.resolve_async(workload)
+        except WorkloadError as exc:
+            resolution = exc
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
+        self._resolved[uid] = (generation, id(definition), resolution)
+        if isinstance(resolution, Resolution):
+            self._log_resolved(uid, workload, resolution)
+
+    def resolution(self, uid: str, workload: Mapping[str, Any]) -> Resolution:
+        """The workload resolved by ``prepare`` (WorkloadError when it could not be, or
+        was not prepared for the current generation and definition)."""
+        generation = int(workload["metadata"].get("generation") or 0)
+        definition = self.catalog.find(str(workload.get("apiVersion")),
+                                       str(workload.get("kind")))
+        cached = self._resolved.get(uid)
+        if cached is None or cached[:2] != (generation, id(definition)):
+            if definition is None:
+                self.catalog.require(workload)  # NoDefinitionError naming what is loaded
+            raise WorkloadError("not resolved yet (the definition changed meanwhile)")
+        if isinstance(cached[2], WorkloadError):
+            raise cached[2]
+        return cached[2]
+
+    def _log_resolved(self, uid: str, workload: Mapping[str, Any],
+                      resolution: Resolution) -> None:
         meta = workload["metadata"]
         namespace = str(meta.get("namespace") or "")
         try:  # the effective priority (``_place`` parks a junk one before resolving)
@@ -247,7 +300,6 @@ class Reconciler:
                                priority=priority)
         event.pop("ts")
         log.info(event.pop("event"), **event)
-        return resolution
 
     def _place(self, uid: str, snap: Snapshot) -> Decision:
         """Place ``uid`` now, or say why not: parked when it can never wait usefully
@@ -269,6 +321,9 @@ class Reconciler:
             return self._park(entry, str(exc), policy=policy)
         try:
             resolution = self.resolution(uid, workload)
+        except TemplateError as exc:
+            return self._park(entry, f"{parking.INVALID_TEMPLATE}{exc.path}: {exc.reason}; "
+                                     f"never submitted until it is fixed", policy=policy)
         except WorkloadError as exc:
             return self._park(entry, f"cannot resolve: {str(exc).splitlines()[0][:500]}",
                               policy=policy)
@@ -343,10 +398,12 @@ class Reconciler:
                         namespace=str(workload["metadata"].get("namespace") or "default"),
                         allowed=self.fleet.allowed_namespaces)
 
-    def alternatives(self, uid: str, snap: Snapshot, *, without: str) -> tuple[str, ...]:
+    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
+                           ) -> tuple[str, ...]:
         """Members that could still take the workload once ``without`` is excluded too."""
         workload, record = snap.workload, snap.record
         assert workload is not None and record is not None
+        await self.prepare(uid, workload)
         try:
             resolution = self.resolution(uid, workload)
             return engine.eligible(
@@ -355,13 +412,37 @@ class Reconciler:
         except (WorkloadError, PlacementError):
             return ()
 
+    def forget_readings(self) -> None:
+        """The catalog changed: drop every reading keyed by a definition's identity (a
+        replaced definition's id may be reused by a new one)."""
+        self._resolved.clear()
+        _STATUS_MEMO.clear()
+
+    async def note_definition(self, uid: str, *, present: bool, kind: str) -> None:
+        """Say on a dispatched workload's Dispatch that its kind lost (or regained) its
+        definition. Nothing else changes: the copy keeps running, its status keeps the
+        last reading, nothing is deleted."""
+        raw = self.cache.record(uid)
+        if raw is None or records.read(raw).cluster is None:
+            return  # not dispatched: the next decision says "cannot resolve"
+        message = (f"a definition serves {kind} again" if present else
+                   f"no definition serves {kind} any more (its hub definition was deleted "
+                   f"and there is no built-in or config one): the copy is left running, "
+                   f"its last status reading kept, and no new workload of this kind is "
+                   f"dispatched")
+        with contextlib.suppress(KubeError):
+            await self.patch_record(uid, {"conditions": [records.condition(
+                type_="Definition", status=present,
+                reason="DefinitionRestored" if present else "DefinitionRemoved",
+                message=message, now=self.clock())]})
+
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
         cached = self._resolved.get(uid)
-        if cached is None:
+        if cached is None or not isinstance(cached[2], Resolution):
             return {}
-        return records.demand_status(demand=cached[1].demand,
-                                     definition=cached[1].definition_name)
+        return records.demand_status(demand=cached[2].demand,
+                                     definition=cached[2].definition_name)
 
     def release(self, uid: str) -> None:
         """Drop ``uid``'s reservation wherever it is held."""
@@ -451,7 +532,7 @@ class Reconciler:
                                                             namespace))
             if owner_state(existing, hub_id=self.settings.hub_id,
                            hub_uid=uid) is CopyState.OURS:
-                self.copies.put(cluster, uid, self.cached_copy(existing))
+                self.copies.put(cluster, uid, await self.cached_copy(existing))
                 return True
             self._foreign[(cluster, uid)] = self.clock()
             return False
@@ -462,7 +543,7 @@ class Reconciler:
                                 type(exc).__name__, message=exc.detail)
         if isinstance(created, Rejection):
             return created
-        self.copies.put(cluster, uid, self.cached_copy(created))
+        self.copies.put(cluster, uid, await self.cached_copy(created))
         return True
 
     async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
@@ -536,9 +617,9 @@ class Reconciler:
                                                        str(workload["kind"])),
                           mutations=self.settings.pod_mutations)
 
-    def cached_copy(self, obj: Mapping[str, Any]) -> MemberCopy:
+    async def cached_copy(self, obj: Mapping[str, Any]) -> MemberCopy:
         """``obj`` as the copy cache holds it (generic status read now)."""
-        return member_copy(obj, catalog=self.catalog, seen_at=self.monotonic())
+        return await member_copy(obj, live=self.live, seen_at=self.monotonic())
 
     def remember_mirrored(self, uid: str, copy_rv: str) -> None:
         self._mirrored[uid] = copy_rv

@@ -23,6 +23,7 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import gangs_json
 
 __all__ = [
+    "RESOLVE_FAILURES",
     "DispatchRecord",
     "condition",
     "demand_status",
@@ -157,11 +158,23 @@ def demand_status(*, demand: Demand, definition: str) -> dict[str, Any]:
             "demand": {"pods": demand.pods, "gpus": demand.gpus, "gangs": gangs_json(demand)}}
 
 
+RESOLVE_FAILURES = ("ResolveFailed", "InvalidTemplate")
+"""Pending reasons that mean the workload could not be resolved (``Resolved=False``)."""
+
+
 def pending_status(*, message: str, reason: str, now: float) -> dict[str, Any]:
-    """Status patch: no member can take it now; ``message`` is the decision summary."""
+    """Status patch: no member can take it now; ``message`` is the decision summary.
+
+    When the reason is that the workload cannot be resolved (``RESOLVE_FAILURES``: no or
+    a failing definition, a pod template that cannot be a valid Pod), ``Resolved=False``
+    says so with the same reason and message; otherwise ``Resolved=True`` (it was)."""
+    resolved = reason not in RESOLVE_FAILURES
     return {"phase": Phase.PENDING.value, "decision": None,
             "conditions": [condition(type_="Placed", status=False, reason=reason,
-                                     message=message, now=now)]}
+                                     message=message, now=now),
+                           condition(type_="Resolved", status=resolved,
+                                     reason="Resolved" if resolved else reason,
+                                     message="" if resolved else message, now=now)]}
 
 
 def placed_status(*, decision: Decision, reservation: Reservation | None, attempt: int,

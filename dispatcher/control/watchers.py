@@ -19,6 +19,7 @@ import structlog
 
 from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import ORIGIN_LABEL
@@ -27,9 +28,8 @@ from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import CRDS, DISPATCHES, ResourceRef
-from dispatcher.workloads.catalog import Catalog
 
-__all__ = ["HubWatchers", "MemberWatchers"]
+__all__ = ["HubWatchers", "MemberWatchers", "forever"]
 
 log = structlog.get_logger("dispatcher.watch")
 
@@ -38,7 +38,7 @@ def _api_version(group: str, version: str) -> str:
     return f"{group}/{version}" if group else version
 
 
-async def _forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
+async def forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
                    | None = None) -> None:
     """Run ``body`` (a list-then-watch) again after every failure, with growing delays."""
     delay = 0.5
@@ -60,11 +60,11 @@ async def _forever(what: str, body: Callable[[], Any], *, on_error: Callable[[],
 class HubWatchers:
     """Hub workloads of every served catalog kind, and Dispatch records."""
 
-    def __init__(self, *, hub: KubeClient, catalog: Catalog, cache: HubCache, kick: Kick,
+    def __init__(self, *, hub: KubeClient, live: LiveCatalog, cache: HubCache, kick: Kick,
                  namespaces: tuple[str, ...], label_selector: str,
                  skip_namespaces: frozenset[str] = frozenset()) -> None:
         self._hub = hub
-        self._catalog = catalog
+        self._live = live
         self._cache = cache
         self._kick = kick
         self._namespaces = namespaces or ("",)
@@ -82,18 +82,22 @@ class HubWatchers:
     async def start(self) -> None:
         for namespace in self._namespaces:
             self._tasks.append(guarded(
-                _forever("dispatches", functools.partial(self._records, namespace)),
+                forever("dispatches", functools.partial(self._records, namespace)),
                 name=f"hub:dispatches:{namespace or '*'}"))
         await self.discover()
-        self._tasks.append(guarded(_forever("crds", self._crds), name="hub:crds"))
+        self._tasks.append(guarded(forever("crds", self._crds), name="hub:crds"))
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
 
     async def discover(self) -> None:
-        """Start a watch for every catalog kind the hub serves and is not watched yet."""
+        """Start a watch for every catalog kind the hub serves and is not watched yet.
+
+        Run again when a CRD appears and when the live catalog gains a kind. A kind that
+        leaves the catalog stays watched: its workloads stay cached (never mistaken for
+        deleted ones), and the reconciler says why they are not dispatched."""
         self._hub.discovery.forget()
-        for group, version, kind in self._catalog.kinds():
+        for group, version, kind in self._live.current.kinds():
             api_version = _api_version(group, version)
             key = kind_key(api_version, kind)
             if key in self._watched:
@@ -107,7 +111,7 @@ class HubWatchers:
             self._watched.add(key)
             for namespace in self._namespaces:
                 self._tasks.append(guarded(
-                    _forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
+                    forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
                     name=f"hub:{key}:{namespace or '*'}"))
             log.info("watch.started", cluster="hub", kind=key)
 
@@ -153,10 +157,10 @@ class HubWatchers:
 class MemberWatchers:
     """Our copies on every member, by origin label, for each served catalog kind."""
 
-    def __init__(self, *, fleet: FleetView, catalog: Catalog, copies: CopyCache, kick: Kick,
+    def __init__(self, *, fleet: FleetView, live: LiveCatalog, copies: CopyCache, kick: Kick,
                  hub_id: str, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._fleet = fleet
-        self._catalog = catalog
+        self._live = live
         self._copies = copies
         self._kick = kick
         self._hub_id = hub_id
@@ -216,7 +220,7 @@ class MemberWatchers:
                            ) -> None:
         """Start a copy watch for each catalog kind the member serves and is not watched."""
         served = self._served(name)
-        for group, version, kind in self._catalog.kinds():
+        for group, version, kind in self._live.current.kinds():
             if (group, kind) in watched:
                 continue
             if watched and (served is None or (group, kind) not in served):
@@ -246,7 +250,9 @@ class MemberWatchers:
                     for obj in item.objects:
                         uid = stamped(obj, hub_id=self._hub_id)
                         if uid:
-                            fresh[uid] = member_copy(obj, catalog=self._catalog, seen_at=now)
+                            fresh[uid] = await member_copy(
+                                obj, live=self._live, seen_at=now,
+                                previous=self._copies.get(member, uid))
                     for uid in self._copies.relist(member, key, fresh):
                         self._kick(uid)
                     continue
@@ -256,9 +262,9 @@ class MemberWatchers:
                 if item.type == "DELETED":
                     self._copies.drop(member, uid)
                 else:
-                    self._copies.put(member, uid, member_copy(item.object,
-                                                              catalog=self._catalog,
-                                                              seen_at=now))
+                    self._copies.put(member, uid, await member_copy(
+                        item.object, live=self._live, seen_at=now,
+                        previous=self._copies.get(member, uid)))
                 self._kick(uid)
 
-        await _forever(f"{member} {key}", body, on_error=lost)
+        await forever(f"{member} {key}", body, on_error=lost)

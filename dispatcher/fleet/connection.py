@@ -98,6 +98,7 @@ class MemberConnection:
         self._kinds = tuple(kinds)
         self._notify = on_change
         self._reload = asyncio.Event()
+        self._rediscover_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._listed: set[str] = set()
         self._unreachable_after = timedelta(seconds=settings.unreachable_after_s)
@@ -126,6 +127,13 @@ class MemberConnection:
         if self.served is None:
             return None
         return frozenset((split_api_version(v)[0], k) for v, k in self.served)
+
+    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+        """Discover these workload kinds from now on (the live catalog changed): at once,
+        not at the next discovery interval, so a new kind is placeable within seconds."""
+        if tuple(kinds) != self._kinds:
+            self._kinds = tuple(kinds)
+            self._rediscover_now.set()
 
     def start(self) -> None:
         """Start the supervisor task (idempotent)."""
@@ -348,7 +356,10 @@ class MemberConnection:
 
     async def _rediscover(self, client: KubeClient) -> None:
         while True:
-            await asyncio.sleep(self._settings.discovery_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rediscover_now.wait(),
+                                       self._settings.discovery_interval_s)
+            self._rediscover_now.clear()
             await self._discover(client)
 
     def _failed(self, exc: BaseException) -> None:

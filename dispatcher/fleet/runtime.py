@@ -135,6 +135,13 @@ class Fleet:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+        """The catalog's workload kinds changed (hub definitions): every member discovers
+        the new set now, and members added later use it."""
+        self._kinds = tuple(kinds)
+        for conn in self._connections.values():
+            conn.set_kinds(self._kinds)
+
     # -- reads ---------------------------------------------------------------------------
 
     def names(self) -> tuple[str, ...]:

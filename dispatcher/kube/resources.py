@@ -69,6 +69,12 @@ MEMBER_CLUSTERS = ResourceRef(group="dispatcher.io", version="v1alpha1", kind="M
                               plural="memberclusters", namespaced=False)
 DISPATCHES = ResourceRef(group="dispatcher.io", version="v1alpha1", kind="Dispatch",
                          plural="dispatches", namespaced=True)
+# Workload definitions on the hub, in both upstream formats (deploy/crds).
+RESOURCE_INTERFACES = ResourceRef(group="optimization.nvidia.com", version="v1alpha1",
+                                  kind="ResourceInterface", plural="resourceinterfaces",
+                                  namespaced=False)
+KARTAS = ResourceRef(group="run.ai", version="v1alpha1", kind="Karta", plural="kartas",
+                     namespaced=False)
 
 
 class Discovery:

@@ -92,7 +92,11 @@ def validate_paths(paths: Iterable[str | Path]) -> list[Issue]:
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, directories as their definition files in name order."""
+    """Files as given, directories as their definition files in name order.
+
+    A file named twice (``defs/ defs/a.yaml``) is listed once, else its problems would be
+    reported twice and it would conflict with itself.
+    """
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -100,6 +104,17 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
             out.extend(sorted(p for p in path.iterdir()
                               if p.suffix in (".yaml", ".yml", ".json") and p.is_file()))
         else:
+            out.append(path)
+    return _unique(out)
+
+
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    out: list[Path] = []
+    for path in paths:
+        key = path.resolve() if path.exists() else path
+        if key not in seen:
+            seen.add(key)
             out.append(path)
     return out
 

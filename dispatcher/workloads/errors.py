@@ -17,6 +17,7 @@ __all__ = [
     "MutationError",
     "NoDefinitionError",
     "ObjectError",
+    "TemplateError",
     "WorkloadError",
 ]
 
@@ -67,6 +68,24 @@ class ObjectError(WorkloadError):
     def __init__(self, message: str, *, name: str = "") -> None:
         self.name = name
         super().__init__(f"{name}: {message}" if name else message)
+
+
+class TemplateError(ObjectError):
+    """The workload's pod template (or replica count) cannot make valid Pods.
+
+    The object is at fault, not the definition: a controller reports it on the workload
+    (``Resolved=False``) and never submits it; the definition stays accepted. ``path`` is
+    the JSON path of the bad value in the object
+    (``spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].command[1]``).
+    """
+
+    def __init__(self, reason: str, *, path: str, field: str, name: str,
+                 definition: str) -> None:
+        self.path = path
+        self.field = field
+        self.reason = reason
+        self.definition = definition
+        super().__init__(f"invalid pod template: {path}: {reason}", name=name)
 
 
 class EvaluationError(WorkloadError):

@@ -29,8 +29,10 @@ __all__ = [
     "check_safety",
     "compile_error",
     "compile_errors",
+    "folded_size",
     "is_balanced",
     "is_linear",
+    "jq_message",
 ]
 
 MAX_RESULTS = 1000
@@ -73,6 +75,10 @@ def check_safety(expression: str) -> list[str]:
     code token is checked, including code inside string interpolation ``"\\(...)"``.
     """
     problems: list[str] = []
+    folded = folded_size(expression)
+    if folded > MAX_FOLDED_BYTES:
+        problems.append(f"string repetition by literal counts can build {folded} bytes while "
+                        f"compiling (libjq folds constants), more than {MAX_FOLDED_BYTES}")
     for token in _code_tokens(expression):
         if token in _FORBIDDEN_NAMES:
             problems.append(f"{token!r} is not allowed in definitions")
@@ -81,6 +87,33 @@ def check_safety(expression: str) -> list[str]:
         elif token in _ASSIGNMENTS or token == "=":
             problems.append(f"assignment operator {token!r} is not allowed in definitions")
     return problems
+
+
+MAX_FOLDED_BYTES = 1 << 20
+_COUNT = r"(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+_TIMES_LITERAL = re.compile(r"\*[\s(]*" + _COUNT + r"|" + _COUNT + r"[\s)]*\*")
+
+
+def folded_size(expression: str) -> int:
+    """An upper bound of the string libjq may build while *compiling* ``expression``.
+
+    libjq folds constant operations at compile time, so ``"x" * 1000000000`` allocates a
+    gigabyte inside ``jq.compile`` (at load, in whatever process loads the definition),
+    before any bound on evaluation applies. Only ``string * number`` with both literal
+    grows (chained: ``("x" * 1000) * 1000``), so the total length of the string literals
+    times every number literal next to a ``*`` bounds what folding can build. Exact for
+    the one folding that explodes; it may over-count (a ``.a * 100000`` elsewhere), which
+    only matters with a string literal and a product over a million.
+    """
+    strings = _STRING.findall(expression)
+    if not strings or "*" not in expression:
+        return 0
+    code = _STRING.sub('""', expression)
+    size = sum(len(s) - 2 for s in strings) or 1
+    for match in _TIMES_LITERAL.finditer(code):
+        count = float(match.group(1) or match.group(2))
+        size = int(min(size * max(count, 1.0), 2.0**62))
+    return size if size > 1 else 0
 
 
 def _code_tokens(text: str) -> list[str]:
@@ -232,8 +265,21 @@ def compile_error(expression: str) -> str | None:
     try:
         jq.compile(expression)
     except ValueError as error:
-        return " ".join(str(error).split())
+        return jq_message(str(error))
     return None
+
+
+def jq_message(raw: str) -> str:
+    """libjq's compile report as one line: each ``jq: error: ...`` joined by ``; ``.
+
+    libjq writes every error on its own line followed by the program echoed with a caret
+    under the culprit and a ``jq: N compile errors`` trailer; flattened naively, the errors
+    run together and the expression is repeated once per error. The caller already names
+    the expression, so only the errors (with their line and column) are kept.
+    """
+    errors = [line.strip().rstrip(":") for line in raw.splitlines()
+              if line.startswith("jq: error")]
+    return "; ".join(errors) if errors else " ".join(raw.split())
 
 
 def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:

@@ -24,6 +24,12 @@ def _safety(text: str) -> tuple[str, ...]:
     return tuple(check_safety(text))
 
 
+def _quoted(text: str) -> str:
+    """An expression on one line: a lint message is one line per problem (block scalars
+    such as ``expression: |`` carry newlines, which would split the message)."""
+    return "'" + text.strip().replace("\n", "\\n") + "'"
+
+
 class Recorder:
     """Issue recording and typed accessors shared by the definition readers."""
 
@@ -80,15 +86,18 @@ class Recorder:
 
     def _check_jq(self, text: str, field: str) -> None:
         """Safety now; compiling is batched at the end of ``build`` (``_compile_checks``)."""
-        for problem in _safety(text):
-            self._issue(field, f"failed to parse JQ expression '{text}': {problem}")
-        self._pending.append((text, field))
+        problems = _safety(text)
+        for problem in problems:
+            self._issue(field, f"failed to parse JQ expression {_quoted(text)}: {problem}")
+        if not problems:  # never compile what the check refused (libjq folds constants)
+            self._pending.append((text, field))
 
     def _compile_checks(self) -> None:
         errors = compile_errors([text for text, _ in self._pending])
         for text, field in self._pending:
             if text in errors:
-                self._issue(field, f"failed to parse JQ expression '{text}': {errors[text]}")
+                self._issue(field, f"failed to parse JQ expression {_quoted(text)}: "
+                                   f"{errors[text]}")
 
     def _expr(self, value: Any, field: str, *,
               section: Literal["demand", "status"] | None = "demand") -> Expr | None:

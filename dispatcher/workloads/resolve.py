@@ -14,22 +14,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.workloads.demand import Demand
-from dispatcher.workloads.errors import EvaluationError, ObjectError
+from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
+from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
 
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
-__all__ = ["ComponentView", "Instance", "Resolution", "demand_of", "resolve", "resolve_with",
+__all__ = ["ComponentView", "Instance", "Resolution", "demand_from", "demand_of",
+           "object_text", "resolution_from", "resolve", "resolve_with", "status_from",
            "status_of"]
 
 _INT32 = 2**31 - 1
+Results = Sequence[list[Any] | JqFailure]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,33 +104,64 @@ def resolve(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> R
 def demand_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> Demand:
     """Only the demand (no status paths evaluated): the fast path for placement."""
     definition = catalog.require(obj)
-    name, _ = _identity(obj)
-    text = _text(obj, name=name, limits=limits)
-    _, demand = _demand(definition, definition.demand_batch.run(text), name=name)
-    return demand
+    text = object_text(obj, limits=limits)
+    return demand_from(definition, obj, definition.demand_batch.run(text), text=text)
 
 
 def status_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> StatusReading:
     """Only the status (no pod paths evaluated): the fast path for status mirroring."""
     definition = catalog.require(obj)
-    name, _ = _identity(obj)
-    text = _text(obj, name=name, limits=limits)
-    return _status(definition, text=text, name=name)
+    text = object_text(obj, limits=limits)
+    return status_from(definition, obj, definition.status_batch.run(text))
 
 
 def resolve_with(definition: Definition, obj: Any, *,
                  limits: Limits = DEFAULT_LIMITS) -> Resolution:
     """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
+    text = object_text(obj, limits=limits)
+    return resolution_from(definition, obj, definition.full_batch.run(text), text=text)
+
+
+# -- evaluation split from interpretation: ``bounded.Evaluator`` runs the jq batch of an
+# untrusted definition in a worker process and interprets its results here -------------
+
+
+def object_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The JSON text every path of a definition sees (ObjectError if it is not valid)."""
+    name, _ = _identity(obj)
+    return _text(obj, name=name, limits=limits)
+
+
+def resolution_from(definition: Definition, obj: Any, results: Results, *,
+                    text: str = "") -> Resolution:
+    """The Resolution from ``definition.full_batch`` results on ``obj``.
+
+    ``text`` (the object's JSON) lets a TemplateError name the JSON path of the bad value
+    by running the spec path through jq ``path()``; leave it empty for an untrusted
+    definition, whose expressions must not run outside the bounded worker.
+    """
     name, namespace = _identity(obj)
-    text = _text(obj, name=name, limits=limits)
-    results = definition.full_batch.run(text)
     split = len(definition.demand_batch.expressions)
-    components, demand = _demand(definition, results[:split], name=name)
+    components, demand = _demand(definition, results[:split], name=name, text=text)
     reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
         definition_name=definition.name, components=components, demand=demand,
         reading=reading)
+
+
+def demand_from(definition: Definition, obj: Any, results: Results, *,
+                text: str = "") -> Demand:
+    """The Demand from ``definition.demand_batch`` results on ``obj``."""
+    name, _ = _identity(obj)
+    _, demand = _demand(definition, results, name=name, text=text)
+    return demand
+
+
+def status_from(definition: Definition, obj: Any, results: Results) -> StatusReading:
+    """The StatusReading from ``definition.status_batch`` results on ``obj``."""
+    name, _ = _identity(obj)
+    return read_status(definition.status, results, fail=_Fail(definition, name))
 
 
 def _identity(obj: Any) -> tuple[str, str | None]:
@@ -153,11 +187,6 @@ def _text(obj: Any, *, name: str, limits: Limits) -> str:
         raise ObjectError(str(error), name=name) from None
 
 
-def _status(definition: Definition, *, text: str, name: str) -> StatusReading:
-    results = definition.status_batch.run(text)
-    return read_status(definition.status, results, fail=_Fail(definition, name))
-
-
 class _Fail:
     """Builds the EvaluationError for an expression of one definition and object."""
 
@@ -173,9 +202,23 @@ class _Fail:
 class _Values:
     """Typed access to one batch's results, raising EvaluationError on bad shapes."""
 
-    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail) -> None:
+    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
+                 text: str = "") -> None:
         self.results = results
         self.fail = fail
+        self.text = text
+
+    def template_error(self, expr: Expr, index: int, reason: str, *, inner: str = ""
+                       ) -> TemplateError:
+        """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
+        invalid: a TemplateError with its JSON path (the definition's field when the
+        expression is not a path)."""
+        where = json_location(expr.text, self.text, index)
+        if where is None:
+            where = f"({expr.field} result {index})"
+        path = ".".join(p for p in (where, inner) if p).replace(".[", "[")
+        return TemplateError(reason, path=path, field=expr.field, name=self.fail.name,
+                             definition=self.fail.definition.name)
 
     def all(self, expr: Expr) -> list[Any]:
         value = self.results[expr.slot]
@@ -214,9 +257,9 @@ class _Values:
         return int(value)
 
 
-def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str
-            ) -> tuple[tuple[ComponentView, ...], Demand]:
-    values = _Values(results, _Fail(definition, name))
+def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
+            text: str) -> tuple[tuple[ComponentView, ...], Demand]:
+    values = _Values(results, _Fail(definition, name), text=text)
     views = []
     members: list[Member] = []
     for comp in definition.components:
@@ -256,19 +299,42 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
         per = column(scale.pods_per_replica, index) if scale else None
         if per is not None and per < 0 and scale and scale.pods_per_replica:
             raise values.fail(scale.pods_per_replica, f"pods per replica {per} is negative")
-        if replicas is None or replicas < 0:
+        for bound, given in ((scale.replicas, replicas), (scale.min_replicas, minimum)) \
+                if scale else ():
+            if bound is not None and given is not None and given < 0:
+                raise values.template_error(bound, index, f"replica count {given} is negative")
+        if replicas is None:
             replicas = max(minimum, 1) if minimum is not None else 1
         per = 1 if per is None else per
         effective = minimum if minimum is not None and minimum > 0 else replicas
         spec_expr, spec = specs[index]
         try:
+            check_pod_spec(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
             needs = pod_needs(spec)
+        except TemplateProblem as problem:
+            inner = ".".join(p for p in (_SPEC_IN[comp.spec.pattern if comp.spec else ""],
+                                         problem.where) if p)
+            if spec_expr.slot < 0 or comp.spec is None or comp.spec.pattern == "fragmented":
+                raise TemplateError(problem.reason, path=f"({comp.name} pod spec).{inner}",
+                                    field=spec_expr.field, name=values.fail.name,
+                                    definition=values.fail.definition.name) from None
+            raise values.template_error(spec_expr, index, problem.reason,
+                                        inner=inner) from None
         except ValueError as error:
             raise values.fail(spec_expr, str(error)) from None
         out.append(Instance(component=comp.name, id=instance_id, replicas=replicas,
                             pods_per_replica=per, pods=replicas * per,
                             min_pods=min(effective, replicas) * per, needs=needs))
     return tuple(out)
+
+
+# container fields a pod spec must give, by spec pattern (template.check_pod_spec). The
+# image is checked for its type only: the project's placement, control and simulation
+# tests describe image-less templates; requiring it is a follow-up across those tests.
+_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name",), "podspec": (),
+                                         "fragmented": (), "": ()}
+# where the pod spec is below the path's result
+_SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
 
 
 def _ids(comp: Component, values: _Values) -> list[str]:

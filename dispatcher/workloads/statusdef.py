@@ -19,16 +19,30 @@ from dispatcher.workloads.model import (
 )
 from dispatcher.workloads.recorder import Recorder
 
-__all__ = ["StatusReader"]
+__all__ = ["StatusReader", "precedence_rank"]
 
-_GENERIC_PRECEDENCE: tuple[str, ...] = tuple(dict.fromkeys(
-    GENERIC_OF_KEY[key] for key in DEFAULT_PRECEDENCE))
 _STATUSDEF = frozenset({"phaseDefinition", "conditionsDefinition", "statusMappings",
                         "statusPrecedence"})
 _CONDDEF = {"typeFieldName": "type", "statusFieldName": "status",
             "messageFieldName": "message", "reasonFieldName": "reason"}
 _MATCHER = frozenset({"byPhase", "byConditions", "byExpression"})
 _EXPECTED = frozenset({"type", "status", "reason", "absent", "statusNot"})
+
+
+def precedence_rank(key: str, given: list[str]) -> tuple[int, int]:
+    """Sort key of a ``statusMappings`` key: the generic statuses the definition lists
+    first, in its order; every other key after them in upstream's order of *keys*.
+
+    Ranking by key, not by generic status, matters: ``resuming`` is an alias of
+    ``initializing`` and comes first in upstream's order, so ranking generic statuses by
+    the first key that maps to them put ``initializing`` before ``completed`` and a
+    finished PyTorchJob (Created and Succeeded both True) read ``initializing``.
+    Upstream ranks its ``Resuming`` first but its ``Initializing`` after Completed.
+    """
+    generic = GENERIC_OF_KEY[key]
+    if generic in given:
+        return (given.index(generic), DEFAULT_PRECEDENCE.index(key))
+    return (len(given) + DEFAULT_PRECEDENCE.index(key), 0)
 
 
 class StatusReader(Recorder):
@@ -71,10 +85,8 @@ class StatusReader(Recorder):
             mappings[key] = tuple(
                 self._matcher(m, f"{where}[{i}]", section=section)
                 for i, m in enumerate(self._list(matchers, where)))
-        precedence = self._precedence(raw.get("statusPrecedence"),
-                                      f"{field}.statusPrecedence")
-        ordered = sorted(mappings, key=lambda k: (precedence.index(GENERIC_OF_KEY[k]),
-                                                  DEFAULT_PRECEDENCE.index(k)))
+        given = self._precedence(raw.get("statusPrecedence"), f"{field}.statusPrecedence")
+        ordered = sorted(mappings, key=lambda key: precedence_rank(key, given))
         return StatusRules(
             phase=phase, conditions=conditions, type_field=names["typeFieldName"],
             status_field=names["statusFieldName"], reason_field=names["reasonFieldName"],
@@ -82,6 +94,7 @@ class StatusReader(Recorder):
             mappings=tuple((key, mappings[key]) for key in ordered))
 
     def _precedence(self, value: Any, field: str) -> list[str]:
+        """The generic statuses named by ``statusPrecedence``, in order (aliases resolved)."""
         given: list[str] = []
         for i, item in enumerate(self._list(value, field)):
             name = self._string(item, f"{field}[{i}]")
@@ -92,7 +105,7 @@ class StatusReader(Recorder):
                 self._issue(f"{field}[{i}]", f"unknown status {name!r}")
             elif generic not in given:
                 given.append(generic)
-        return given + [g for g in _GENERIC_PRECEDENCE if g not in given]
+        return given
 
     def _matcher(self, value: Any, field: str, *, section: Literal["status"] | None) -> Matcher:
         raw = self._mapping(value, field, allowed=_MATCHER)

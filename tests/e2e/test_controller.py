@@ -316,3 +316,76 @@ async def our_copies_reachable(c: Clusters, hub_id: str, member: str
     listed = await watch.list_objects(c.members[member], JOBSETS, namespace=c.namespace,
                                       label_selector=f"{ORIGIN_LABEL}={hub_id}")
     return [(member, o["metadata"]["name"]) for o in listed.objects]
+
+
+async def test_a_hub_definition_applied_with_kubectl_dispatches_a_new_kind(
+        dev_fleet: FleetState, controller: ControllerProcess, clusters: Clusters) -> None:
+    """``dispatcher run`` running; ``kubectl apply -f`` a Karta for a kind the catalog
+    lacks (with its stand-in CRD): an object of that kind dispatches within seconds, no
+    restart, ``kubectl get kartas`` shows ACCEPTED; a broken one is Accepted=False."""
+    import subprocess
+
+    from dispatcher.devfleet.provision import CRD_PATH
+    from dispatcher.devfleet.workload_crds import crd_manifest
+    from dispatcher.kube.errors import Conflict
+
+    c = clusters
+    group = f"e2e{uuid.uuid4().hex[:6]}.dispatcher.test"
+    ref = ResourceRef(group=group, version="v1", kind="E2EJob", plural="e2ejobs",
+                      namespaced=True)
+    crd = crd_manifest(group=group, version="v1", kind="E2EJob", plural="e2ejobs")
+    for client in (c.hub, *c.members.values()):
+        with contextlib.suppress(Conflict):
+            await client.request("POST", CRD_PATH, body=crd)
+    controller.start()
+
+    def kubectl(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig",
+                               dev_fleet.cluster("hub").kubeconfig, *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    text = (Path(__file__).resolve().parents[2] / "definitions" / "jobset.yaml").read_text()
+    good = text.replace("name: jobset\n", "name: e2ejob\n", 1).replace(
+        "{group: jobset.x-k8s.io, version: v1alpha2, kind: JobSet}",
+        f"{{group: {group}, version: v1, kind: E2EJob}}")
+    broken = good.replace("name: e2ejob\n", "name: e2ejob-broken\n", 1).replace(
+        "kind: E2EJob}", "kind: E2EBroken}", 1).replace(
+        ".status.conditions", ".status.conditions | input", 1)
+    try:
+        kubectl("apply", "-f", "-", stdin=good)
+        body = jobset("late", replicas=1, gpus=1)
+        body["apiVersion"], body["kind"] = f"{group}/v1", "E2EJob"
+        await eventually(lambda: c.hub.request("POST", ref.collection(c.namespace),
+                                               body=body), what="the E2EJob created")
+
+        async def landed() -> list[str]:
+            found = []
+            for member, client in c.members.items():
+                with contextlib.suppress(NotFound):
+                    await client.request("GET", ref.item("late", c.namespace))
+                    found.append(member)
+            return found
+        assert len(await eventually(landed, what="the E2EJob on a member")) == 1
+
+        async def table() -> str:
+            out = await asyncio.to_thread(kubectl, "get", "kartas")
+            rows = [line.split() for line in out.splitlines() if "e2ejob" in line]
+            return out if rows and rows[0][1:3] == ["E2EJob", "True"] else ""
+        await eventually(table, what="kubectl get kartas: e2ejob ACCEPTED")
+
+        kubectl("apply", "-f", "-", stdin=broken)
+
+        async def rejected() -> str:
+            out = await asyncio.to_thread(kubectl, "get", "kartas", "e2ejob-broken", "-o",
+                                          "jsonpath={.status.conditions[0].status} "
+                                          "{.status.conditions[0].message}")
+            return out if out.startswith("False ") else ""
+        message = await eventually(rejected, what="the broken definition Accepted=False")
+        assert "input" in message
+    finally:
+        await asyncio.to_thread(subprocess.run, [
+            str(ensure_binaries().kubectl), "--kubeconfig",
+            dev_fleet.cluster("hub").kubeconfig, "delete", "kartas/e2ejob",
+            "kartas/e2ejob-broken", "--ignore-not-found"], capture_output=True, check=False)

@@ -120,13 +120,19 @@ def test_hub_role_grants_each_catalog_kind_exactly_what_the_controller_uses() ->
     assert {r: granted.pop(r) for r in [
         ("dispatcher.io", "memberclusters"), ("dispatcher.io", "memberclusters/status"),
         ("dispatcher.io", "dispatches"), ("dispatcher.io", "dispatches/status"),
-        ("apiextensions.k8s.io", "customresourcedefinitions"), ("", "events")]} == {
+        ("apiextensions.k8s.io", "customresourcedefinitions"), ("", "events"),
+        ("optimization.nvidia.com", "resourceinterfaces"),
+        ("optimization.nvidia.com", "resourceinterfaces/status"),
+        ("run.ai", "kartas"), ("run.ai", "kartas/status")]} == {
         ("dispatcher.io", "memberclusters"): {"list", "watch"},
         ("dispatcher.io", "memberclusters/status"): {"patch"},
         ("dispatcher.io", "dispatches"): {"get", "list", "watch", "create", "delete"},
         ("dispatcher.io", "dispatches/status"): {"patch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-        ("", "events"): {"create"}}
+        ("", "events"): {"create"},
+        ("optimization.nvidia.com", "resourceinterfaces"): {"list", "watch"},
+        ("optimization.nvidia.com", "resourceinterfaces/status"): {"patch"},
+        ("run.ai", "kartas"): {"list", "watch"}, ("run.ai", "kartas/status"): {"patch"}}
     extra = set(granted) - workloads - {(g, f"{p}/status") for g, p in workloads}
     assert extra == set()
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from dispatcher.control.caches import HubCache
+from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.observe import FIELD_LIMIT, cap_fields
 from dispatcher.control.record import dispatch_name
 from dispatcher.control.watchers import HubWatchers
@@ -25,7 +26,7 @@ from dispatcher.workloads.catalog import Catalog
 
 
 def _watchers() -> HubWatchers:
-    return HubWatchers(hub=None, catalog=Catalog.builtin(), cache=HubCache(),  # type: ignore[arg-type]
+    return HubWatchers(hub=None, live=LiveCatalog(Catalog.builtin()), cache=HubCache(),  # type: ignore[arg-type]
                        kick=lambda uid: None, namespaces=(), label_selector="",
                        skip_namespaces=frozenset({"dispatcher-system"}))
 

@@ -138,6 +138,8 @@ def test_valid_annotations() -> None:
 @pytest.mark.parametrize(("message", "reason"), [
     ("waiting behind team-a/x (bypassed 50 times)", "Queued"),
     ("cannot resolve: no definition", "ResolveFailed"),
+    ("invalid pod template: spec.x.containers[0].command[1]: must be a string",
+     "InvalidTemplate"),
     ("no member can take 1 pod(s)", "NoFeasibleMember"),
 ])
 def test_other_pending_reasons(message: str, reason: str) -> None:

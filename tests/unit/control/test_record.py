@@ -116,3 +116,16 @@ def test_lease_rule() -> None:
     assert is_free(lease, identity="a", now=NOW + 1)
     assert not is_free(lease, identity="b", now=NOW + 9)
     assert is_free(lease, identity="b", now=NOW + 10)
+
+
+def test_pending_for_a_workload_that_cannot_resolve_says_resolved_false() -> None:
+    for reason in ("ResolveFailed", "InvalidTemplate"):
+        status = record.pending_status(message="invalid pod template: spec.a: bad",
+                                       reason=reason, now=0.0)
+        by_type = {c["type"]: c for c in status["conditions"]}
+        assert by_type["Placed"]["status"] == by_type["Resolved"]["status"] == "False"
+        assert by_type["Resolved"]["reason"] == reason
+        assert by_type["Resolved"]["message"] == "invalid pod template: spec.a: bad"
+    queued = record.pending_status(message="waiting behind x", reason="Queued", now=0.0)
+    assert {c["type"]: c["status"] for c in queued["conditions"]} == {
+        "Placed": "False", "Resolved": "True"}

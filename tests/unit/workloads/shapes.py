@@ -122,11 +122,11 @@ BATCHSET_OBJ: dict[str, Any] = {
     "metadata": {"name": "train", "namespace": "team-a"},
     "spec": {"jobs": [
         {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "template": {
-            "spec": {"containers": [{"name": "c", "resources": {
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {
                 "limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "16", "memory": "128Gi"}}}],
                 "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}}}},
         {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 3, "template": {
-            "spec": {"containers": [{"name": "c", "resources": {
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {
                 "requests": {"nvidia.com/gpu": "8"}}}]}}}}},
     ]},
     "status": {"conditions": [{"type": "Running", "status": "True"}]},
@@ -137,8 +137,8 @@ TRAINRUN_OBJ: dict[str, Any] = {
     "metadata": {"name": "tr", "namespace": "ml"},
     "spec": {"roles": {
         "worker": {"count": 4, "minCount": 2, "podTemplate": {"spec": {"containers": [
-            {"name": "w", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}},
-        "chief": {"podTemplate": {"spec": {"containers": [{"name": "c"}]}}},
+            {"name": "w", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}},
+        "chief": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
     }},
     "status": {"stage": "Active", "conditions": [{"type": "AllRolesUp", "status": "True"}]},
 }

@@ -112,3 +112,21 @@ def test_definitions_lint_lists_every_error(
     err = capsys.readouterr().err
     assert "instanceIdPath" in err and "non-existing component 'nobody'" in err
     assert "1 of 3 files have errors" in err
+
+
+def test_definitions_lint_prints_one_line_per_problem_once(
+        tmp_path: Path, defs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # two libjq errors in one expression, a multi-line expression, and a file named twice
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TRAINRUN.replace("keys[]", "keys[] | nosuch | other").replace(
+        "ownerRef: trainrun", "ownerRef: nobody"))
+    assert main(["definitions", "lint", str(bad), str(tmp_path / "." / "bad.yaml")]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == len(set(lines)), "a problem is reported once"
+    jq_lines = [line for line in lines if "failed to parse JQ" in line]
+    assert len(jq_lines) == 1
+    assert jq_lines[0].count("keys[] | nosuch | other") == 1  # the expression, once
+    assert "nosuch/0 is not defined" in jq_lines[0] and "; jq: error: other/0" in jq_lines[0]
+    assert "compile error" not in jq_lines[0] and "^" not in jq_lines[0]
+    assert all(line.startswith(str(bad)) for line in lines[:-1])
+    assert lines[-1] == "1 of 1 files have errors"

@@ -63,7 +63,7 @@ def test_leftover_components_get_their_own_gang() -> None:
         doc["spec"]["optimizationInstructions"] = {"gangScheduling": {"podGroups": [
             {"name": "workers", "members": [{"componentName": "job"}]}]}}
     obj = copy.deepcopy(BATCHSET_OBJ)
-    obj["spec"]["launcher"] = {"containers": [{"name": "l"}]}
+    obj["spec"]["launcher"] = {"containers": [{"name": "l", "image": "i"}]}
     assert _gangs(edit(BATCHSET, change), obj) == [("workers", 7, 7), ("batchset", 1, 1)]
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from dispatcher.workloads.errors import EvaluationError, ObjectError
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.jqrun import Limits
 from dispatcher.workloads.resolve import resolve_with
 
@@ -83,7 +86,7 @@ def test_fragmented_spec_resources_affinity_product_and_autoscaled_minimum() -> 
 
 @pytest.mark.parametrize(("spec", "pods"), [
     ({"replicas": 3}, 3), ({"replicas": 0}, 0), ({"autoscaling": {"min": 2}}, 2),
-    ({"replicas": -1, "autoscaling": {"min": 4}}, 4), ({}, 1)])
+    ({"replicas": None, "autoscaling": {"min": 4}}, 4), ({}, 1)])
 def test_replicas_rule(spec: dict[str, Any], pods: int) -> None:
     obj = copy.deepcopy(FRAGSERVE_OBJ)
     obj["spec"].pop("autoscaling")
@@ -163,11 +166,58 @@ def test_bad_pod_spec_types_are_clear_errors() -> None:
     obj = copy.deepcopy(BATCHSET_OBJ)
     spec = obj["spec"]["jobs"][1]["template"]["spec"]["template"]["spec"]
     spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "lots"
-    with pytest.raises(EvaluationError, match="not a quantity"):
+    at = "spec.jobs[1].template.spec.template.spec.containers[0]"
+    with pytest.raises(TemplateError, match="not a quantity") as caught:
         resolve_with(define(BATCHSET), obj)
+    assert caught.value.path == f'{at}.resources.requests["nvidia.com/gpu"]'
     spec["containers"] = {"name": "c"}
-    with pytest.raises(EvaluationError, match="containers must be a list"):
+    with pytest.raises(TemplateError, match="must be a list"):
         resolve_with(define(BATCHSET), obj)
+
+
+@pytest.mark.parametrize(("container", "where", "reason"), [
+    ({"image": "i"}, "containers[0].name", "is required"),
+    ({"name": "c", "image": 7}, "containers[0].image", "must be a string, not number 7"),
+    ({"name": 3, "image": "i"}, "containers[0].name", "must be a string, not number 3"),
+    ({"name": "c", "image": "i", "command": ["run", 8]}, "containers[0].command[1]",
+     "must be a string, not number 8"),
+    ({"name": "c", "image": "i", "args": "--all"}, "containers[0].args",
+     "must be a list of strings, not string"),
+    ({"name": "c", "image": "i", "resources": {"limits": {"memory": "8GB"}}},
+     'containers[0].resources.limits["memory"]', "not a quantity"),
+])
+def test_invalid_pod_template_names_the_json_path(container: dict[str, Any], where: str,
+                                                  reason: str) -> None:
+    obj = copy.deepcopy(BATCHSET_OBJ)
+    obj["spec"]["jobs"][1]["template"]["spec"]["template"]["spec"]["containers"] = [container]
+    with pytest.raises(TemplateError) as caught:
+        resolve_with(define(BATCHSET), obj)
+    error = caught.value
+    assert error.path == f"spec.jobs[1].template.spec.template.spec.{where}"
+    assert reason in error.reason and error.name == "train"
+    assert isinstance(error, ObjectError) and not isinstance(error, EvaluationError)
+    assert error.path in str(error)
+
+
+def test_negative_replica_count_is_a_template_error() -> None:
+    obj = copy.deepcopy(BATCHSET_OBJ)
+    obj["spec"]["jobs"][1]["replicas"] = -2
+    with pytest.raises(TemplateError, match="replica count -2 is negative") as caught:
+        resolve_with(define(BATCHSET), obj)
+    assert caught.value.path == "spec.jobs[1].replicas"
+
+
+def test_mpijob_launcher_command_with_a_number_is_rejected() -> None:
+    # the catalog sample once held -b 8 (a number): the apiserver would refuse the Pod
+    sample = Path(__file__).parent / "catalog" / "mpijob" / "typical.yaml"
+    obj = yaml.safe_load(sample.read_text())
+    launcher = obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    launcher["containers"][0]["command"][5] = 8
+    with pytest.raises(TemplateError) as caught:
+        Catalog.builtin().resolve(obj)
+    assert caught.value.path == ("spec.mpiReplicaSpecs.Launcher.template.spec.containers[0]"
+                                 ".command[5]")
+    assert caught.value.definition == "mpijob"
 
 
 @pytest.mark.parametrize("obj", [None, [], "x", {"kind": "BatchSet"},
