@@ -67,7 +67,8 @@ class Controller:
                                      events=self.events, clock=clock, monotonic=monotonic)
         self.workers = Workers(handler=self.reconciler.reconcile,
                                concurrency=settings.workers,
-                               describe=self.reconciler.workload_fields)
+                               describe=self.reconciler.workload_fields,
+                               key=lambda uid: self.reconciler.workload_fields(uid)["namespace"])
         self.reconciler.workers = self.workers
         self._backlog: set[str] | None = set()
         self.hub_watchers = HubWatchers(hub=hub, catalog=catalog, cache=self.cache,
