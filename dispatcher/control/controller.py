@@ -74,7 +74,8 @@ class Controller:
                                      events=self.events, clock=clock, monotonic=monotonic)
         self.workers = Workers(handler=self.reconciler.reconcile,
                                concurrency=settings.workers,
-                               describe=self.reconciler.workload_fields)
+                               describe=self.reconciler.workload_fields,
+                               key=lambda uid: self.reconciler.workload_fields(uid)["namespace"])
         self.reconciler.workers = self.workers
         self._backlog: set[str] | None = set()
         self.definitions = DefinitionWatcher(hub=hub, live=self.live, clock=clock)

@@ -5,11 +5,17 @@ Watches on the hub and on every member map their events to hub workload uids and
 arrived while it worked, so a workload's steps never interleave and bursts of events
 coalesce. ``later(uid, delay)`` schedules a recheck (the earliest one wins). Concurrency
 across workloads is bounded; a failing reconcile is retried with a growing delay.
+
+Slots are handed out fairly by ``key`` (the workload's namespace: its tenant): waiting
+workers queue per key and the keys take turns, so one tenant's burst of thousands waits
+behind itself while another tenant's workload gets the next free slot (a FIFO semaphore
+made it wait for the whole burst).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
@@ -25,11 +31,15 @@ class Workers:
     """Per-uid serial workers with bounded overall concurrency."""
 
     def __init__(self, *, handler: Callable[[str], Awaitable[None]], concurrency: int,
-                 describe: Callable[[str], Mapping[str, str]] | None = None) -> None:
-        """``describe(uid)`` gives the fields that name the workload in a retry log line."""
+                 describe: Callable[[str], Mapping[str, str]] | None = None,
+                 key: Callable[[str], str] | None = None) -> None:
+        """``describe(uid)`` gives the fields that name the workload in a retry log line;
+        ``key(uid)`` the tenant whose turn a slot is (one queue for all when None)."""
         self._handler = handler
         self._describe = describe
-        self._limit = asyncio.Semaphore(concurrency)
+        self._key = key
+        self._free = concurrency
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -63,9 +73,37 @@ class Workers:
         self._timers.pop(uid, None)
         self.kick(uid)
 
+    async def _acquire(self, uid: str) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(self._key(uid) if self._key else "", deque()).append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # handed a slot while being cancelled: pass it on
+            raise
+
+    def _release(self) -> None:
+        """Hand the slot to the first waiter of the next key in turn (round robin)."""
+        while self._waiting:
+            key = next(iter(self._waiting))
+            queue = self._waiting.pop(key)
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    if queue:
+                        self._waiting[key] = queue  # back of the line of keys
+                    waiter.set_result(None)
+                    return
+        self._free += 1
+
     async def _work(self, uid: str) -> None:
         try:
-            async with self._limit:
+            await self._acquire(uid)
+            try:
                 while True:
                     self._dirty.discard(uid)
                     try:
@@ -85,6 +123,8 @@ class Workers:
                         self.later(uid, delay)
                     if uid not in self._dirty or self._stopping:
                         return
+            finally:
+                self._release()
         finally:
             self._running.pop(uid, None)
 

@@ -72,3 +72,46 @@ async def test_concurrency_is_bounded() -> None:
         workers.kick(f"u{i}")
     await workers.idle()
     assert peak == 3
+
+
+async def test_slots_go_round_the_tenants() -> None:
+    """One slot, tenant A's burst of 50 queued first: tenant B's workload runs second, not
+    after the burst (a first-in first-out semaphore ran it 51st)."""
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def handler(uid: str) -> None:
+        order.append(uid)
+        await gate.wait()
+
+    workers = Workers(handler=handler, concurrency=1, key=lambda uid: uid.split("/")[0])
+    for i in range(50):
+        workers.kick(f"a/{i}")
+    await asyncio.sleep(0)
+    workers.kick("b/0")
+    workers.kick("b/1")
+    await asyncio.sleep(0)
+    gate.set()
+    await workers.idle()
+    assert order[:5] == ["a/0", "a/1", "b/0", "a/2", "b/1"]
+    assert len(order) == 52 and len(set(order)) == 52
+
+
+async def test_a_cancelled_waiter_never_holds_a_slot() -> None:
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    async def handler(uid: str) -> None:
+        ran.append(uid)
+        await gate.wait()
+
+    workers = Workers(handler=handler, concurrency=1, key=lambda uid: uid)
+    workers.kick("x")
+    workers.kick("y")
+    workers.kick("z")
+    await asyncio.sleep(0)
+    workers._running["y"].cancel()  # waiting for the slot, then gone
+    await asyncio.sleep(0)
+    gate.set()
+    await workers.idle()
+    assert ran == ["x", "z"]
