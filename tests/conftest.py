@@ -1,9 +1,13 @@
 """Shared fixtures.
 
 ``dev_fleet`` (session) starts real control planes through ``dispatcher.devfleet``: one etcd,
-a hub and two members with GPU Nodes (tests/integration/fleet.yaml). It is started only when
-a test asks for it, so unit tests never pay for it. When the binaries cannot be built the
-fixture fails (never skips): a skipped integration suite would hide a broken set-up.
+a hub and two members with GPU Nodes (tests/integration/fleet.yaml), apiservers only (the
+light profile: nothing fights a test that patches member objects by hand). ``real_fleet``
+(session) is the same hub and members with kube-controller-manager, kube-scheduler and kwok
+on each member, in its own state directory with its own etcd and ports, so both can run in
+one session. Each is started only when a test asks for it, so unit tests never pay for it.
+When the binaries cannot be built the fixtures fail (never skip): a skipped integration
+suite would hide a broken set-up.
 """
 
 from __future__ import annotations
@@ -47,6 +51,22 @@ def dev_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
     """A running hub + members for the whole session; stopped and removed afterwards."""
     root = tmp_path_factory.mktemp("devfleet")
     state = devfleet.up(root=root, fleet=fleet_spec)
+    try:
+        yield state
+    finally:
+        devfleet.down(root=root)
+
+
+@pytest.fixture(scope="session")
+def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+               ) -> Iterator[FleetState]:
+    """A running hub + real members (controllers, scheduler, kwok) for the whole session."""
+    root = tmp_path_factory.mktemp("realfleet")
+    try:
+        state = devfleet.up(root=root, fleet=fleet_spec, real=True)
+    except BaseException:
+        devfleet.down(root=root)
+        raise
     try:
         yield state
     finally:

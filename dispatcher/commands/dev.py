@@ -13,12 +13,17 @@ __all__ = ["register"]
 EPILOG = """\
 examples:
   dispatcher dev up                         hub + the members of clusters/local.yaml
+  dispatcher dev up --light                 apiservers only: nothing schedules or runs pods
   kubectl --kubeconfig ~/.cache/dispatcher/devfleet/kubeconfig --context member-1 get nodes
-  dispatcher dev status -o json
+  dispatcher dev status -o json             every process of every cluster
   dispatcher dev down                       stop every process 'up' started, remove state
 
-The first 'up' builds kube-apiserver, kubectl and etcd from the pinned Go modules in
-deploy/local/ (a few minutes; cached under ~/.cache/dispatcher/bin, keyed by the pins).
+Each member runs kube-apiserver, kube-controller-manager, kube-scheduler and kwok (simulated
+kubelets: nodes stay Ready, bound pods run, a Job's pods succeed after a few seconds); the
+hub and --light members run only kube-apiserver. All share one etcd.
+
+The first 'up' builds the binaries from the pinned Go modules in deploy/local/ (several
+minutes; cached under ~/.cache/dispatcher/bin, keyed by the pins).
 """
 
 
@@ -27,7 +32,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "dev", help="local control planes (etcd + kube-apiservers) for tests and demos",
         description="Run a real hub and member clusters on loopback: one etcd, one "
-                    "kube-apiserver per cluster, GPU Nodes from a fleet file.",
+                    "kube-apiserver per cluster, GPU Nodes from a fleet file; members also "
+                    "run kube-controller-manager, kube-scheduler and kwok unless --light.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--state", type=Path, default=None,
                         help="state directory (default: $DISPATCHER_DEVFLEET or "
@@ -36,14 +42,21 @@ def register(subparsers: Any) -> None:
     up = sub.add_parser("up", help="start (or reuse) the hub and members")
     up.add_argument("--fleet", type=Path, default=Path("clusters/local.yaml"),
                     help="fleet file with members and node pools (default: %(default)s)")
+    up.add_argument("--light", action="store_true",
+                    help="members run only kube-apiserver (no controllers, scheduler, kwok): "
+                         "pods stay Pending, objects change only when you change them")
+    up.add_argument("--job-seconds", type=float, default=None, metavar="S",
+                    help="how long a Job's pod runs on a real member (default: 5)")
     up.set_defaults(run=_up)
     status = sub.add_parser("status", help="show the clusters and whether they answer")
     status.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     status.set_defaults(run=_status)
     sub.add_parser("down", help="stop the processes 'up' started and remove state"
                    ).set_defaults(run=_down)
-    sub.add_parser("build", help="build the control-plane binaries (cached)"
-                   ).set_defaults(run=_build)
+    build = sub.add_parser("build", help="build the dev fleet's binaries (cached)")
+    build.add_argument("--light", action="store_true",
+                       help="only etcd, kube-apiserver and kubectl")
+    build.set_defaults(run=_build)
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -56,6 +69,7 @@ def _root(args: argparse.Namespace) -> Path:
 def _up(args: argparse.Namespace) -> int:
     from dispatcher.devfleet import devfleet
     from dispatcher.devfleet.binaries import BuildError
+    from dispatcher.devfleet.controlplane import JOB_SECONDS
     from dispatcher.fleet.fleetfile import FleetFileError, load_fleet
 
     try:
@@ -65,12 +79,13 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     started = time.monotonic()
     try:
-        state = devfleet.up(root=_root(args), fleet=fleet)
-    except (BuildError, RuntimeError, TimeoutError) as exc:
+        state = devfleet.up(root=_root(args), fleet=fleet, real=not args.light,
+                            job_seconds=args.job_seconds or JOB_SECONDS)
+    except (BuildError, RuntimeError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"dev fleet ready in {time.monotonic() - started:.1f}s: "
-          f"{', '.join(c.name for c in state.clusters)}")
+    print(f"dev fleet ({'light' if args.light else 'real members'}) ready in "
+          f"{time.monotonic() - started:.1f}s: {', '.join(c.name for c in state.clusters)}")
     print(f"kubeconfig: {state.kubeconfig}  (contexts: "
           f"{', '.join(c.name for c in state.clusters)})")
     print(f"try: kubectl --kubeconfig {state.kubeconfig} --context "
@@ -79,32 +94,46 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dispatcher.devfleet.controlplane import FleetState, is_alive
+    from dispatcher.devfleet.controlplane import FleetState, ProcessInfo, is_alive, probe
     from dispatcher.output import emit, table
 
     state = FleetState.read(_root(args))
     if state is None:
         print("no dev fleet running (start one with 'dispatcher dev up')", file=sys.stderr)
         return 1
-    rows = []
+
+    def process_row(proc: ProcessInfo, ready: bool) -> dict[str, Any]:
+        return {"role": proc.role or "kube-apiserver", "pid": proc.pid,
+                "running": is_alive(proc), "ready": ready, "log": proc.log}
+
+    rows: list[dict[str, Any]] = []
     for cluster in state.clusters:
-        ready = False
+        api_ready = False
         if is_alive(cluster.process):
             try:
                 cluster.rest().request("GET", "/readyz", timeout=3)
-                ready = True
+                api_ready = True
             except (OSError, RuntimeError):
                 pass
-        rows.append({"name": cluster.name, "server": cluster.server, "ready": ready,
-                     "pid": cluster.process.pid, "kubeconfig": cluster.kubeconfig})
+        processes = [process_row(cluster.process, api_ready)]
+        processes += [process_row(p, probe(p)) for p in cluster.components]
+        rows.append({"name": cluster.name, "server": cluster.server,
+                     "profile": "real" if cluster.real else "light",
+                     "ready": all(p["ready"] for p in processes),
+                     "pid": cluster.process.pid, "kubeconfig": cluster.kubeconfig,
+                     "processes": processes})
     if args.output == "table":
-        table(columns=["name", "server", "ready", "pid", "kubeconfig"],
-              rows=[list(r.values()) for r in rows])
+        table(columns=["cluster", "server", "process", "pid", "state"],
+              rows=[[row["name"] if i == 0 else "", row["server"] if i == 0 else "",
+                     p["role"], p["pid"],
+                     "ready" if p["ready"] else "running" if p["running"] else "stopped"]
+                    for row in rows for i, p in enumerate(row["processes"])])
         print(f"etcd {state.etcd_url} (pid {state.etcd.pid}, "
               f"{'running' if is_alive(state.etcd) else 'stopped'}); "
-              f"merged kubeconfig {state.kubeconfig}")
+              f"merged kubeconfig {state.kubeconfig}; logs in {state.root}/<cluster>/")
     else:
-        emit({"kubeconfig": state.kubeconfig, "etcd": state.etcd_url, "clusters": rows},
+        emit({"kubeconfig": state.kubeconfig, "etcd": state.etcd_url,
+              "etcdProcess": process_row(state.etcd, is_alive(state.etcd)), "clusters": rows},
              fmt=args.output)
     return 0 if all(r["ready"] for r in rows) else 1
 
@@ -121,10 +150,13 @@ def _build(args: argparse.Namespace) -> int:
     from dispatcher.devfleet.binaries import BuildError, ensure_binaries
 
     try:
-        bins = ensure_binaries()
+        bins = ensure_binaries(members=not args.light)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"kube-apiserver, kubectl {bins.kubernetes_version}; etcd {bins.etcd_version}: "
+    names = "kube-apiserver, kubectl" if args.light else \
+        "kube-apiserver, kubectl, kube-scheduler, kube-controller-manager"
+    kwok = "" if args.light else f"; kwok {bins.kwok_version}"
+    print(f"{names} {bins.kubernetes_version}; etcd {bins.etcd_version}{kwok}: "
           f"{bins.kube_apiserver.parent}")
     return 0

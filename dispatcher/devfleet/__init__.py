@@ -1,5 +1,6 @@
-"""Devfleet: real local control planes (one etcd, N kube-apiservers) for tests and demos.
+"""Devfleet: real local clusters (one etcd, a kube-apiserver per cluster; on real members also
+kube-controller-manager, kube-scheduler and kwok) for tests and demos.
 
-binaries (build + cache) -> controlplane (processes, certs, kubeconfigs) -> provision (CRDs,
-GPU Nodes) -> devfleet (the whole thing as one call).
+binaries (build + cache) -> controlplane (processes, certs, kubeconfigs, kwok stages) ->
+provision (CRDs, GPU Nodes) -> devfleet (the whole thing as one call, light or real).
 """

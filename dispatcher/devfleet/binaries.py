@@ -1,9 +1,13 @@
-"""Build and cache the control-plane binaries (kube-apiserver, kubectl, etcd).
+"""Build and cache the dev fleet's binaries.
 
-The binaries come from the pinned Go wrapper modules in ``deploy/local/`` and are built with
-the local Go toolchain through the Go module proxy. They are cached outside the repository,
-under a key derived from the wrapper modules' ``go.mod``/``go.sum`` and the Go version, so a
-pin change rebuilds and a warm machine skips the work entirely.
+kube-apiserver, kubectl, kube-scheduler and kube-controller-manager come from the pinned
+wrapper module ``deploy/local/kube-apiserver`` (k8s.io/kubernetes), etcd from
+``deploy/local/etcd`` and kwok (simulated kubelets of the real members) from
+``deploy/local/kwok``. They are built with the local Go toolchain through the Go module proxy
+and cached outside the repository, under a key derived from the wrapper modules'
+``go.mod``/``go.sum`` and the Go version, so a pin change rebuilds and a warm machine skips
+the work entirely. A light fleet (apiservers only) needs only the first three binaries:
+``ensure_binaries(members=False)`` builds just those.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Binaries", "BuildError", "cache_root", "ensure_binaries", "wrapper_dir"]
+__all__ = ["Binaries", "BuildError", "cache_root", "ensure_binaries", "kwok_stages", "wrapper_dir"]
 
 
 class BuildError(RuntimeError):
@@ -27,13 +31,23 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class Binaries:
-    """Paths of the built control-plane binaries."""
+    """Paths of the built binaries (the member ones exist after ``ensure_binaries()``)."""
 
     kube_apiserver: Path
     kubectl: Path
     etcd: Path
+    kube_scheduler: Path
+    kube_controller_manager: Path
+    kwok: Path
     kubernetes_version: str
     etcd_version: str
+    kwok_version: str
+
+    def missing(self) -> list[Path]:
+        """The binaries not built (yet)."""
+        return [path for path in (self.kube_apiserver, self.kubectl, self.etcd,
+                                  self.kube_scheduler, self.kube_controller_manager, self.kwok)
+                if not path.exists()]
 
 
 def wrapper_dir() -> Path:
@@ -98,9 +112,12 @@ def _go_build(*, module: Path, package: str, output: Path, ldflags: str, log: Pa
     _say(f"building {package} (in {module.name}); first build takes several minutes, log: {log}")
     with log.open("a") as sink:
         proc = subprocess.Popen(cmd, cwd=module, env=env, stdout=sink, stderr=subprocess.STDOUT)
-        while proc.poll() is None:
-            time.sleep(15)
-            _say(f"  ... {package}: {time.monotonic() - started:.0f}s")
+        while True:
+            try:
+                proc.wait(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                _say(f"  ... {package}: {time.monotonic() - started:.0f}s")
     if proc.returncode != 0:
         tail = log.read_text()[-3000:]
         raise BuildError(f"go build {package} in {module} failed (exit {proc.returncode}):\n{tail}")
@@ -120,28 +137,47 @@ def _k8s_ldflags(version: str) -> str:
     return " ".join(parts)
 
 
-def ensure_binaries(*, rebuild: bool = False) -> Binaries:
+def kwok_stages() -> Path:
+    """The kwok stage file of the real members (``deploy/local/kwok/stages/stages.yaml``)."""
+    return wrapper_dir() / "kwok" / "stages" / "stages.yaml"
+
+
+def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     """Return the cached binaries, building whichever is missing.
 
-    Raises BuildError when Go is missing or a build fails; never returns partial results.
+    ``members=False`` builds only what a light fleet runs (etcd, kube-apiserver, kubectl);
+    the other paths are still returned but may not exist. Raises BuildError when Go is
+    missing or a build fails; never returns partial results of what was asked for.
     """
     root = wrapper_dir()
-    k8s_mod, etcd_mod = root / "kube-apiserver", root / "etcd"
+    k8s_mod, etcd_mod, kwok_mod = root / "kube-apiserver", root / "etcd", root / "kwok"
     k8s_version = _required_version(k8s_mod / "go.mod", "k8s.io/kubernetes")
     etcd_version = _required_version(etcd_mod / "go.mod", "go.etcd.io/etcd/server/v3")
-    target = cache_root() / f"k8s-{k8s_version}-etcd-{etcd_version}-{_key(k8s_mod, etcd_mod)}"
+    kwok_version = _required_version(kwok_mod / "go.mod", "sigs.k8s.io/kwok")
+    key = _key(k8s_mod, etcd_mod, kwok_mod)
+    target = cache_root() / f"k8s-{k8s_version}-etcd-{etcd_version}-kwok-{kwok_version}-{key}"
     bins = Binaries(kube_apiserver=target / "kube-apiserver", kubectl=target / "kubectl",
-                    etcd=target / "etcd", kubernetes_version=k8s_version, etcd_version=etcd_version)
+                    etcd=target / "etcd", kube_scheduler=target / "kube-scheduler",
+                    kube_controller_manager=target / "kube-controller-manager",
+                    kwok=target / "kwok", kubernetes_version=k8s_version,
+                    etcd_version=etcd_version, kwok_version=kwok_version)
     if rebuild and target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True, exist_ok=True)
     log = target / "build.log"
+    k8s_ldflags = _k8s_ldflags(k8s_version)
     jobs = [
         (bins.etcd, etcd_mod, "go.etcd.io/etcd/server/v3", "-s -w"),
-        (bins.kube_apiserver, k8s_mod, "k8s.io/kubernetes/cmd/kube-apiserver",
-         _k8s_ldflags(k8s_version)),
-        (bins.kubectl, k8s_mod, "k8s.io/kubernetes/cmd/kubectl", _k8s_ldflags(k8s_version)),
+        (bins.kube_apiserver, k8s_mod, "k8s.io/kubernetes/cmd/kube-apiserver", k8s_ldflags),
+        (bins.kubectl, k8s_mod, "k8s.io/kubernetes/cmd/kubectl", k8s_ldflags),
     ]
+    if members:
+        jobs += [
+            (bins.kube_scheduler, k8s_mod, "k8s.io/kubernetes/cmd/kube-scheduler", k8s_ldflags),
+            (bins.kube_controller_manager, k8s_mod,
+             "k8s.io/kubernetes/cmd/kube-controller-manager", k8s_ldflags),
+            (bins.kwok, kwok_mod, "sigs.k8s.io/kwok/cmd/kwok", "-s -w"),
+        ]
     for output, module, package, ldflags in jobs:
         if output.exists():
             continue
@@ -158,6 +194,9 @@ def main() -> int:
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for path in (bins.etcd, bins.kube_apiserver, bins.kubectl, bins.kube_scheduler,
+                 bins.kube_controller_manager, bins.kwok):
+        _say(f"{path.name}: {path.stat().st_size / 2**20:.0f} MiB")
     print(bins.kube_apiserver.parent)
     return 0
 

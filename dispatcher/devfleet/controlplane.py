@@ -2,9 +2,14 @@
 
 Each cluster is a real kube-apiserver with its own ``--etcd-prefix``, port, serving
 certificate and admin token; they share one etcd (what Kubernetes' own integration tests
-do). Everything lives in one state directory with a ``state.json`` describing it, so another
-process (``dispatcher dev status|down``, a test) can find and stop exactly what was started.
-Processes run in their own sessions and outlive the command that started them.
+do). A *real* member also runs kube-controller-manager, kube-scheduler and kwok (simulated
+kubelets for the Nodes annotated ``kwok.x-k8s.io/node=fake``), so Jobs, Deployments and pods
+behave as on a real cluster; its apiserver then keeps the ServiceAccount and
+TaintNodesByCondition admission plugins that the light clusters (apiserver only) turn off.
+Everything lives in one state directory with a ``state.json`` describing it (every process,
+its argv, pid and log ``<cluster>/<process>.log``), so another process (``dispatcher dev
+status|down``, a test) can find and stop exactly what was started. Processes run in their
+own sessions and outlive the command that started them.
 """
 
 from __future__ import annotations
@@ -17,24 +22,37 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dispatcher.devfleet import pki
-from dispatcher.devfleet.binaries import Binaries
-from dispatcher.devfleet.rest import Rest
+from dispatcher.devfleet.binaries import Binaries, kwok_stages
+from dispatcher.devfleet.rest import ApiError, Rest
 
-__all__ = ["ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo", "compact_etcd"]
+__all__ = ["JOB_SECONDS", "KWOK_NODE_ANNOTATION", "ClusterInfo", "ControlPlanes", "FleetState",
+           "ProcessInfo", "compact_etcd", "is_alive", "probe", "render_stages", "stop_process"]
 
 STATE_FILE = "state.json"
 START_TIMEOUT_S = 120.0
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+"""The annotation that hands a Node of a real member to its kwok (key, value)."""
+JOB_SECONDS = 5.0
+"""Default run time of a Job's pod on a real member (kwok's pod-complete stage)."""
+
+# kube-controller-manager controllers of a real member: every default one except those that
+# need a cloud provider or allocate node CIDRs (no CNI here; kwok assigns pod IPs itself).
+KCM_CONTROLLERS = ",".join([
+    "*", "-cloud-node-lifecycle-controller", "-node-route-controller",
+    "-service-lb-controller", "-node-ipam-controller"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +62,10 @@ class ProcessInfo:
     pid: int
     argv: list[str]
     log: str
+    role: str = ""
+    """kube-apiserver, etcd, kube-controller-manager, kube-scheduler or kwok."""
+    health: str = ""
+    """A loopback URL answering 200 once the process is ready ("" when it has none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +79,19 @@ class ClusterInfo:
     kubeconfig: str
     etcd_prefix: str
     process: ProcessInfo
+    """The kube-apiserver."""
+    components: list[ProcessInfo] = field(default_factory=list)
+    """What runs besides the apiserver: kube-controller-manager, kube-scheduler and kwok on a
+    real member, nothing on the hub or a light member."""
+
+    @property
+    def real(self) -> bool:
+        """Whether controllers, scheduler and kwok run here (a cluster that runs pods)."""
+        return bool(self.components)
+
+    def processes(self) -> list[ProcessInfo]:
+        """The apiserver then the components."""
+        return [self.process, *self.components]
 
     def rest(self) -> Rest:
         """A synchronous admin client for set-up."""
@@ -90,7 +125,9 @@ class FleetState:
         return FleetState(
             root=raw["root"], etcd=ProcessInfo(**raw["etcd"]), etcd_url=raw["etcd_url"],
             kubeconfig=raw["kubeconfig"],
-            clusters=[ClusterInfo(**{**c, "process": ProcessInfo(**c["process"])})
+            clusters=[ClusterInfo(**{**c, "process": ProcessInfo(**c["process"]),
+                                     "components": [ProcessInfo(**p)
+                                                    for p in c.get("components", [])]})
                       for c in raw["clusters"]])
 
     def write(self) -> None:
@@ -127,12 +164,17 @@ def is_alive(proc: ProcessInfo) -> bool:
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _spawn(argv: list[str], log: Path) -> ProcessInfo:
+def _spawn(argv: list[str], log: Path, *, role: str, health: str = "") -> ProcessInfo:
     with log.open("ab") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     _CHILDREN[proc.pid] = proc
-    return ProcessInfo(pid=proc.pid, argv=argv, log=str(log))
+    return ProcessInfo(pid=proc.pid, argv=argv, log=str(log), role=role, health=health)
+
+
+def _respawn(proc: ProcessInfo) -> ProcessInfo:
+    """Start ``proc`` again the same way (argv, log, ports)."""
+    return _spawn(proc.argv, Path(proc.log), role=proc.role, health=proc.health)
 
 
 def stop_process(proc: ProcessInfo, *, timeout: float = 15.0) -> None:
@@ -175,25 +217,47 @@ def _write_private(path: Path, data: bytes | str) -> None:
 
 
 class ControlPlanes:
-    """Local control planes rooted at one state directory."""
+    """Local control planes rooted at one state directory.
 
-    def __init__(self, *, root: Path, binaries: Binaries) -> None:
+    ``binaries`` may be None for a handle that only inspects or stops (``down``,
+    ``stop_cluster``); starting needs them.
+    """
+
+    def __init__(self, *, root: Path, binaries: Binaries | None,
+                 job_seconds: float = JOB_SECONDS) -> None:
         self.root = root
-        self.binaries = binaries
+        self._binaries = binaries
+        self.job_seconds = job_seconds
+
+    @property
+    def binaries(self) -> Binaries:
+        """The binaries to start processes from."""
+        if self._binaries is None:
+            raise RuntimeError("ControlPlanes was created without binaries: it cannot start")
+        return self._binaries
 
     def state(self) -> FleetState | None:
         """The saved state, or None."""
         return FleetState.read(self.root)
 
-    def up(self, *, names: list[str], timeout: float = START_TIMEOUT_S) -> FleetState:
+    def up(self, *, names: list[str], real: Collection[str] = (),
+           timeout: float = START_TIMEOUT_S) -> FleetState:
         """Start etcd and one apiserver per name; return when every one is ready.
 
-        Idempotent: when a healthy fleet with the same names already runs here, it is returned
-        as is. A half-dead one is stopped and started afresh.
+        The clusters named in ``real`` also get kube-controller-manager, kube-scheduler and
+        kwok, and are ready once those answer and the ``default`` ServiceAccount exists (their
+        Nodes are created later, by provisioning). Idempotent: when a healthy fleet with the
+        same names and the same real members already runs here, it is returned as is. A
+        half-dead or different one is stopped and started afresh.
         """
+        unknown = set(real) - set(names)
+        if unknown:
+            raise ValueError(f"real members {sorted(unknown)} are not among {names}")
         existing = self.state()
         if existing is not None:
-            if [c.name for c in existing.clusters] == names and self.healthy(existing):
+            if ([c.name for c in existing.clusters] == names
+                    and {c.name for c in existing.clusters if c.real} == set(real)
+                    and self.healthy(existing)):
                 return existing
             self.down()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -207,19 +271,27 @@ class ControlPlanes:
                        f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
                        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
                        f"--initial-cluster=devfleet=http://127.0.0.1:{peer_port}",
-                       "--unsafe-no-fsync=true", "--log-level=warn"], self.root / "etcd.log")
+                       "--unsafe-no-fsync=true", "--log-level=warn"], self.root / "etcd.log",
+                      role="etcd", health=f"{etcd_url}/health")
         clusters: list[ClusterInfo] = []
         ca_path = self.root / "ca.crt"
         ca_path.write_bytes(ca.cert_pem)
         try:
-            _wait_http(f"{etcd_url}/health", timeout=30, proc=etcd)
+            _wait_http(etcd.health, timeout=30, proc=etcd)
             for name in names:
                 clusters.append(self._start_apiserver(name=name, etcd_url=etcd_url, ca=ca,
-                                                      sa_key=sa_key, ca_path=ca_path))
+                                                      sa_key=sa_key, ca_path=ca_path,
+                                                      real=name in real))
             for cluster in clusters:
                 _wait_ready(cluster, timeout=timeout)
+            for index, cluster in enumerate(clusters):
+                if cluster.name in real:
+                    clusters[index] = replace(cluster, components=self._start_components(
+                        cluster, ca_path=ca_path))
+            for cluster in clusters:
+                _wait_components(cluster, timeout=timeout)
         except BaseException:
-            for proc in [c.process for c in clusters] + [etcd]:
+            for proc in [p for c in clusters for p in reversed(c.processes())] + [etcd]:
                 stop_process(proc)
             raise
         merged = self.root / "kubeconfig"
@@ -231,7 +303,7 @@ class ControlPlanes:
         return state
 
     def _start_apiserver(self, *, name: str, etcd_url: str, ca: pki.CertificateAuthority,
-                         sa_key: bytes, ca_path: Path) -> ClusterInfo:
+                         sa_key: bytes, ca_path: Path, real: bool) -> ClusterInfo:
         home = self.root / name
         home.mkdir(parents=True, exist_ok=True)
         cert, key = ca.issue_serving(name)
@@ -258,57 +330,123 @@ class ControlPlanes:
             f"--token-auth-file={home / 'tokens.csv'}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
-            # No ServiceAccount controller here; no node lifecycle controller to lift the
-            # not-ready taint that TaintNodesByCondition would put on every new Node.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--v=1",
         ]
-        process = _spawn(argv, home / "apiserver.log")
+        if not real:
+            # No ServiceAccount controller here; no node lifecycle controller to lift the
+            # not-ready taint that TaintNodesByCondition would put on every new Node.
+            argv.append("--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
+        process = _spawn(argv, home / "apiserver.log", role="kube-apiserver",
+                         health=f"{server}/readyz")
         kubeconfig = home / "kubeconfig"
         _write_private(kubeconfig, yaml.safe_dump(
             _kubeconfig([(name, server, token, ca.cert_pem)], name)))
         return ClusterInfo(name=name, server=server, token=token, ca_file=str(ca_path),
                            kubeconfig=str(kubeconfig), etcd_prefix=prefix, process=process)
 
+    def _start_components(self, cluster: ClusterInfo, *, ca_path: Path) -> list[ProcessInfo]:
+        """kube-controller-manager, kube-scheduler and kwok for a real member."""
+        bins = self.binaries
+        home = self.root / cluster.name
+        kubeconfig = cluster.kubeconfig
+        stages = home / "kwok-stages.yaml"
+        stages.write_text(render_stages(job_seconds=self.job_seconds))
+        kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
+        key, value = KWOK_NODE_ANNOTATION
+        kcm = [
+            str(bins.kube_controller_manager), f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1",
+            f"--secure-port={kcm_port}", f"--cert-dir={home / 'kcm-certs'}",
+            f"--service-account-private-key-file={home / 'sa.key'}",
+            "--use-service-account-credentials=false", f"--root-ca-file={ca_path}",
+            f"--controllers={KCM_CONTROLLERS}", "--profiling=false", "--v=1",
+        ]
+        scheduler = [
+            str(bins.kube_scheduler), f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1",
+            f"--secure-port={scheduler_port}", f"--cert-dir={home / 'scheduler-certs'}",
+            "--profiling=false", "--v=1",
+        ]
+        kwok = [
+            str(bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={stages}",
+            f"--manage-nodes-with-annotation-selector={key}={value}",
+            f"--server-address=127.0.0.1:{kwok_port}", "--node-lease-duration-seconds=40",
+            "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
+        ]
+        return [
+            _spawn(kcm, home / "kube-controller-manager.log", role="kube-controller-manager",
+                   health=f"https://127.0.0.1:{kcm_port}/healthz"),
+            _spawn(scheduler, home / "kube-scheduler.log", role="kube-scheduler",
+                   health=f"https://127.0.0.1:{scheduler_port}/healthz"),
+            _spawn(kwok, home / "kwok.log", role="kwok",
+                   health=f"http://127.0.0.1:{kwok_port}/healthz"),
+        ]
+
     def healthy(self, state: FleetState) -> bool:
-        """Whether etcd and every apiserver run and answer /readyz."""
+        """Whether etcd and every apiserver and component run and answer their health URL."""
         if not is_alive(state.etcd):
             return False
         for cluster in state.clusters:
-            if not is_alive(cluster.process):
+            if not all(is_alive(p) for p in cluster.processes()):
                 return False
             try:
                 cluster.rest().request("GET", "/readyz", timeout=3)
             except (OSError, RuntimeError):
                 return False
+            if not all(probe(p) for p in cluster.components):
+                return False
         return True
 
     def stop_cluster(self, name: str) -> None:
-        """Stop one apiserver (its data stays in etcd): a member outage."""
+        """A member outage: stop its apiserver, and on a real member its kube-controller-
+        manager, kube-scheduler and kwok too (the whole cluster is down; its data stays in
+        etcd)."""
         state = self._require_state()
-        stop_process(state.cluster(name).process)
+        for proc in reversed(state.cluster(name).processes()):
+            stop_process(proc)
 
     def start_cluster(self, name: str, *, timeout: float = START_TIMEOUT_S) -> ClusterInfo:
-        """Start a stopped apiserver again with the same port, prefix and credentials."""
+        """Start a stopped cluster again with the same ports, prefix and credentials.
+
+        Whatever of it still runs is kept; returns once the apiserver is ready and the
+        components answer.
+        """
         state = self._require_state()
         old = state.cluster(name)
-        if is_alive(old.process):
-            return old
-        process = _spawn(old.process.argv, Path(old.process.log))
+        process = old.process if is_alive(old.process) else _respawn(old.process)
         new = replace(old, process=process)
-        replace(state, clusters=[new if c.name == name else c for c in state.clusters]).write()
-        _wait_ready(new, timeout=timeout)
+        try:
+            _wait_ready(new, timeout=timeout)
+        finally:
+            self._save(state, new)
+        new = replace(new, components=[p if is_alive(p) else _respawn(p)
+                                       for p in old.components])
+        self._save(state, new)
+        _wait_components(new, timeout=timeout)
         return new
+
+    def _save(self, state: FleetState, cluster: ClusterInfo) -> None:
+        current = self.state() or state
+        replace(current, clusters=[cluster if c.name == cluster.name else c
+                                   for c in current.clusters]).write()
+
+    def processes(self) -> list[ProcessInfo]:
+        """Every process of the saved state: etcd, then each cluster's."""
+        state = self.state()
+        if state is None:
+            return []
+        return [state.etcd, *(p for c in state.clusters for p in c.processes())]
 
     def down(self) -> None:
         """Stop every process that ``up`` started here and remove the state directory."""
         state = self.state()
         if state is not None:
             for cluster in state.clusters:
-                stop_process(cluster.process)
+                for proc in reversed(cluster.processes()):
+                    stop_process(proc)
             stop_process(state.etcd)
         if self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
@@ -318,6 +456,37 @@ class ControlPlanes:
         if state is None:
             raise RuntimeError(f"no dev fleet runs in {self.root} (run 'dispatcher dev up')")
         return state
+
+
+def render_stages(*, job_seconds: float = JOB_SECONDS) -> str:
+    """The kwok stages of a real member, with pods of Jobs running ``job_seconds`` (+20%
+    jitter) unless a pod's annotations say otherwise (see the stage file)."""
+    docs = [d for d in yaml.safe_load_all(kwok_stages().read_text()) if d]
+    for doc in docs:
+        if doc["metadata"]["name"] == "pod-complete":
+            delay = doc["spec"]["delay"]
+            delay["durationMilliseconds"] = int(job_seconds * 1000)
+            delay["jitterDurationMilliseconds"] = int(job_seconds * 1200)
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def probe(proc: ProcessInfo, *, timeout: float = 3.0) -> bool:
+    """Whether ``proc`` runs and its health URL answers 200 (TLS unverified: the scheduler's
+    and controller-manager's self-signed serving certificates)."""
+    if not is_alive(proc):
+        return False
+    if not proc.health:
+        return True
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                         urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(proc.health, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 def compact_etcd(state: FleetState) -> int:
@@ -378,3 +547,32 @@ def _wait_ready(cluster: ClusterInfo, *, timeout: float) -> None:
                     raise TimeoutError(f"{cluster.name}: {path} not ready after {timeout:.0f}s "
                                        f"({exc}); log {cluster.process.log}") from exc
                 time.sleep(0.2)
+
+
+def _wait_components(cluster: ClusterInfo, *, timeout: float) -> None:
+    """Wait until every component of a real member answers its health URL and the
+    ServiceAccount controller has made ``default/default`` (pods are admitted from then on)."""
+    if not cluster.real:
+        return
+    deadline = time.monotonic() + timeout
+    for proc in cluster.components:
+        while not probe(proc):
+            if not is_alive(proc):
+                raise RuntimeError(f"{proc.role} of {cluster.name} exited; log {proc.log}:\n"
+                                   f"{_log_tail(proc)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{cluster.name}: {proc.role} not healthy at {proc.health} "
+                                   f"after {timeout:.0f}s; log {proc.log}")
+            time.sleep(0.2)
+    rest = cluster.rest()
+    while True:
+        try:
+            rest.request("GET", "/api/v1/namespaces/default/serviceaccounts/default", timeout=5)
+            return
+        except (ApiError, OSError) as exc:
+            if time.monotonic() > deadline:
+                kcm = next(p for p in cluster.components
+                           if p.role == "kube-controller-manager")
+                raise TimeoutError(f"{cluster.name}: no default ServiceAccount after "
+                                   f"{timeout:.0f}s ({exc}); log {kcm.log}") from exc
+            time.sleep(0.2)

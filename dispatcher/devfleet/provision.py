@@ -2,7 +2,10 @@
 
 The hub gets the dispatcher's own CRDs (``deploy/crds/``); every cluster gets stand-in CRDs
 for the catalog's workload kinds, since users create workloads on the hub and the
-dispatcher creates copies on members. Members get the Nodes of their fleet-file pools.
+dispatcher creates copies on members. Members get the Nodes of their fleet-file pools: on a
+light member they are created Ready (nothing would ever change them); on a real member they
+carry the ``kwok.x-k8s.io/node=fake`` annotation and no conditions, and that member's kwok
+makes them Ready and keeps them alive, keeping the pool's capacity (``nvidia.com/gpu``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import yaml
 
 from dispatcher.devfleet import workload_crds
 from dispatcher.devfleet.binaries import source_path
+from dispatcher.devfleet.controlplane import KWOK_NODE_ANNOTATION
 from dispatcher.devfleet.rest import ApiError, Rest
-from dispatcher.fleet.fleetfile import MemberSpec, node_manifests
+from dispatcher.fleet.fleetfile import GPU_RESOURCE, MemberSpec, node_manifests
 
-__all__ = ["crds_dir", "install_crds", "provision_hub", "provision_member"]
+__all__ = ["crds_dir", "install_crds", "member_nodes", "provision_hub", "provision_member",
+           "wait_nodes_ready"]
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -77,11 +82,58 @@ def provision_hub(rest: Rest) -> None:
                                        "metadata": {"name": "dispatcher-system"}})
 
 
-def provision_member(rest: Rest, member: MemberSpec) -> int:
+def member_nodes(member: MemberSpec, *, real: bool = False) -> list[dict[str, Any]]:
+    """The Node objects to create on ``member``: Ready ones, or kwok's ones when ``real``."""
+    nodes = node_manifests(member)
+    if not real:
+        return nodes
+    key, value = KWOK_NODE_ANNOTATION
+    for node in nodes:
+        node["metadata"].setdefault("annotations", {})[key] = value
+        node["status"].pop("conditions", None)  # kwok's node-initialize stage sets them
+    return nodes
+
+
+def provision_member(rest: Rest, member: MemberSpec, *, real: bool = False) -> int:
     """Workload CRDs and the member's GPU Nodes; returns the number of nodes created."""
     install_crds(rest, _workload_crds())
     created = 0
-    for node in node_manifests(member):
+    for node in member_nodes(member, real=real):
         if rest.ensure("/api/v1/nodes", node) is not None:
             created += 1
     return created
+
+
+def _node_problem(node: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    name = node["metadata"]["name"]
+    status = node.get("status", {})
+    ready = [c for c in status.get("conditions", []) if c.get("type") == "Ready"]
+    if not ready or ready[0].get("status") != "True":
+        return f"node {name} not Ready"
+    if any(t.get("key", "").startswith("node.kubernetes.io/") for t in
+           node.get("spec", {}).get("taints") or []):
+        return f"node {name} still has a node.kubernetes.io/ taint"
+    want = expected["status"]["allocatable"].get(GPU_RESOURCE)
+    have = status.get("allocatable", {}).get(GPU_RESOURCE)
+    if want != have:
+        return f"node {name}: allocatable {GPU_RESOURCE} {have!r}, expected {want!r}"
+    return None
+
+
+def wait_nodes_ready(rest: Rest, member: MemberSpec, *, timeout: float = 60.0) -> None:
+    """Wait until every Node of ``member`` is Ready, untainted by the node lifecycle
+    controller and still has its pool's ``nvidia.com/gpu`` allocatable (a real member: kwok
+    and kube-controller-manager at work)."""
+    expected = {n["metadata"]["name"]: n for n in node_manifests(member)}
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = {n["metadata"]["name"]: n for n in rest.get("/api/v1/nodes")["items"]}
+        problems = [p for p in (f"node {name} missing" if name not in nodes
+                                else _node_problem(nodes[name], want)
+                                for name, want in expected.items()) if p]
+        if not problems:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{member.name}: nodes not ready after {timeout:.0f}s: "
+                               f"{'; '.join(problems[:5])}")
+        time.sleep(0.25)

@@ -1,4 +1,5 @@
-"""Async clients for the integration fleet, one per cluster, built from its kubeconfig."""
+"""Async clients for the integration fleets (light and real), one per cluster, built from its
+kubeconfig."""
 
 from __future__ import annotations
 
@@ -17,13 +18,11 @@ pytestmark = pytest.mark.integration
 Connect = Callable[[str], Coroutine[Any, Any, KubeClient]]
 
 
-@pytest.fixture
-async def connect(dev_fleet: FleetState) -> AsyncIterator[Connect]:
-    """``await connect("member-1")``: an admin KubeClient, closed after the test."""
+async def _clients(fleet: FleetState) -> AsyncIterator[Connect]:
     opened: list[KubeClient] = []
 
     async def _connect(name: str) -> KubeClient:
-        kubeconfig = yaml.safe_load(Path(dev_fleet.cluster(name).kubeconfig).read_text())
+        kubeconfig = yaml.safe_load(Path(fleet.cluster(name).kubeconfig).read_text())
         client = await KubeClient.from_kubeconfig(kubeconfig, name=name)
         opened.append(client)
         return client
@@ -31,3 +30,19 @@ async def connect(dev_fleet: FleetState) -> AsyncIterator[Connect]:
     yield _connect
     for client in opened:
         await client.close()
+
+
+@pytest.fixture
+async def connect(dev_fleet: FleetState) -> AsyncIterator[Connect]:
+    """``await connect("member-1")``: an admin KubeClient of the light fleet, closed after
+    the test."""
+    async for factory in _clients(dev_fleet):
+        yield factory
+
+
+@pytest.fixture
+async def connect_real(real_fleet: FleetState) -> AsyncIterator[Connect]:
+    """``await connect_real("member-1")``: an admin KubeClient of the real fleet (members run
+    controllers, scheduler and kwok), closed after the test."""
+    async for factory in _clients(real_fleet):
+        yield factory
