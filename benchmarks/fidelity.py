@@ -76,6 +76,7 @@ class Shape:
     product: str | None
     tolerate: tuple[dict[str, str], ...]
     run_s: int
+    member: str | None = None  # pinned (``dispatcher.io/cluster``)
 
 
 def pools(fleet: FleetSpec) -> list[tuple[str | None, int, int, tuple[dict[str, str], ...]]]:
@@ -123,6 +124,29 @@ def stream(fleet: FleetSpec, *, seed: int, rate: float, seconds: float,
         index += 1
 
 
+def interleave(fleet: FleetSpec, *, run_s: float, gap: float) -> list[Shape]:
+    """Two gangs decided back to back on one member, before either's pods are bound.
+
+    The member's largest GPU product pool is filled but for two nodes (``fill``); then a
+    gang of small pods (``small``: one node's worth of 1-GPU pods) and a one-pod gang of a
+    whole node (``whole``) arrive ``gap`` seconds apart. The dispatcher packs ``small`` on one node
+    (best fit) and plans ``whole`` on the other; kube-scheduler places pod by pod and
+    spreads ``small`` over both free nodes, so ``whole`` finds no node until ``small``
+    finishes: the case where the default scheduler breaks a node-level plan.
+    """
+    member, pool = max(((m, p) for m in fleet.members for p in m.node_pools
+                        if p.gpu_product and not p.taints and p.count >= 3),
+                       key=lambda mp: (mp[1].count * mp[1].gpus, mp[0].name))
+
+    def gang(name: str, at: float, pods: int, gpus: int, seconds: float) -> Shape:
+        return Shape(name=name, at=at, pods=pods, gpus=gpus, product=pool.gpu_product,
+                     tolerate=(), run_s=round(seconds), member=member.name)
+
+    return [gang("fill", 0.0, pool.count - 2, pool.gpus, run_s * 4),
+            gang("small", 8.0, pool.gpus, 1, run_s),
+            gang("whole", 8.0 + gap, 1, pool.gpus, run_s)]
+
+
 def job(shape: Shape, namespace: str) -> dict[str, Any]:
     """The hub Job for ``shape``."""
     spec: dict[str, Any] = {
@@ -133,8 +157,10 @@ def job(shape: Shape, namespace: str) -> dict[str, Any]:
         spec["nodeSelector"] = {PRODUCT: shape.product}
     if shape.tolerate:
         spec["tolerations"] = [dict(t) for t in shape.tolerate]
+    annotations = {"dispatcher.io/cluster": shape.member} if shape.member else {}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": shape.name, "namespace": namespace},
+            "metadata": {"name": shape.name, "namespace": namespace,
+                         "annotations": annotations},
             "spec": {"parallelism": shape.pods, "completions": shape.pods, "backoffLimit": 0,
                      "template": {"metadata": {"annotations": {
                          "pod-complete.stage.kwok.x-k8s.io/delay": f"{shape.run_s}s"}},
@@ -225,6 +251,14 @@ class Observed:
                 else:
                     count += 1
         return count
+
+    def placement(self, uid: str) -> dict[str, Any]:
+        """A Job's recorded node plan next to where its pods were bound (GPUs per node)."""
+        bound: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.uid == uid and pod.node:
+                bound[pod.node] = bound.get(pod.node, 0) + pod.gpus
+        return {"plan": self.plans.get(uid), "bound": dict(sorted(bound.items()))}
 
     def result(self, *, end: float) -> dict[str, Any]:
         running = {uid: t for uid in self.dispatched
@@ -349,8 +383,11 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
             await asyncio.sleep(SAMPLE_S)
 
     tasks.append(asyncio.create_task(sampler()))
-    shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
-                         run_s=args.run_s))
+    if args.case == "interleave":
+        shapes = interleave(fleet, run_s=args.run_s, gap=args.gap)
+    else:
+        shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
+                             run_s=args.run_s))
     start = time.monotonic()
     for shape in shapes:
         await asyncio.sleep(max(0.0, start + shape.at - time.monotonic()))
@@ -374,8 +411,11 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     for client in (hub, *members.values()):
         await client.close()
     result = seen.result(end=end)
-    result.update(seed=args.seed, rate=args.rate, stream_s=args.seconds, run_s=args.run_s,
-                  wall_s=round(end - start, 1),
+    if args.case == "interleave":
+        result["detail"] = {shape.name: seen.placement(uid)
+                            for uid, shape in zip(seen.created, shapes, strict=True)}
+    result.update(case=args.case, seed=args.seed, rate=args.rate, stream_s=args.seconds,
+                  run_s=args.run_s, wall_s=round(end - start, 1),
                   requested_gpus=sum(s.pods * s.gpus for s in shapes), undispatched=waiting)
     return result
 
@@ -434,6 +474,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
                         help="fleet file (default: clusters/local.yaml)")
+    parser.add_argument("--case", choices=["stream", "interleave"], default="stream",
+                        help="stream: the seeded oversubscribing mix; interleave: two gangs "
+                             "decided back to back (see interleave())")
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="interleave: seconds between the two gangs' creates")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--rate", type=float, default=0.4, help="Jobs per second")
     parser.add_argument("--seconds", type=float, default=90.0, help="stream duration")
