@@ -32,19 +32,19 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from resolve import machine  # benchmarks/resolve.py: the shared machine description
+from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
 from dispatcher.control import record as records
 from dispatcher.devfleet import devfleet
@@ -167,11 +167,6 @@ def job(shape: Shape, namespace: str) -> dict[str, Any]:
                          "spec": spec}}}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 # -- what the watches saw ---------------------------------------------------------------------
 
 @dataclass
@@ -289,12 +284,6 @@ SAMPLE_S = 0.5
 
 # -- the run ----------------------------------------------------------------------------------
 
-async def client_for(state: FleetState, name: str) -> KubeClient:
-    path = Path(state.cluster(name).kubeconfig)
-    kubeconfig = yaml.safe_load(await asyncio.to_thread(path.read_text))
-    return await KubeClient.from_kubeconfig(kubeconfig, name=name)
-
-
 def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
                      port: int) -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
@@ -308,23 +297,6 @@ def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
     log = (workdir / "controller.log").open("wb")
     return subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config", str(path)],
                             stdout=log, stderr=subprocess.STDOUT)
-
-
-async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    def probe() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return int(r.status)
-        except OSError:
-            return 0
-
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise RuntimeError("the controller exited")
-        if await asyncio.to_thread(probe) == 200:
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError("controller not ready after 60 s")
 
 
 async def follow(client: KubeClient, ref: ResourceRef, namespace: str, selector: str | None,
@@ -436,13 +408,6 @@ async def undispatched(hub: KubeClient, namespace: str, seen: Observed,
     return sorted(out, key=lambda item: str(item["job"]))
 
 
-def machine() -> str:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from resolve import machine as describe  # the shared helper of the benchmarks
-
-    return str(describe())
-
-
 async def main_async(args: argparse.Namespace) -> None:
     fleet = load_fleet(args.fleet)
     with tempfile.TemporaryDirectory(prefix="fidelity-bench-") as tmp:
@@ -459,11 +424,7 @@ async def main_async(args: argparse.Namespace) -> None:
             result["machine"] = machine()
             print(json.dumps(result), flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            await asyncio.to_thread(stop, proc)
             if args.keep_log:
                 await asyncio.to_thread(Path(args.keep_log).write_bytes,
                                         (root / "controller.log").read_bytes())
