@@ -25,18 +25,17 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
+from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
 from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.controlplane import FleetState, free_port
@@ -67,11 +66,6 @@ def jobset(name: str, namespace: str) -> dict[str, Any]:
                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}]}}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 async def until(condition: Any, *, seconds: float) -> None:
     """Poll ``condition()`` every 50 ms until true (TimeoutError after ``seconds``)."""
     async with asyncio.timeout(seconds):
@@ -79,12 +73,6 @@ async def until(condition: Any, *, seconds: float) -> None:
             if condition():
                 return
             await asyncio.sleep(0.05)
-
-
-async def client_for(state: FleetState, name: str) -> KubeClient:
-    path = Path(state.cluster(name).kubeconfig)
-    kubeconfig = yaml.safe_load(await asyncio.to_thread(path.read_text))
-    return await KubeClient.from_kubeconfig(kubeconfig, name=name)
 
 
 def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.Popen[bytes]:
@@ -100,23 +88,6 @@ def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.
     python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
     return subprocess.Popen([*python, "-m", "dispatcher", "run", "--config", str(path)],
                             stdout=log, stderr=subprocess.STDOUT)
-
-
-async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    def probe() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return int(r.status)
-        except OSError:
-            return 0
-
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise RuntimeError("the controller exited")
-        if await asyncio.to_thread(probe) == 200:
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError("controller not ready after 60 s")
 
 
 async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, selector: str,
@@ -228,11 +199,7 @@ async def main_async(args: argparse.Namespace) -> None:
                                         rate=rate)
                 print(json.dumps(result), flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            await asyncio.to_thread(stop, proc)
             await asyncio.to_thread(devfleet.down, root=root / "fleet")
 
 

@@ -32,8 +32,12 @@ __all__ = ["execute"]
 
 log = structlog.get_logger("dispatcher")
 
-# Generic statuses that mean the workload's pods exist on nodes (or have finished).
-_PODS_UP = frozenset({"running", "degraded", "completed", "failed"})
+# Generic statuses that mean all the workload's pods are on nodes (or have finished): the
+# backstop that drops what is left of its reservation. Bound pods shrink a reservation as the
+# member's pod informer sees them (fleet.reservations), so what is left here is pods never
+# seen bound. Not "degraded": some pods are missing, and their GPUs stay reserved until they
+# bind or the reservation expires (releasing them would forget GPUs a pending pod will take).
+_PODS_UP = frozenset({"running", "completed", "failed"})
 
 
 async def execute(rec: Reconciler, *, uid: str, snap: Snapshot, action: Action,
@@ -237,8 +241,8 @@ async def _mirror(rec: Reconciler, uid: str, snap: Snapshot, action: Action) -> 
             "phase": phase, "genericStatus": generic, "statuses": list(found.statuses),
             "remote": {"lastSeen": records.format_time(snap.now)}}
         if generic in _PODS_UP and snap.record.reservation is not None:
-            # Its pods hold the GPUs now (the member's capacity counts them): the
-            # reservation would count them twice until it expired.
+            # Its pods hold the GPUs now (the member's capacity counts them); any part of
+            # the reservation their pod events did not take off would count twice.
             rec.release(uid)
             patch["decision"] = {"reservation": None}
         await rec.patch_record(uid, patch)

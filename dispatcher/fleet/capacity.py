@@ -11,7 +11,7 @@ cost microseconds, so nothing is ever recomputed from scratch:
 - only pods that hold GPUs on a node are stored, as ``key -> (node, gpus)``; a pod bound to a
   node that is not known yet (watch order) is counted as soon as the node arrives.
 
-Reservations (GPUs promised to dispatches whose pods are not visible yet) are subtracted per
+Reservations (GPUs promised to dispatches whose pods are not bound yet) are subtracted per
 node through ``reserve``; ``fleet.reservations`` decides what to reserve and release.
 
 "Free" everywhere means allocatable minus used minus reserved on Ready, schedulable nodes

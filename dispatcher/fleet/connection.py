@@ -6,7 +6,8 @@ supervisor task:
 
     load kubeconfig -> client -> /version -> discover kinds -> session:
         Node informer  -> ClusterCapacity (rebuilt from each Listed, Changed applied)
-        Pod informer   -> ClusterCapacity (bound, non-terminated pods only)
+        Pod informer   -> ClusterCapacity (bound, non-terminated pods only), then
+                          MemberReservations (a workload's bound pods shrink its reservation)
         probe loop     -> lastSeen; a failed probe ends the session
         discovery loop -> served workload kinds
     any failure -> health.failed (first loss kept) -> tenacity backoff -> again
@@ -327,6 +328,7 @@ class MemberConnection:
             self.capacity.relist_nodes(objects)
         else:
             self.capacity.relist_pods(objects)
+            self.reservations.relist_pods(objects)  # after capacity: see reservations
         self._listed.add(what)
         if self._listed >= {"nodes", "pods"} and not self.health.ready:
             self.synced = True
@@ -342,10 +344,14 @@ class MemberConnection:
             else:
                 self.capacity.upsert_node(obj)
             return
+        # Capacity first, then reservations: a bound pod's GPUs move from reserved to used
+        # in one synchronous step (never counted twice, never forgotten).
         if change.type == "DELETED":
             self.capacity.delete_pod(obj)
+            self.reservations.delete_pod(obj)
         else:
             self.capacity.upsert_pod(obj)  # finished or unbound: dropped by the model
+            self.reservations.upsert_pod(obj)
 
     async def _probe(self, client: KubeClient) -> None:
         while True:

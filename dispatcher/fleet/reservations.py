@@ -1,12 +1,47 @@
-"""Reservations: GPUs promised to dispatched workloads whose pods the member has not shown yet.
+"""Reservations: GPUs promised to dispatched workloads whose pods the member has not bound yet.
 
-Between a decision and the member's pods appearing in the watch, the chosen nodes look free;
-without reservations two back-to-back decisions would both take them (karmada#1385). Each
-dispatched workload reserves the GPUs of its node assignment on one member, keyed by the hub
-workload's uid. A reservation shrinks as the workload's pods are seen (``observe_pod``), goes
-away when the controller says so (``release``), or expires (``expire``, with ``now`` passed
-in: no clock is read here). Records are plain data so the controller can persist them on the
-Dispatch object and ``rebuild`` them after a restart.
+Between a decision and the member's pods being bound, the chosen nodes look free; without
+reservations two back-to-back decisions would both take them (karmada#1385). Each dispatched
+workload reserves the GPUs of its node assignment on one member, keyed by the hub workload's
+uid. The member's pod informer feeds ``upsert_pod``/``delete_pod``/``relist_pods`` *after*
+``ClusterCapacity`` has counted the same event, so within one synchronous step a bound pod's
+GPUs move from "reserved" to "used": at every moment, per member,
+
+    free = allocatable - GPUs of bound pods - outstanding reserved GPUs
+
+and no GPU is counted twice or forgotten between "copy created" and "pods bound". A
+reservation also goes away when the controller says so (``release``: the mirrored status says
+the pods are up, the workload was deleted, the member refused it) or expires (``expire``,
+with ``now`` passed in: no clock is read here).
+
+Attribution. A pod belongs to a workload when it carries ``OWNER_LABEL`` (the hub uid; the
+copy's pod templates are stamped with it and workloads cannot stamp nested templates
+themselves). A pod someone else labels on the member can only make us *under*-estimate free
+GPUs (its GPUs are used and it shrinks a reservation), never over-commit.
+
+The shrink rule, for a bound pod of workload W holding g GPUs on node N:
+
+1. Each pod (``namespace/name``) is taken off W's reservation at most once, however often
+   the watch repeats it; deleting the pod later gives nothing back (its GPUs were the
+   workload's, and are free now). A pod bound before W's reservation was added (a
+   controller restart rebuilding reservations from Dispatch records) is taken off at
+   ``add``: rebuilt reservations account for pods already bound.
+2. g is taken from W's entry on N first, then from W's other entries, largest first (name
+   as the tie-break): the scheduler put the pod elsewhere than planned, so one of the
+   planned slots will not be used by it. Never more than W still holds (a pod larger than
+   the plan just ends the reservation).
+3. Swap: if N is now over-subscribed (used + reserved > allocatable), the scheduler gave W
+   the slot planned for *another* workload X (the default scheduler ignores our plan and
+   places pod by pod). X's reservation on N then moves to the nodes W's pod vacated in
+   step 2, as much as the excess: X's pods will find those GPUs free. Totals never change,
+   so nothing is counted twice, and the excess is not lost in ``free``'s per-node clamp.
+   When W's plan did not cover the pod (a pod larger than planned, or a pod of a workload
+   with no reservation left), there is nothing to swap with: that node shows 0 free and
+   the other reservation stays where it was until its pods appear or it is released.
+
+When every planned GPU is observed, the reservation ends. Records are plain data: the
+controller persists the *planned* reservation on the Dispatch object and ``rebuild``s after a
+restart; rule 1 then shrinks it again by the pods already bound.
 """
 
 from __future__ import annotations
@@ -16,8 +51,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.nodes import pod_binding, pod_key
 
-__all__ = ["MemberReservations", "Reservation"]
+__all__ = ["OWNER_LABEL", "MemberReservations", "Reservation", "pod_owner"]
+
+OWNER_LABEL = "dispatcher.io/hub-uid"
+"""Pod label naming the hub workload uid (``control.names.HUB_UID_LABEL``; a test pins it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,13 +93,17 @@ class MemberReservations:
     """The live reservations of one member, applied to that member's ``ClusterCapacity``.
 
     Every change is mirrored into the capacity per node, so placement sees free GPUs net of
-    reservations without knowing about them.
+    reservations without knowing about them. Pod events must reach the capacity first.
     """
 
     def __init__(self, *, member: str, capacity: ClusterCapacity) -> None:
         self.member = member
         self._capacity = capacity
         self._held: dict[str, Reservation] = {}
+        # Bound pods carrying OWNER_LABEL: pod key -> (workload uid, node, GPUs).
+        self._pods: dict[str, tuple[str, str, int]] = {}
+        # Pod keys already taken off each held reservation (rule 1).
+        self._taken: dict[str, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -80,7 +123,8 @@ class MemberReservations:
             self._capacity.reserve(node, sign * gpus)
 
     def add(self, reservation: Reservation) -> None:
-        """Hold ``reservation`` (replacing an earlier one for the same workload)."""
+        """Hold ``reservation`` (replacing an earlier one for the same workload), less the
+        GPUs of the workload's pods already bound (rule 1)."""
         if reservation.member != self.member:
             raise ValueError(f"reservation for member {reservation.member!r} "
                              f"added to member {self.member!r}")
@@ -92,36 +136,110 @@ class MemberReservations:
         nodes = tuple(sorted(merged.items()))
         if not nodes:
             return
-        reservation = replace(reservation, nodes=nodes)
-        self._held[reservation.workload_uid] = reservation
-        self._apply(reservation, 1)
+        uid = reservation.workload_uid
+        self._held[uid] = replace(reservation, nodes=nodes)
+        self._taken[uid] = set()
+        self._apply(self._held[uid], 1)
+        for key in sorted(k for k, (owner, _, _) in self._pods.items() if owner == uid):
+            _, node, gpus = self._pods[key]
+            self._take(uid, key, node, gpus)
 
     def release(self, workload_uid: str) -> Reservation | None:
-        """Drop a workload's reservation (its pods are all visible, or it was deleted)."""
+        """Drop a workload's reservation (its pods are all up, or it was deleted)."""
         reservation = self._held.pop(workload_uid, None)
+        self._taken.pop(workload_uid, None)
         if reservation is not None:
             self._apply(reservation, -1)
         return reservation
 
-    def observe_pod(self, *, workload_uid: str, node: str, gpus: int) -> None:
-        """One of the workload's pods now holds ``gpus`` on ``node``: shrink the reservation.
+    # -- pods (after ClusterCapacity saw the same event) -----------------------------------
 
-        The member's scheduler may not follow our assignment, so a pod on an unplanned node
-        releases from the largest remaining entry instead; the reservation ends at zero.
-        """
-        reservation = self._held.get(workload_uid)
-        if reservation is None or gpus <= 0:
+    def upsert_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod was added or modified: a bound pod of a reserved workload shrinks it."""
+        owner = pod_owner(pod)
+        binding = pod_binding(pod)
+        key = pod_key(pod)
+        if owner is None or binding is None:
+            self._pods.pop(key, None)  # unbound or finished: nothing to give back (rule 1)
             return
+        entry = (owner, binding[0], binding[1])
+        if self._pods.get(key) == entry:
+            return
+        self._pods[key] = entry
+        self._take(owner, key, binding[0], binding[1])
+
+    def delete_pod(self, pod: Mapping[str, Any] | str) -> None:
+        """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""
+        self._pods.pop(pod if isinstance(pod, str) else pod_key(pod), None)
+
+    def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """A full pod list: pods missing from it are forgotten, the rest upserted."""
+        pods = list(pods)
+        present = {pod_key(p) for p in pods}
+        for key in [k for k in self._pods if k not in present]:
+            del self._pods[key]
+        for raw in pods:
+            self.upsert_pod(raw)
+
+    def _take(self, uid: str, key: str, node: str, gpus: int) -> None:
+        """Rules 1-3 of the module docstring for one bound pod."""
+        reservation = self._held.get(uid)
+        taken = self._taken.get(uid)
+        if reservation is None or taken is None or key in taken or gpus <= 0:
+            return
+        taken.add(key)
         entries = dict(reservation.nodes)
-        target = node if node in entries else max(entries, key=lambda n: (entries[n], n))
-        released = min(gpus, entries[target])
-        self._capacity.reserve(target, -released)
-        entries[target] -= released
-        left = tuple((n, entries[n]) for n, _ in reservation.nodes if entries[n] > 0)
+        order = sorted(entries, key=lambda n: (n != node, -entries[n], n))
+        vacated: list[tuple[str, int]] = []
+        left = gpus
+        for name in order:
+            amount = min(left, entries[name])
+            if amount <= 0:
+                break
+            self._capacity.reserve(name, -amount)
+            entries[name] -= amount
+            left -= amount
+            if name != node:
+                vacated.append((name, amount))
+        self._store(reservation, entries)
+        if vacated:
+            self._swap(node, vacated, owner=uid)
+
+    def _store(self, reservation: Reservation, entries: Mapping[str, int]) -> None:
+        uid = reservation.workload_uid
+        left = tuple((n, entries[n]) for n in sorted(entries) if entries[n] > 0)
         if left:
-            self._held[workload_uid] = replace(reservation, nodes=left)
+            self._held[uid] = replace(reservation, nodes=left)
         else:
-            del self._held[workload_uid]
+            del self._held[uid]
+            self._taken.pop(uid, None)
+
+    def _swap(self, node: str, vacated: list[tuple[str, int]], *, owner: str) -> None:
+        """Rule 3: move other reservations off an over-subscribed ``node`` onto ``vacated``."""
+        state = self._capacity.node(node)
+        if state is None:
+            return
+        excess = state.used + state.reserved - state.allocatable
+        slots = list(vacated)
+        for uid in sorted(self._held):
+            if excess <= 0 or not slots:
+                return
+            other = self._held[uid]
+            entries = dict(other.nodes)
+            if uid == owner or not entries.get(node):
+                continue
+            while excess > 0 and slots and entries.get(node, 0) > 0:
+                target, room = slots[0]
+                amount = min(excess, room, entries[node])
+                entries[node] -= amount
+                entries[target] = entries.get(target, 0) + amount
+                self._capacity.reserve(node, -amount)
+                self._capacity.reserve(target, amount)
+                excess -= amount
+                slots[0] = (target, room - amount)
+                if slots[0][1] == 0:
+                    slots.pop(0)
+            self._store(other, entries)
 
     def expire(self, now: float) -> tuple[Reservation, ...]:
         """Release every reservation whose ``expires_at`` is at or before ``now``."""
@@ -129,9 +247,17 @@ class MemberReservations:
         return tuple(r for uid in sorted(due) if (r := self.release(uid)) is not None)
 
     def rebuild(self, records: Iterable[Reservation], *, now: float) -> None:
-        """Replace everything with ``records`` (from Dispatch objects), skipping expired ones."""
+        """Replace everything with ``records`` (from Dispatch objects), skipping expired ones;
+        pods already bound are taken off again (rule 1)."""
         for uid in list(self._held):
             self.release(uid)
         for record in records:
             if record.member == self.member and record.expires_at > now:
                 self.add(record)
+
+
+def pod_owner(pod: Mapping[str, Any]) -> str | None:
+    """The hub workload uid a member pod was stamped with (``OWNER_LABEL``), else None."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    owner = labels.get(OWNER_LABEL)
+    return str(owner) if owner else None

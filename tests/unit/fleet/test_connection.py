@@ -4,7 +4,8 @@ event-driven, stop never hangs.
 Covers: a loader that cannot produce a kubeconfig gives Ready=False with its reason and a
 kept first-loss time while retries continue; ``reload()`` ends a long backoff at once; a
 kubeconfig the client library rejects is KubeconfigInvalid; ``stop()`` returns promptly
-from any state (tenacity must not swallow the cancellation); ``client`` raises NotConnected.
+from any state (tenacity must not swallow the cancellation); ``client`` raises NotConnected;
+pod events reach the capacity, then the reservations.
 Not covered: sessions against a real apiserver (tests/integration/test_fleet_*.py).
 """
 
@@ -20,7 +21,11 @@ from dispatcher.aiotasks import Pulse
 from dispatcher.fleet.connection import MemberConnection, NotConnected
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem
 from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.reservations import OWNER_LABEL, Reservation
 from dispatcher.fleet.settings import FleetSettings
+from dispatcher.kube import watch
+
+from .objects import node, pod
 
 SLOW_RETRY = FleetSettings(reconnect_initial_s=30.0, reconnect_max_s=60.0)
 
@@ -148,3 +153,22 @@ async def test_insecure_kubeconfig_warns_and_closed_port_is_connection_refused()
     assert conn.health.reachable is False
     assert [e["event"] for e in logs][:2] == ["member.tls_unverified", "member.unreachable"]
     assert "sekret-unit-token" not in repr(logs)
+
+
+def test_pod_events_move_gpus_from_reserved_to_used_in_one_step() -> None:
+    """The session's pod handlers feed the capacity, then the reservations: a bound pod of
+    a reserved workload is counted once (used), a relisted one is not taken twice."""
+    conn = connection(Loader())
+    conn.capacity.upsert_node(node("n1", 8))
+    conn.reservations.add(Reservation(workload_uid="w1", member="m", nodes=(("n1", 8),),
+                                      expires_at=1e12))
+    bound = pod("p1", 4, node_name="n1")
+    bound["metadata"]["labels"] = {OWNER_LABEL: "w1"}
+    conn._apply("pods", watch.Changed(type="ADDED", object=bound))
+    summary = conn.capacity.summary()
+    assert (summary.used, summary.reserved, summary.free) == (4, 4, 0)
+    conn._relist("pods", [bound])
+    summary = conn.capacity.summary()
+    assert (summary.used, summary.reserved, summary.free) == (4, 4, 0)
+    conn._apply("pods", watch.Changed(type="DELETED", object=bound))
+    assert (conn.capacity.summary().used, conn.capacity.free) == (0, 4)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.reservations import MemberReservations, Reservation
+from dispatcher.fleet.reservations import OWNER_LABEL, MemberReservations, Reservation
 
-from .objects import node
+from .objects import node, pod
 
 
 def _cluster() -> tuple[ClusterCapacity, MemberReservations]:
@@ -31,14 +34,68 @@ def test_reservation_lowers_free_until_released() -> None:
     assert cap.free == 16 and len(book) == 0
 
 
-def test_pods_appearing_shrink_the_reservation_even_off_plan() -> None:
+def _bind(cap: ClusterCapacity, book: MemberReservations, name: str, uid: str | None, *,
+          node_name: str, gpus: int) -> dict[str, Any]:
+    """What the connection does for a pod event: capacity first, then reservations."""
+    raw = pod(name, gpus, node_name=node_name)
+    if uid is not None:
+        raw["metadata"]["labels"] = {OWNER_LABEL: uid}
+    cap.upsert_pod(raw)
+    book.upsert_pod(raw)
+    return raw
+
+
+def test_bound_pods_shrink_the_reservation_once_and_end_it() -> None:
     cap, book = _cluster()
     book.add(_res("w1", (("n1", 8), ("n2", 4))))
-    book.observe_pod(workload_uid="w1", node="n2", gpus=4)
+    assert cap.free == 4
+    raw = _bind(cap, book, "p1", "w1", node_name="n2", gpus=4)
+    assert book.get("w1") == _res("w1", (("n1", 8),)) and cap.free == 4
+    book.upsert_pod(raw)  # the watch repeats itself: taken once only
     assert book.get("w1") == _res("w1", (("n1", 8),))
-    # The member's scheduler chose another node: release from the largest entry.
-    book.observe_pod(workload_uid="w1", node="elsewhere", gpus=8)
-    assert "w1" not in book and cap.free == 16
+    cap.delete_pod(raw)
+    book.delete_pod(raw)  # a finished pod gives nothing back to the reservation
+    assert book.get("w1") == _res("w1", (("n1", 8),)) and cap.free == 8
+    _bind(cap, book, "p2", "w1", node_name="n1", gpus=8)
+    assert "w1" not in book and cap.free == 8 and cap.reserved == 0
+
+
+def test_unlabelled_and_unbound_pods_do_not_shrink() -> None:
+    cap, book = _cluster()
+    book.add(_res("w1", (("n1", 8),)))
+    _bind(cap, book, "foreign", None, node_name="n2", gpus=4)
+    pending = pod("p1", 8)
+    pending["metadata"]["labels"] = {OWNER_LABEL: "w1"}
+    book.upsert_pod(pending)
+    assert book.get("w1") == _res("w1", (("n1", 8),)) and cap.free == 4
+
+
+def test_off_plan_pod_swaps_with_the_reservation_it_displaced() -> None:
+    cap = ClusterCapacity()
+    for name in ("n1", "n2", "n3"):
+        cap.upsert_node(node(name, 8))
+    book = MemberReservations(member="m1", capacity=cap)
+    book.add(_res("w", (("n1", 8), ("n2", 8))))
+    book.add(_res("x", (("n3", 8),)))
+    assert cap.free == 0
+    # The scheduler put w's pod on x's node: x's slot moves to the one w vacated.
+    _bind(cap, book, "w-0", "w", node_name="n3", gpus=8)
+    assert book.get("w") == _res("w", (("n2", 8),))
+    assert book.get("x") == _res("x", (("n1", 8),))
+    assert cap.free == 0 and cap.reserved == 16
+    assert all(s.used + s.reserved <= s.allocatable for s in cap.nodes())
+
+
+def test_rebuilt_reservation_accounts_for_pods_already_bound() -> None:
+    cap, book = _cluster()
+    _bind(cap, book, "p1", "w1", node_name="n1", gpus=4)  # bound before the controller (re)started
+    book.rebuild([_res("w1", (("n1", 8), ("n2", 4)))], now=0.0)
+    assert book.get("w1") == _res("w1", (("n1", 4), ("n2", 4)))
+    assert cap.free == 16 - 4 - 8
+
+
+def test_owner_label_is_the_copies_pod_label() -> None:
+    assert OWNER_LABEL == HUB_UID_LABEL
 
 
 def test_expiry_uses_the_given_time_only() -> None:
@@ -73,29 +130,73 @@ def test_bad_record_names_the_problem() -> None:
         Reservation.from_dict({"workloadUID": "w", "member": "m", "nodes": [{"node": "n"}]})
 
 
-@given(st.lists(st.tuples(st.sampled_from(["add", "release", "pod", "expire"]),
-                          st.sampled_from(["w1", "w2", "w3"]),
-                          st.sampled_from(["n1", "n2", "n3"]),
-                          st.integers(min_value=0, max_value=8)), max_size=30))
-def test_capacity_reserved_always_equals_live_records(ops: list[tuple[str, str, str, int]]
-                                                      ) -> None:
-    cap, book = _cluster()
+_UIDS = ("w1", "w2", "w3")
+_NODES = ("n1", "n2", "n3")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "bind", "delete", "release", "expire"]),
+                          st.sampled_from(_UIDS), st.sampled_from(_NODES),
+                          st.integers(min_value=0, max_value=8), st.integers(0, 5)),
+                max_size=40))
+def test_free_is_capacity_minus_bound_minus_outstanding(
+        ops: list[tuple[str, str, str, int, int]]) -> None:
+    """Any interleaving of reserve / pod bound / pod deleted / release / expire.
+
+    The model: a reservation's outstanding GPUs are its plan less the GPUs of the distinct
+    pods of its workload bound since it was added (or already bound then). Reservations
+    are only made where placement would (within free GPUs); pods bind only where the
+    scheduler would (allocatable - bound, ignoring reservations).
+    """
+    cap = ClusterCapacity()
+    for name in _NODES:
+        cap.upsert_node(node(name, 8))
+    book = MemberReservations(member="m1", capacity=cap)
+    bound: dict[str, tuple[str, str, int]] = {}  # pod -> (uid, node, gpus)
+    planned: dict[str, int] = {}
+    taken: dict[str, dict[str, int]] = {}  # uid -> pod -> gpus taken into account
+    covered = True  # every bound pod fit in what its workload still held
     clock = 0.0
-    for op, uid, node_name, gpus in ops:
+    for op, uid, node_name, gpus, serial in ops:
         clock += 1
+        state = cap.node(node_name)
+        assert state is not None
         if op == "add":
-            book.add(_res(uid, ((node_name, gpus), ("n1", 1)), expires=clock + gpus))
+            amount = min(gpus, state.free)
+            book.add(_res(uid, ((node_name, amount),), expires=clock + 3))
+            if amount:
+                planned[uid] = amount
+                taken[uid] = {k: g for k, (u, _, g) in bound.items() if u == uid}
+            else:
+                planned.pop(uid, None)
+        elif op == "bind":
+            key = f"team-a/{uid}-{serial}"
+            if key in bound or gpus == 0 or state.allocatable - state.used < gpus:
+                continue
+            left = planned[uid] - sum(taken[uid].values()) if uid in book else 0
+            covered = covered and left >= gpus
+            _bind(cap, book, key.split("/")[1], uid, node_name=node_name, gpus=gpus)
+            bound[key] = (uid, node_name, gpus)
+            if uid in taken:
+                taken[uid][key] = gpus
+        elif op == "delete":
+            key = f"team-a/{uid}-{serial}"
+            cap.delete_pod(key)
+            book.delete_pod(key)
+            bound.pop(key, None)
         elif op == "release":
             book.release(uid)
-        elif op == "pod":
-            book.observe_pod(workload_uid=uid, node=node_name, gpus=gpus)
         else:
             book.expire(clock)
-        held: dict[str, int] = {}
-        for record in book.records():
-            assert all(g > 0 for _, g in record.nodes)
-            for name, g in record.nodes:
-                held[name] = held.get(name, 0) + g
-        for name in ("n1", "n2"):
-            state = cap.node(name)
-            assert state is not None and state.reserved == held.get(name, 0)
+        for gone in [u for u in planned if u not in book]:
+            del planned[gone], taken[gone]
+        outstanding = {u: max(planned[u] - sum(taken[u].values()), 0) for u in planned}
+        assert {r.workload_uid: r.gpus for r in book.records()} == {
+            u: g for u, g in outstanding.items() if g > 0}
+        nodes = list(cap.nodes())
+        assert sum(s.used for s in nodes) == sum(g for _, _, g in bound.values())
+        assert sum(s.reserved for s in nodes) == sum(outstanding.values()) == cap.reserved
+        assert cap.free == sum(max(s.allocatable - s.used - s.reserved, 0) for s in nodes)
+        assert cap.free >= 0
+        if covered:  # nothing counted twice, nothing lost to a node's clamp
+            assert cap.free == 24 - sum(s.used for s in nodes) - cap.reserved

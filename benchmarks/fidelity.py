@@ -1,0 +1,455 @@
+"""Placement fidelity: do the real kube-schedulers of the members honour the dispatcher's fits?
+
+Real code paths end to end: the real dev fleet (hub + the members of a fleet file, each with
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok), ``dispatcher run`` as its
+own process (``submit.createNamespaces``, the shipped defaults otherwise), and this process
+acting as users:
+
+1. streams a seeded mix of batch/v1 Jobs at the hub (Poisson arrivals, ``--rate`` per second
+   for ``--seconds``): 1-16 pods (parallelism = completions) of 1, 2, 4 or 8 GPUs, some with a
+   ``nvidia.com/gpu.product`` nodeSelector, some tolerating the fleet's tainted pool; each pod
+   runs ``--run-s`` seconds (randomised +-50 %, kwok's ``pod-complete`` delay annotation),
+   so the fleet saturates and freed GPUs are reused. JobSets are not streamed: this branch
+   has no JobSet operator on the members (only its CRD), so a JobSet would never get pods.
+2. watches the members' pods (by the hub-uid label the dispatcher stamps on pod templates),
+   the copies and the hub's Dispatch objects (the node plan each reservation recorded);
+3. after the stream, waits up to ``--drain-s`` for the backlog to be dispatched and running.
+
+Measured (one JSON line): ``dispatched`` (a copy appeared on a member), ``fully_scheduled``
+(dispatched Jobs whose pods all reached Running), ``pods_left_pending`` (pods unbound for
+more than 10 s on the member the dispatcher chose), ``overcommitted_gpus`` (sum over nodes of
+the largest max(0, GPUs of Running pods - allocatable) seen: must be 0), ``p50_running_s`` /
+``p99_running_s`` (hub create -> all pods Running), ``gpu_utilization`` (mean share of the
+fleet's GPUs held by Running pods while some created Job was still waiting to be dispatched:
+saturation), plus ``off_plan_pods`` (pods the scheduler bound to a node the plan did not give
+their Job: the dispatcher's node-level plan and kube-scheduler's pod-by-pod choice differ),
+``seed`` and ``machine``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from resolve import machine  # benchmarks/resolve.py: the shared machine description
+from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
+
+from dispatcher.control import record as records
+from dispatcher.devfleet import devfleet
+from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
+from dispatcher.fleet.nodes import pod_gpus, quantity_int
+from dispatcher.kube import watch
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, PODS, ResourceRef
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
+HUB_ID = "fidelity-hub"
+UID_LABEL = "dispatcher.io/hub-uid"
+PENDING_LIMIT_S = 10.0
+PRODUCT = "nvidia.com/gpu.product"
+
+
+# -- the workload mix (pure) ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """One Job of the stream."""
+
+    name: str
+    at: float  # seconds after the stream starts
+    pods: int
+    gpus: int
+    product: str | None
+    tolerate: tuple[dict[str, str], ...]
+    run_s: int
+    member: str | None = None  # pinned (``dispatcher.io/cluster``)
+
+
+def pools(fleet: FleetSpec) -> list[tuple[str | None, int, int, tuple[dict[str, str], ...]]]:
+    """(product, GPUs per node, nodes, taints) per GPU pool, over all members."""
+    out = []
+    for member in fleet.members:
+        for pool in member.node_pools:
+            if pool.gpus > 0:
+                taints = tuple({"key": t.key, "value": t.value or "", "effect": t.effect}
+                               for t in pool.taints)
+                out.append((pool.gpu_product, pool.gpus, pool.count, taints))
+    return out
+
+
+def stream(fleet: FleetSpec, *, seed: int, rate: float, seconds: float,
+           run_s: float) -> Iterator[Shape]:
+    """Seeded Jobs whose every pod fits one pool of the fleet (so each can run somewhere):
+    a third pick a pool's product, a sixth tolerate a tainted pool (and pick it), the rest
+    ask for any GPU of an untainted pool."""
+    rng = random.Random(seed)
+    choices = pools(fleet)
+    open_pools = [p for p in choices if not p[3]]
+    tainted = [p for p in choices if p[3]]
+    at, index = 0.0, 0
+    while True:
+        at += rng.expovariate(rate)
+        if at > seconds:
+            return
+        roll = rng.random()
+        if tainted and roll < 1 / 6:
+            product, per_node, nodes, taints = rng.choice(tainted)
+            tolerate, selector = taints, product
+        else:
+            product, per_node, nodes, _ = rng.choice(open_pools)
+            tolerate, selector = (), product if roll < 1 / 2 else None
+            if selector is None:  # any untainted GPU node: the smallest node bounds the pod
+                per_node = min(p[1] for p in open_pools)
+                nodes = sum(p[2] for p in open_pools)
+        gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= per_node])
+        most = min(16, nodes * (per_node // gpus))
+        pods = max(1, int(most ** rng.random()))  # log-uniform: many small, some wide
+        yield Shape(name=f"job-{index:04d}", at=at, pods=pods, gpus=gpus, product=selector,
+                    tolerate=tuple(dict(t, operator="Equal") for t in tolerate),
+                    run_s=max(5, round(run_s * rng.uniform(0.5, 1.5))))
+        index += 1
+
+
+def interleave(fleet: FleetSpec, *, run_s: float, gap: float) -> list[Shape]:
+    """Two gangs decided back to back on one member, before either's pods are bound.
+
+    The member's largest GPU product pool is filled but for two nodes (``fill``); then a
+    gang of small pods (``small``: one node's worth of 1-GPU pods) and a one-pod gang of a
+    whole node (``whole``) arrive ``gap`` seconds apart. The dispatcher packs ``small`` on one node
+    (best fit) and plans ``whole`` on the other; kube-scheduler places pod by pod and
+    spreads ``small`` over both free nodes, so ``whole`` finds no node until ``small``
+    finishes: the case where the default scheduler breaks a node-level plan.
+    """
+    member, pool = max(((m, p) for m in fleet.members for p in m.node_pools
+                        if p.gpu_product and not p.taints and p.count >= 3),
+                       key=lambda mp: (mp[1].count * mp[1].gpus, mp[0].name))
+
+    def gang(name: str, at: float, pods: int, gpus: int, seconds: float) -> Shape:
+        return Shape(name=name, at=at, pods=pods, gpus=gpus, product=pool.gpu_product,
+                     tolerate=(), run_s=round(seconds), member=member.name)
+
+    return [gang("fill", 0.0, pool.count - 2, pool.gpus, run_s * 4),
+            gang("small", 8.0, pool.gpus, 1, run_s),
+            gang("whole", 8.0 + gap, 1, pool.gpus, run_s)]
+
+
+def job(shape: Shape, namespace: str) -> dict[str, Any]:
+    """The hub Job for ``shape``."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "train", "image": "registry.invalid/train:1",
+                        "resources": {"limits": {"nvidia.com/gpu": shape.gpus}}}]}
+    if shape.product:
+        spec["nodeSelector"] = {PRODUCT: shape.product}
+    if shape.tolerate:
+        spec["tolerations"] = [dict(t) for t in shape.tolerate]
+    annotations = {"dispatcher.io/cluster": shape.member} if shape.member else {}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": shape.name, "namespace": namespace,
+                         "annotations": annotations},
+            "spec": {"parallelism": shape.pods, "completions": shape.pods, "backoffLimit": 0,
+                     "template": {"metadata": {"annotations": {
+                         "pod-complete.stage.kwok.x-k8s.io/delay": f"{shape.run_s}s"}},
+                         "spec": spec}}}
+
+
+# -- what the watches saw ---------------------------------------------------------------------
+
+@dataclass
+class PodSeen:
+    uid: str
+    member: str
+    gpus: int
+    first: float
+    node: str | None = None
+    bound: float | None = None
+    running: float | None = None
+    phase: str = "Pending"
+
+
+@dataclass
+class Observed:
+    """Everything the watches saw, by time (``time.monotonic``)."""
+
+    created: dict[str, float] = field(default_factory=dict)  # hub uid -> create sent
+    pods_wanted: dict[str, int] = field(default_factory=dict)  # hub uid -> parallelism
+    dispatched: dict[str, str] = field(default_factory=dict)  # hub uid -> member
+    plans: dict[str, dict[str, int]] = field(default_factory=dict)  # uid -> node -> GPUs
+    pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
+    allocatable: dict[tuple[str, str], int] = field(default_factory=dict)  # (member, node)
+    overcommit: dict[tuple[str, str], int] = field(default_factory=dict)
+    samples: list[tuple[float, bool]] = field(default_factory=list)  # (used share, waiting)
+
+    def pod_event(self, member: str, pod: Mapping[str, Any], now: float) -> None:
+        meta = pod.get("metadata") or {}
+        uid = (meta.get("labels") or {}).get(UID_LABEL)
+        if not uid:
+            return
+        key = (member, f"{meta.get('namespace')}/{meta.get('name')}")
+        seen = self.pods.get(key)
+        if seen is None:
+            seen = self.pods[key] = PodSeen(uid=str(uid), member=member, first=now,
+                                            gpus=pod_gpus(pod.get("spec") or {}))
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and seen.bound is None:
+            seen.node, seen.bound = str(node), now
+        seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        if seen.phase == "Running" and seen.running is None:
+            seen.running = now
+        if seen.node is not None:
+            self._check_node(member, seen.node)
+
+    def _check_node(self, member: str, node: str) -> None:
+        held = sum(p.gpus for p in self.pods.values()
+                   if p.member == member and p.node == node and p.phase == "Running")
+        excess = max(0, held - self.allocatable.get((member, node), 0))
+        if excess > self.overcommit.get((member, node), 0):
+            self.overcommit[(member, node)] = excess
+
+    def sample(self) -> None:
+        total = sum(self.allocatable.values()) or 1
+        used = sum(p.gpus for p in self.pods.values() if p.phase == "Running")
+        waiting = any(uid not in self.dispatched for uid in self.created)
+        self.samples.append((used / total, waiting))
+
+    def all_running_at(self, uid: str) -> float | None:
+        """When the Job's ``parallelism``-th pod was first seen Running, else None."""
+        times = sorted(p.running for p in self.pods.values()
+                       if p.uid == uid and p.running is not None)
+        wanted = self.pods_wanted[uid]
+        return times[wanted - 1] if len(times) >= wanted else None
+
+    def off_plan(self) -> int:
+        """Pods bound to a node their Job's plan gave fewer of its GPUs than it got there."""
+        count = 0
+        for uid, plan in self.plans.items():
+            left = dict(plan)
+            for pod in sorted((p for p in self.pods.values() if p.uid == uid and p.node),
+                              key=lambda p: p.bound or 0.0):
+                node = str(pod.node)
+                if left.get(node, 0) >= pod.gpus:
+                    left[node] -= pod.gpus
+                else:
+                    count += 1
+        return count
+
+    def placement(self, uid: str) -> dict[str, Any]:
+        """A Job's recorded node plan next to where its pods were bound (GPUs per node)."""
+        bound: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.uid == uid and pod.node:
+                bound[pod.node] = bound.get(pod.node, 0) + pod.gpus
+        return {"plan": self.plans.get(uid), "bound": dict(sorted(bound.items()))}
+
+    def result(self, *, end: float) -> dict[str, Any]:
+        running = {uid: t for uid in self.dispatched
+                   if (t := self.all_running_at(uid)) is not None}
+        latencies = [running[uid] - self.created[uid] for uid in running]
+        pending = [p for p in self.pods.values()
+                   if ((p.bound or end) - p.first) > PENDING_LIMIT_S]
+        saturated = [share for share, waiting in self.samples if waiting]
+        return {
+            "bench": "fidelity", "members": len({m for m, _ in self.allocatable}),
+            "workloads": len(self.created), "dispatched": len(self.dispatched),
+            "fully_scheduled": len(running), "pods": len(self.pods),
+            "pods_left_pending": len(pending),
+            "pods_still_pending": sum(1 for p in pending if p.bound is None),
+            "overcommitted_gpus": sum(self.overcommit.values()),
+            "p50_running_s": round(statistics.median(latencies), 1) if latencies else None,
+            "p99_running_s": round(percentile(latencies, 0.99), 1) if latencies else None,
+            "gpu_utilization": round(statistics.fmean(saturated), 3) if saturated else None,
+            "saturated_s": round(len(saturated) * SAMPLE_S, 1),
+            "peak_utilization": round(max((s for s, _ in self.samples), default=0.0), 3),
+            "off_plan_pods": self.off_plan(),
+            "gpus": sum(self.allocatable.values()),
+        }
+
+
+SAMPLE_S = 0.5
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
+                     port: int) -> subprocess.Popen[bytes]:
+    config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
+              "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
+              "submit": {"createNamespaces": True},
+              "fleet": {"watchMemberClusters": False, "staticMembers": [
+                  {"name": m.name, "kubeconfig": state.cluster(m.name).kubeconfig,
+                   "labels": dict(m.labels)} for m in fleet.members]}}
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (workdir / "controller.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+async def follow(client: KubeClient, ref: ResourceRef, namespace: str, selector: str | None,
+                 handle: Any) -> None:
+    """Feed every object of every list and event to ``handle(obj, now)``, forever."""
+    async for item in watch.informer(client, ref, namespace=namespace,
+                                     label_selector=selector):
+        now = time.monotonic()
+        for obj in item.objects if isinstance(item, watch.Listed) else [item.object]:
+            handle(obj, now)
+
+
+async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> dict[str, Any]:
+    namespace = "fidelity"
+    hub = await client_for(state, "hub")
+    members = {m.name: await client_for(state, m.name) for m in fleet.members}
+    seen = Observed()
+    for name, client in members.items():
+        for node in (await watch.list_objects(client, NODES)).objects:
+            gpus = quantity_int(((node.get("status") or {}).get("allocatable") or {})
+                                .get("nvidia.com/gpu", 0))
+            if gpus:
+                seen.allocatable[(name, node["metadata"]["name"])] = gpus
+    await hub.request("POST", NAMESPACES.collection(), body={
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+    def on_copy(member: str) -> Any:
+        def handle(obj: dict[str, Any], now: float) -> None:
+            uid = (obj["metadata"].get("labels") or {}).get(UID_LABEL)
+            if uid:
+                seen.dispatched.setdefault(str(uid), member)
+        return handle
+
+    def on_pod(member: str) -> Any:
+        return lambda obj, now: seen.pod_event(member, obj, now)
+
+    def on_dispatch(obj: dict[str, Any], now: float) -> None:
+        reservation = ((obj.get("status") or {}).get("decision") or {}).get("reservation")
+        if reservation and reservation.get("workloadUID") not in seen.plans:
+            plan: dict[str, int] = {}
+            for item in reservation.get("nodes") or ():
+                plan[item["node"]] = plan.get(item["node"], 0) + int(item["gpus"])
+            seen.plans[str(reservation["workloadUID"])] = plan
+
+    tasks = [asyncio.create_task(follow(hub, DISPATCHES, namespace, None, on_dispatch))]
+    for name, client in members.items():
+        tasks.append(asyncio.create_task(follow(client, JOBS, namespace,
+                                                f"dispatcher.io/origin={HUB_ID}",
+                                                on_copy(name))))
+        tasks.append(asyncio.create_task(follow(client, PODS, namespace, UID_LABEL,
+                                                on_pod(name))))
+
+    async def sampler() -> None:
+        while True:
+            seen.sample()
+            await asyncio.sleep(SAMPLE_S)
+
+    tasks.append(asyncio.create_task(sampler()))
+    if args.case == "interleave":
+        shapes = interleave(fleet, run_s=args.run_s, gap=args.gap)
+    else:
+        shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
+                             run_s=args.run_s))
+    start = time.monotonic()
+    for shape in shapes:
+        await asyncio.sleep(max(0.0, start + shape.at - time.monotonic()))
+        sent = time.monotonic()
+        created = await hub.request("POST", JOBS.collection(namespace),
+                                    body=job(shape, namespace))
+        uid = str(created["metadata"]["uid"])
+        seen.created[uid] = sent
+        seen.pods_wanted[uid] = shape.pods
+    deadline = time.monotonic() + args.drain_s
+    while time.monotonic() < deadline:
+        if all(uid in seen.dispatched and seen.all_running_at(uid) is not None
+               for uid in seen.created):
+            break
+        await asyncio.sleep(1.0)
+    end = time.monotonic()
+    waiting = await undispatched(hub, namespace, seen, shapes)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for client in (hub, *members.values()):
+        await client.close()
+    result = seen.result(end=end)
+    if args.case == "interleave":
+        result["detail"] = {shape.name: seen.placement(uid)
+                            for uid, shape in zip(seen.created, shapes, strict=True)}
+    result.update(case=args.case, seed=args.seed, rate=args.rate, stream_s=args.seconds,
+                  run_s=args.run_s, wall_s=round(end - start, 1),
+                  requested_gpus=sum(s.pods * s.gpus for s in shapes), undispatched=waiting)
+    return result
+
+
+async def undispatched(hub: KubeClient, namespace: str, seen: Observed,
+                       shapes: list[Shape]) -> list[dict[str, Any]]:
+    """The Jobs still waiting at the end, with their shape and the dispatcher's reason."""
+    by_uid = {uid: shape for uid, shape in zip(seen.created, shapes, strict=True)}
+    out = []
+    for obj in (await watch.list_objects(hub, DISPATCHES, namespace=namespace)).objects:
+        record = records.read(obj)
+        shape = by_uid.get(record.workload_uid)
+        if shape is None or record.workload_uid in seen.dispatched:
+            continue
+        out.append({"job": shape.name, "pods": shape.pods, "gpus": shape.gpus,
+                    "product": shape.product, "tolerates": bool(shape.tolerate),
+                    "phase": record.phase, "why": record.pending_message[:300]})
+    return sorted(out, key=lambda item: str(item["job"]))
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    fleet = load_fleet(args.fleet)
+    with tempfile.TemporaryDirectory(prefix="fidelity-bench-") as tmp:
+        root = Path(tmp)
+        began = time.monotonic()
+        state = await asyncio.to_thread(devfleet.up, root=root / "fleet", fleet=fleet,
+                                        real=True)
+        print(f"# real fleet up in {time.monotonic() - began:.0f}s", file=sys.stderr)
+        port = free_port()
+        proc = start_controller(state, fleet, root, port)
+        try:
+            await wait_ready(port, proc)
+            result = await run(state, fleet, args)
+            result["machine"] = machine()
+            print(json.dumps(result), flush=True)
+        finally:
+            await asyncio.to_thread(stop, proc)
+            if args.keep_log:
+                await asyncio.to_thread(Path(args.keep_log).write_bytes,
+                                        (root / "controller.log").read_bytes())
+            await asyncio.to_thread(devfleet.down, root=root / "fleet")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
+                        help="fleet file (default: clusters/local.yaml)")
+    parser.add_argument("--case", choices=["stream", "interleave"], default="stream",
+                        help="stream: the seeded oversubscribing mix; interleave: two gangs "
+                             "decided back to back (see interleave())")
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="interleave: seconds between the two gangs' creates")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--rate", type=float, default=0.4, help="Jobs per second")
+    parser.add_argument("--seconds", type=float, default=90.0, help="stream duration")
+    parser.add_argument("--run-s", type=float, default=45.0,
+                        help="mean seconds a pod runs before it succeeds")
+    parser.add_argument("--drain-s", type=float, default=150.0,
+                        help="after the stream, wait this long at most for the backlog")
+    parser.add_argument("--keep-log", help="copy the controller's log here")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
