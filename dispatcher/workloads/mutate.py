@@ -19,7 +19,7 @@ from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
-from dispatcher.workloads.paths import Location, locations, value_at
+from dispatcher.workloads.paths import Location, expr_locations, value_at
 
 __all__ = ["PodTemplate", "mutate_pods", "pod_templates"]
 
@@ -150,12 +150,8 @@ def _where(definition: Definition, comp: Component, *, key: str
 
 def _locations(expr: Expr, text: str, *, definition: Definition, comp: Component
                ) -> list[Location]:
-    try:
-        return locations(expr.text, text)
-    except ValueError as error:
-        raise MutationError(
-            f"definition {definition.name}: component {comp.name}: {expr.field} "
-            f"({expr.text!r}) cannot be written: {' '.join(str(error).split())}") from None
+    return expr_locations(expr, text, verb="written",
+                          where=f"definition {definition.name}: component {comp.name}")
 
 
 def _apply(root: dict[str, Any], path: Sequence[str | int], *, key: str, value: Any,

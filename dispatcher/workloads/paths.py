@@ -19,7 +19,8 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
 
-__all__ = ["Location", "locations", "path_problem", "strip_server_set", "value_at"]
+__all__ = ["Location", "expr_locations", "locations", "path_problem", "strip_server_set",
+           "value_at"]
 
 Location = list[str | int]
 
@@ -69,18 +70,20 @@ def strip_server_set(obj: dict[str, Any], definition: Definition) -> None:
         raise MutationError(f"cannot read the object: {error}") from None
     found: list[Location] = []
     for expr in definition.server_set:
-        found.extend(_checked(expr, text, definition=definition))
+        found.extend(expr_locations(expr, text, where=f"definition {definition.name}",
+                                    verb="removed"))
     for location in sorted(found, key=_order, reverse=True):
         _remove(obj, location)
 
 
-def _checked(expr: Expr, text: str, *, definition: Definition) -> list[Location]:
+def expr_locations(expr: Expr, text: str, *, where: str, verb: str) -> list[Location]:
+    """``locations`` of a definition's expression; a MutationError names ``where`` (the
+    definition, the component) and what could not be done (``verb``) when jq refuses."""
     try:
         return locations(expr.text, text)
     except ValueError as error:
-        raise MutationError(
-            f"definition {definition.name}: {expr.field} ({expr.text!r}) cannot be "
-            f"removed: {' '.join(str(error).split())}") from None
+        raise MutationError(f"{where}: {expr.field} ({expr.text!r}) cannot be {verb}: "
+                            f"{' '.join(str(error).split())}") from None
 
 
 def _order(location: Sequence[str | int]) -> list[tuple[int, int, str]]:
