@@ -186,6 +186,7 @@ _FLEET_SCALARS: dict[str, tuple[str, type]] = {
     "discoveryInterval": ("discovery_interval_s", float),
     "resyncPeriod": ("resync_period_s", float),
     "watchTimeout": ("watch_timeout_s", int),
+    "allowInsecureTLS": ("allow_insecure_tls", bool),
 }
 
 

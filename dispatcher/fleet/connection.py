@@ -31,7 +31,7 @@ import tenacity
 from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.kubeconfigs import skips_tls_verify
+from dispatcher.fleet.kubeconfigs import KubeconfigProblem, skips_tls_verify
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
@@ -84,6 +84,7 @@ class MemberConnection:
         self.reservations = MemberReservations(member=spec.name, capacity=self.capacity)
         self.health = healthmod.initial()
         self.kubernetes_version: str | None = None
+        self.tls_verified = True  # False: connected with insecure-skip-tls-verify (opt-in)
         # uid of the member's kube-system namespace: the same cluster registered twice
         # shows up as two members with one id (None: not readable)
         self.cluster_id: str | None = None
@@ -225,9 +226,16 @@ class MemberConnection:
         kubeconfig, version = await self._load()
         # Remembered before validation: a broken kubeconfig is retried when it changes.
         self.credentials_version = version
-        if skips_tls_verify(kubeconfig, context=self.spec.context):
+        self.tls_verified = not skips_tls_verify(kubeconfig, context=self.spec.context)
+        if not self.tls_verified:
+            if not self._settings.allow_insecure_tls:
+                raise KubeconfigProblem(
+                    "the kubeconfig sets insecure-skip-tls-verify: give it the member's CA, "
+                    "or allow unverified members with fleet.allowInsecureTLS: true",
+                    reason="KubeconfigInvalid")
             self._log.warning("member.tls_unverified",
-                              hint="the kubeconfig sets insecure-skip-tls-verify")
+                              hint="the kubeconfig sets insecure-skip-tls-verify "
+                                   "(allowed by fleet.allowInsecureTLS)")
         client = await KubeClient.from_kubeconfig(kubeconfig, name=self.name,
                                                   context=self.spec.context)
         self._client = client

@@ -419,7 +419,8 @@ class Fleet:
             previous = written[0] if written else (self._objects[name].get("status") or {})
             desired = statusmod.member_status(
                 health=self.health(name), capacity=conn.capacity if conn.synced else None,
-                version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now)
+                version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now,
+                tls_verified=conn.tls_verified)
             if not statusmod.needs_write(
                     desired, written=written[0] if written else None,
                     written_at=written[1] if written else None, now=now,

@@ -73,6 +73,10 @@ class FleetSettings:
     """Re-list Nodes and Pods this often (repairs any drift a missed event could cause)."""
     watch_timeout_s: int = 300
     """Server-side timeout of one watch request (the informer resumes from its version)."""
+    allow_insecure_tls: bool = False
+    """Whether a member kubeconfig may set ``insecure-skip-tls-verify`` (off: such a member
+    is refused with KubeconfigInvalid; on: it connects, warned and marked
+    ``TLSVerified=False`` on its MemberCluster)."""
 
     def __post_init__(self) -> None:
         for name in ("probe_interval_s", "unreachable_after_s", "request_timeout_s",

@@ -63,13 +63,19 @@ def _status_word(value: bool | None) -> str:
     return "Unknown" if value is None else ("True" if value else "False")
 
 
-def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: datetime
-               ) -> list[dict[str, Any]]:
-    """``Reachable`` and ``Ready``; a condition keeps its transition time while unchanged."""
+def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: datetime,
+               tls_verified: bool = True) -> list[dict[str, Any]]:
+    """``Reachable`` and ``Ready`` (and ``TLSVerified=False`` while the member is reached
+    without verifying its certificate); a condition keeps its transition time while
+    unchanged."""
     before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
     wanted = [("Reachable", _status_word(health.reachable), str(health.reachable_reason),
                "the member's apiserver answers" if health.reachable else health.message),
               ("Ready", _status_word(health.ready), str(health.reason), health.message)]
+    if not tls_verified:
+        wanted.append(("TLSVerified", "False", "InsecureSkipTLSVerify",
+                       "the kubeconfig sets insecure-skip-tls-verify (fleet.allowInsecureTLS): "
+                       "the member's identity is not verified"))
     out = []
     for kind, status, reason, message in wanted:
         old = before.get(kind) or {}
@@ -81,14 +87,16 @@ def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: da
 
 def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
                   kinds: Iterable[tuple[str, str]] | None,
-                  previous: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+                  previous: Mapping[str, Any], now: datetime,
+                  tls_verified: bool = True) -> dict[str, Any]:
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
 
     ``capacity`` None (never synced) leaves the last written capacity in place, so a member
     that is down still shows its last known size, marked by ``Ready=False``.
     """
     status: dict[str, Any] = {
-        "conditions": conditions(health, previous=previous.get("conditions") or (), now=now)}
+        "conditions": conditions(health, previous=previous.get("conditions") or (), now=now,
+                                 tls_verified=tls_verified)}
     if health.last_seen is not None:
         status["lastSeen"] = format_time(health.last_seen)
     if version:

@@ -1,10 +1,11 @@
 """TLS toward members and the hub: verified by default, insecure only by explicit opt-in.
 
 Against the session fleet's real apiservers (self-signed CA): the kubeconfig's CA makes
-the connection work; no CA or another CA fails it with "TLS verification failed"; only the
-kubeconfig's own ``insecure-skip-tls-verify: true`` (a per-member opt-in, since every
-member has its own kubeconfig) connects without verification, and the fleet then warns
-(``member.tls_unverified``) every time it connects to that member.
+the connection work; no CA or another CA fails it with "TLS verification failed"; a
+kubeconfig's ``insecure-skip-tls-verify: true`` is refused (KubeconfigInvalid) unless the
+operator also allows it for the fleet (``fleet.allowInsecureTLS``); then it connects
+without verification, the fleet warns (``member.tls_unverified``) every time it connects
+to that member, and the member's status says ``TLSVerified=False``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ async def test_another_ca_fails_the_connection(dev_fleet: FleetState) -> None:
         await _version(kubeconfig)
 
 
-async def test_insecure_only_by_the_kubeconfigs_opt_in(dev_fleet: FleetState,
+async def test_insecure_only_by_the_kubeconfig_and_the_fleets_opt_in(dev_fleet: FleetState,
                                                       tmp_path: Path) -> None:
     insecure = _with_cluster(_kubeconfig(dev_fleet, "member-1"),
                              **{"certificate-authority-data": None,
@@ -81,9 +82,22 @@ async def test_insecure_only_by_the_kubeconfigs_opt_in(dev_fleet: FleetState,
     secure_path, insecure_path = tmp_path / "secure.yaml", tmp_path / "insecure.yaml"
     secure_path.write_text(yaml.safe_dump(_kubeconfig(dev_fleet, "member-2")))
     insecure_path.write_text(yaml.safe_dump(insecure))
-    settings = FleetSettings(watch_member_clusters=False, static_members=(
-        StaticMember(name="opted-in", kubeconfig=str(insecure_path)),
-        StaticMember(name="verified", kubeconfig=str(secure_path))))
+    members = (StaticMember(name="opted-in", kubeconfig=str(insecure_path)),
+               StaticMember(name="verified", kubeconfig=str(secure_path)))
+    refused = Fleet(hub=None, settings=FleetSettings(watch_member_clusters=False,
+                                                     static_members=members))
+    await refused.start()
+    try:
+        async with asyncio.timeout(20):
+            while refused.client_or_none("verified") is None \
+                    or str(refused.health("opted-in").reason) != "KubeconfigInvalid":  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert refused.client_or_none("opted-in") is None
+        assert "allowInsecureTLS" in refused.health("opted-in").message
+    finally:
+        await refused.stop()
+    settings = FleetSettings(watch_member_clusters=False, static_members=members,
+                             allow_insecure_tls=True)
     with capture_logs() as logs:
         fleet = Fleet(hub=None, settings=settings)
         await fleet.start()
@@ -92,6 +106,8 @@ async def test_insecure_only_by_the_kubeconfigs_opt_in(dev_fleet: FleetState,
                 while fleet.client_or_none("opted-in") is None \
                         or fleet.client_or_none("verified") is None:  # noqa: ASYNC110
                     await asyncio.sleep(0.05)
+            assert fleet.connection("opted-in").tls_verified is False
+            assert fleet.connection("verified").tls_verified is True
         finally:
             await fleet.stop()
     warned = [e for e in logs if e.get("event") == "member.tls_unverified"]

@@ -12,6 +12,7 @@ Not covered: sessions against a real apiserver (tests/integration/test_fleet_*.p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -140,7 +141,8 @@ async def test_insecure_kubeconfig_warns_and_closed_port_is_connection_refused()
                   "users": [{"name": "u", "user": {"token": "sekret-unit-token"}}],
                   "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
     pulse = Pulse()
-    conn = connection(Loader(kubeconfig=kubeconfig), pulse=pulse)
+    conn = connection(Loader(kubeconfig=kubeconfig), pulse=pulse,
+                      settings=dataclasses.replace(SLOW_RETRY, allow_insecure_tls=True))
     with capture_logs() as logs:
         conn.start()
         try:
