@@ -34,7 +34,14 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound
+from dispatcher.kube.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    ServerError,
+)
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, PODS, ResourceRef
 from dispatcher.placement import engine
@@ -588,6 +595,11 @@ class Reconciler:
                     log.warning("admission.unchecked", member=cluster, namespace=namespace,
                                 message=exc.detail[:300])
                     return None
+                if 'serviceaccount "default" not found' in exc.detail:
+                    # a namespace seconds old: the member's controller-manager creates its
+                    # default ServiceAccount shortly; try again (worker back-off)
+                    raise ServerError(f"{cluster}: {exc.detail}", status=503,
+                                      reason="ServiceAccountPending") from None
                 return Rejection.of(cluster, status=exc.status, reason="PodNotAdmitted",
                                     message=f"a pod of this workload would not be admitted "
                                             f"in namespace {namespace}: {exc.detail}")

@@ -5,8 +5,8 @@ dispatcher creates on a member carries it (never below the ``baseline`` floor), 
 pod template is dry-run on the member first, so a privileged, host-namespace or hostPath
 pod is refused by the member's own admission and the Dispatch says why, before any copy
 exists. With ``createNamespaces`` off (the default), a namespace the member's operator did
-not prepare is a rejection. Left out here: a foreign ServiceAccount (the light fleet runs
-without the ServiceAccount admission plugin; the real members of `dispatcher dev up` do).
+not prepare is a rejection. A foreign ServiceAccount is refused by a real member (the light
+fleet runs without the ServiceAccount admission plugin).
 """
 
 from __future__ import annotations
@@ -122,3 +122,26 @@ def test_dry_run_pods_complete_names_and_images_only() -> None:
     assert container["name"] and container["image"]
     assert pod["spec"]["hostNetwork"] is True
     assert pod["metadata"]["namespace"] == "team-a" and pod["metadata"]["labels"] == {"a": "b"}
+
+
+@pytest.mark.integration
+async def test_a_foreign_service_account_is_refused_by_a_real_member(
+        real_fleet: FleetState) -> None:
+    """Real members run the ServiceAccount admission plugin: a pod template naming an
+    account that does not exist in the namespace (a cluster-admin one elsewhere) is refused
+    in the dry-run; a plain Job right after the namespace is created is not (the default
+    ServiceAccount may take a moment to appear: that is retried, not rejected)."""
+    async with running(real_fleet) as h:
+        await h.hub.request("POST", JOBS.collection(h.namespace), body=_job("plain"))
+        await h.hub.request("POST", JOBS.collection(h.namespace), body=_job(
+            "borrowed", pod={"serviceAccountName": "cluster-admin-sa"}))
+        async def copied() -> bool:  # Submitted, then Running, Completed: kwok is quick
+            record = await get_or_none(h.hub, DISPATCHES.item("job-plain", h.namespace))
+            conditions = {c["type"]: c for c in
+                          (record or {}).get("status", {}).get("conditions") or ()}
+            return conditions.get("Submitted", {}).get("status") == "True"
+
+        await eventually(copied, what="job plain copied")
+        record = await _record(h, "borrowed", "Failed")
+        assert "cluster-admin-sa" in record["status"]["failure"]
+        assert await _copies(h, "borrowed") == []
