@@ -132,9 +132,13 @@ async def test_a_foreign_service_account_is_refused_by_a_real_member(
     in the dry-run; a plain Job right after the namespace is created is not (the default
     ServiceAccount may take a moment to appear: that is retried, not rejected)."""
     async with running(real_fleet) as h:
-        await h.hub.request("POST", JOBS.collection(h.namespace), body=_job("plain"))
-        await h.hub.request("POST", JOBS.collection(h.namespace), body=_job(
-            "borrowed", pod={"serviceAccountName": "cluster-admin-sa"}))
+        # pinned: the session's real fleet is shared, and the other member may be full
+        pin = {"dispatcher.io/cluster": "member-1"}
+        plain, borrowed = _job("plain"), _job(
+            "borrowed", pod={"serviceAccountName": "cluster-admin-sa"})
+        for body in (plain, borrowed):
+            body["metadata"]["annotations"] = pin
+            await h.hub.request("POST", JOBS.collection(h.namespace), body=body)
         async def copied() -> bool:  # Submitted, then Running, Completed: kwok is quick
             record = await get_or_none(h.hub, DISPATCHES.item("job-plain", h.namespace))
             conditions = {c["type"]: c for c in
