@@ -1,0 +1,194 @@
+"""The workload operators of a real member: how each one is configured, installed and run.
+
+A real member runs, besides kube-controller-manager, kube-scheduler and kwok, the operators
+built by ``binaries.ensure_operators()`` (JobSet, ...). Each gets, under the member's state
+directory, its own ports (webhook, health, metrics off), its own serving certificate issued
+by the dev fleet CA (``<op>-certs/tls.{crt,key}``), its own config file and log. Installing
+one on a member means what its release manifests do on a cluster, minus the Deployment:
+
+- its CRDs, from the same module version (large: created, never client-side applied);
+- its Mutating/ValidatingWebhookConfigurations, taken from the module's webhook manifests,
+  with ``clientConfig.url`` pointing at the operator's loopback port and the fleet CA as
+  ``caBundle`` (pod webhooks narrowed to the operator's own pods with an objectSelector, so
+  an operator that is down never blocks unrelated pods).
+
+The hub gets the same CRDs (``hub_crds``) and nothing else: no operator, no webhook, no
+conversion webhook.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dispatcher.devfleet import pki
+from dispatcher.devfleet.binaries import OperatorBinary
+from dispatcher.devfleet.rest import ApiError, Rest
+from dispatcher.devfleet.workload_crds import install_crds
+
+__all__ = ["OperatorRun", "crds_of", "hub_crds", "install", "prepare"]
+
+WEBHOOK_PATHS = {
+    "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration":
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration":
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorRun:
+    """Everything needed to install and start one operator on one member."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health: str
+    """A loopback URL answering 200 once the operator (and its webhook server) is ready."""
+    crds: list[dict[str, Any]]
+    webhooks: list[dict[str, Any]]
+    """Mutating/ValidatingWebhookConfigurations to register with the member's apiserver."""
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _without_conversion(crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD without a conversion webhook (nothing would answer it here)."""
+    crd = copy.deepcopy(crd)
+    crd["spec"].pop("conversion", None)
+    crd["metadata"].pop("annotations", None)  # cert-manager injection, kustomize leftovers
+    crd["metadata"].pop("creationTimestamp", None)
+    crd.pop("status", None)
+    return crd
+
+
+def crds_of(op: OperatorBinary) -> list[dict[str, Any]]:
+    """The CRDs of ``op``'s module, ready to create (no conversion webhook)."""
+    return [_without_conversion(d) for path in op.crd_files() for d in _load(path)
+            if d.get("kind") == "CustomResourceDefinition"]
+
+
+def hub_crds(operators: tuple[OperatorBinary, ...]) -> list[dict[str, Any]]:
+    """The real CRDs of every operator, for the hub (which runs none of them)."""
+    return [crd for op in operators for crd in crds_of(op)]
+
+
+def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes,
+              pod_label: str | None) -> list[dict[str, Any]]:
+    """The module's webhook configurations, pointed at ``https://127.0.0.1:port``."""
+    path = op.crds_dir.parent / "webhooks.yaml"
+    if not path.exists():
+        return []
+    bundle = base64.b64encode(ca_pem).decode()
+    configs = []
+    for loaded in _load(path):
+        if f"{loaded.get('apiVersion')}/{loaded.get('kind')}" not in WEBHOOK_PATHS:
+            continue
+        doc = copy.deepcopy(loaded)
+        doc["metadata"] = {"name": f"{op.name}-{doc['metadata']['name']}",
+                           "labels": {"dispatcher.io/devfleet-operator": op.name}}
+        for hook in doc.get("webhooks", []):
+            service = hook["clientConfig"].get("service", {})
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{service.get('path', '/')}",
+                                    "caBundle": bundle}
+            hook["timeoutSeconds"] = 10
+            pods = any("pods" in rule.get("resources", []) for rule in hook.get("rules", []))
+            if pods and pod_label:
+                hook["objectSelector"] = {"matchExpressions": [
+                    {"key": pod_label, "operator": "Exists"}]}
+        configs.append(doc)
+    return configs
+
+
+def _serving_cert(home: Path, ca: pki.CertificateAuthority, name: str) -> Path:
+    certs = home / f"{name}-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    cert, key = ca.issue_serving(f"{name}-webhook")
+    (certs / "tls.crt").write_bytes(cert)
+    (certs / "tls.key").write_bytes(key)
+    (certs / "tls.key").chmod(0o600)
+    return certs
+
+
+# One function per operator: (op, home, kubeconfig, ca, free_port) -> OperatorRun.
+Preparer = Callable[[OperatorBinary, Path, str, pki.CertificateAuthority, Callable[[], int]],
+                    OperatorRun]
+
+
+def _kubebuilder_operator(op: OperatorBinary, home: Path, kubeconfig: str,
+                          ca: pki.CertificateAuthority, free_port: Callable[[], int], *,
+                          config_api: str, webhook_path: str, pod_label: str) -> OperatorRun:
+    """A kubebuilder-style operator configured by a ``Configuration`` file (JobSet, LWS):
+    internal cert management and leader election off, the webhook server on loopback with
+    the fleet-issued certificate, health probes on loopback, metrics off. Ready once the
+    webhook at ``webhook_path`` answers (its handler is registered after the manager
+    starts, so the manager's own readyz is not enough)."""
+    webhook_port, health_port = free_port(), free_port()
+    certs = _serving_cert(home, ca, op.name)
+    config = home / f"{op.name}-config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": config_api, "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+    }, sort_keys=False))
+    return OperatorRun(
+        name=op.name,
+        argv=[str(op.binary), f"--config={config}", f"--kubeconfig={kubeconfig}",
+              "--zap-log-level=info"],
+        health=f"https://127.0.0.1:{webhook_port}{webhook_path}", crds=crds_of(op),
+        webhooks=_webhooks(op, port=webhook_port, ca_pem=ca.cert_pem, pod_label=pod_label))
+
+
+def _jobset(op: OperatorBinary, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
+            free_port: Callable[[], int]) -> OperatorRun:
+    """JobSet: its webhook server always starts; its controller needs the mutating webhook's
+    defaults (it panics on a JobSet without them)."""
+    return _kubebuilder_operator(op, home, kubeconfig, ca, free_port,
+                                 config_api="config.jobset.x-k8s.io/v1alpha1",
+                                 webhook_path="/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+                                 pod_label="jobset.sigs.k8s.io/jobset-name")
+
+
+def _lws(op: OperatorBinary, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
+         free_port: Callable[[], int]) -> OperatorRun:
+    """LeaderWorkerSet: its pod webhook sets the group labels its pod controller reads."""
+    return _kubebuilder_operator(op, home, kubeconfig, ca, free_port,
+                                 config_api="config.lws.x-k8s.io/v1alpha1",
+                                 webhook_path="/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                                 pod_label="leaderworkerset.sigs.k8s.io/name")
+
+
+PREPARERS: dict[str, Preparer] = {"jobset": _jobset, "lws": _lws}
+
+
+def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
+            free_port: Callable[[], int]) -> OperatorRun:
+    """Write ``op``'s config and certificate under ``home`` and choose its ports."""
+    return PREPARERS[op.name](op, home, kubeconfig, ca, free_port)
+
+
+def install(rest: Rest, run: OperatorRun) -> None:
+    """Create (or update) the operator's CRDs and webhook configurations on a member."""
+    install_crds(rest, run.crds, timeout=60.0)
+    for config in run.webhooks:
+        collection = WEBHOOK_PATHS[f"{config['apiVersion']}/{config['kind']}"]
+        name = config["metadata"]["name"]
+        try:
+            rest.request("POST", collection, config)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            current = rest.get(f"{collection}/{name}")
+            rest.request("PUT", f"{collection}/{name}", {**config, "metadata": {
+                **config["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
