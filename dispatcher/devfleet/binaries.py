@@ -56,6 +56,14 @@ OPERATORS: tuple[OperatorBuild, ...] = (
     OperatorBuild(name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
                   crds=("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
                   webhooks="config/components/webhook/manifests.yaml"),
+    OperatorBuild(name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
+                  crds=("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
+                  webhooks="config/webhook/manifests.yaml"),
+    OperatorBuild(name="kuberay", module="github.com/ray-project/kuberay/ray-operator",
+                  package="github.com/ray-project/kuberay/ray-operator",
+                  crds=("config/crd/bases/ray.io_rayclusters.yaml",
+                        "config/crd/bases/ray.io_rayjobs.yaml",
+                        "config/crd/bases/ray.io_rayservices.yaml")),
 )
 """The operators of a real member, in start order."""
 
@@ -283,8 +291,23 @@ def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
         _go_build(module=module, package=package, output=partial, ldflags=ldflags, log=log)
         partial.rename(output)
     if members:
-        bins = replace(bins, operators=ensure_operators(rebuild=rebuild))
+        bins = replace(bins, operators=ensure_operators(rebuild=rebuild,
+                                                        names=selected_operators()))
     return bins
+
+
+def selected_operators() -> list[str] | None:
+    """The operators named in ``DISPATCHER_DEV_OPERATORS`` (comma-separated; "" for none),
+    or None (every operator of ``OPERATORS``) when it is unset."""
+    value = os.environ.get("DISPATCHER_DEV_OPERATORS")
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = set(names) - {op.name for op in OPERATORS}
+    if unknown:
+        raise BuildError(f"DISPATCHER_DEV_OPERATORS: unknown operator(s) {sorted(unknown)} "
+                         f"(known: {', '.join(op.name for op in OPERATORS)})")
+    return names
 
 
 def main() -> int:

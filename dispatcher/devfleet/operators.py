@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from dispatcher.devfleet import pki
-from dispatcher.devfleet.binaries import OperatorBinary
+from dispatcher.devfleet.binaries import OperatorBinary, cache_root
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.devfleet.workload_crds import install_crds
 
@@ -54,6 +54,8 @@ class OperatorRun:
     crds: list[dict[str, Any]]
     webhooks: list[dict[str, Any]]
     """Mutating/ValidatingWebhookConfigurations to register with the member's apiserver."""
+    objects: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(collection path, object) created before the operator starts (namespace, Secret)."""
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -81,9 +83,10 @@ def hub_crds(operators: tuple[OperatorBinary, ...]) -> list[dict[str, Any]]:
     return [crd for op in operators for crd in crds_of(op)]
 
 
-def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes,
-              pod_label: str | None) -> list[dict[str, Any]]:
-    """The module's webhook configurations, pointed at ``https://127.0.0.1:port``."""
+def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes, pod_label: str | None,
+              names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The module's webhook configurations, pointed at ``https://127.0.0.1:port``, named
+    ``<op>-<name>`` unless ``names`` maps the upstream name to another one."""
     path = op.crds_dir.parent / "webhooks.yaml"
     if not path.exists():
         return []
@@ -93,7 +96,8 @@ def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes,
         if f"{loaded.get('apiVersion')}/{loaded.get('kind')}" not in WEBHOOK_PATHS:
             continue
         doc = copy.deepcopy(loaded)
-        doc["metadata"] = {"name": f"{op.name}-{doc['metadata']['name']}",
+        upstream = doc["metadata"]["name"]
+        doc["metadata"] = {"name": (names or {}).get(upstream, f"{op.name}-{upstream}"),
                            "labels": {"dispatcher.io/devfleet-operator": op.name}}
         for hook in doc.get("webhooks", []):
             service = hook["clientConfig"].get("service", {})
@@ -169,7 +173,102 @@ def _lws(op: OperatorBinary, home: Path, kubeconfig: str, ca: pki.CertificateAut
                                  pod_label="leaderworkerset.sigs.k8s.io/name")
 
 
-PREPARERS: dict[str, Preparer] = {"jobset": _jobset, "lws": _lws}
+def _kuberay(op: OperatorBinary, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
+             free_port: Callable[[], int]) -> OperatorRun:
+    """KubeRay: flags only; its webhooks stay off (``ENABLE_WEBHOOKS`` unset), so no
+    certificate and no webhook registration. Ready once its readyz answers."""
+    health_port = free_port()
+    return OperatorRun(
+        name=op.name,
+        argv=[str(op.binary), f"--kubeconfig={kubeconfig}", "--metrics-addr=0",
+              f"--health-probe-bind-address=127.0.0.1:{health_port}",
+              "--enable-leader-election=false", "--log-stdout-encoder=console"],
+        health=f"http://127.0.0.1:{health_port}/readyz", crds=crds_of(op), webhooks=[])
+
+
+TRAINING_NAMESPACE = "kubeflow"
+TRAINING_SECRET = "training-operator-webhook-cert"
+TRAINING_SERVICE_DNS = f"training-operator.{TRAINING_NAMESPACE}.svc"
+TRAINING_VWC = "validator.training-operator.kubeflow.org"
+TRAINING_SCHEMES = ("pytorchjob", "tfjob")
+"""Its v1 MPIJob is left out: the MPI operator's v2beta1 CRD has the same name."""
+
+
+TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+"""Where training-operator's cert rotator expects the Secret mounted (hard-coded)."""
+
+
+def _training_certs() -> dict[str, bytes]:
+    """The Secret data training-operator's cert rotator accepts as is, also written where it
+    expects the Secret mounted.
+
+    The rotator (always on) keeps the Secret's CA and server certificate only when the CA
+    (RSA, PKCS#1) verifies for the name ``training-operator-ca`` and the server certificate
+    for ``training-operator.kubeflow.svc``, both 90 days ahead (else it makes its own,
+    without the loopback address the apiserver calls); then it waits for them in the
+    hard-coded directory ``/tmp/k8s-webhook-server/serving-certs``, which every instance on
+    the machine shares. So there is one set per machine (cached beside the binaries, valid
+    3 years): every member of every dev fleet serves the same files and none fights another
+    over them."""
+    home = cache_root() / "training-operator-certs"
+    names = ("ca.crt", "ca.key", "tls.crt", "tls.key")
+    if not all((home / n).exists() for n in names):
+        home.mkdir(parents=True, exist_ok=True)
+        ca = pki.new_ca("training-operator-ca", dns_name="training-operator-ca",
+                        days=3 * 365, rsa_key=True)  # it parses the CA key as PKCS#1
+        cert, key = ca.issue_serving(TRAINING_SERVICE_DNS, dns_names=(TRAINING_SERVICE_DNS,),
+                                     days=3 * 365)
+        for name, pem in zip(names, (ca.cert_pem, ca.key_pem, cert, key), strict=True):
+            (home / name).write_bytes(pem)
+            (home / name).chmod(0o600)
+    data = {n: (home / n).read_bytes() for n in names}
+    TRAINING_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("tls.crt", "tls.key"):
+        target = TRAINING_CERT_DIR / name
+        if not target.exists() or target.read_bytes() != data[name]:
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(data[name])
+            tmp.chmod(0o600)
+            tmp.replace(target)
+    return data
+
+
+def _training_operator(op: OperatorBinary, home: Path, kubeconfig: str,
+                       ca: pki.CertificateAuthority,
+                       free_port: Callable[[], int]) -> OperatorRun:
+    """Kubeflow training-operator (PyTorchJob, TFJob): its cert rotator cannot be turned
+    off and blocks the controllers until the CA is injected into the validating webhook
+    configuration ``validator.training-operator.kubeflow.org``, from the Secret
+    ``kubeflow/training-operator-webhook-cert``; both are created before it starts."""
+    webhook_port, health_port = free_port(), free_port()
+    data = _training_certs()
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": TRAINING_SECRET, "namespace": TRAINING_NAMESPACE},
+              "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": TRAINING_NAMESPACE}}
+    webhooks = _webhooks(op, port=webhook_port, ca_pem=data["ca.crt"], pod_label=None,
+                         names={"validating-webhook-configuration": TRAINING_VWC})
+    for config in webhooks:
+        config["webhooks"] = [h for h in config["webhooks"]
+                              if any(s in h["name"] for s in TRAINING_SCHEMES)]
+    return OperatorRun(
+        name=op.name,
+        argv=[str(op.binary), f"--kubeconfig={kubeconfig}", "--metrics-bind-address=0",
+              f"--health-probe-bind-address=127.0.0.1:{health_port}",
+              f"--webhook-server-port={webhook_port}", "--leader-elect=false",
+              *(f"--enable-scheme={s}" for s in TRAINING_SCHEMES)],
+        env={"MY_POD_NAMESPACE": TRAINING_NAMESPACE, "TMPDIR": "/tmp"},
+        health=f"https://127.0.0.1:{webhook_port}/validate-kubeflow-org-v1-pytorchjob",
+        crds=[c for c in crds_of(op)
+              if c["spec"]["names"]["plural"] in {f"{s}s" for s in TRAINING_SCHEMES}],
+        webhooks=webhooks,
+        objects=[("/api/v1/namespaces", namespace),
+                 (f"/api/v1/namespaces/{TRAINING_NAMESPACE}/secrets", secret)])
+
+
+PREPARERS: dict[str, Preparer] = {"jobset": _jobset, "lws": _lws, "kuberay": _kuberay,
+                                  "training-operator": _training_operator}
 
 
 def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
@@ -181,6 +280,8 @@ def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.Certific
 def install(rest: Rest, run: OperatorRun) -> None:
     """Create (or update) the operator's CRDs and webhook configurations on a member."""
     install_crds(rest, run.crds, timeout=60.0)
+    for collection, obj in run.objects:
+        rest.ensure(collection, obj)
     for config in run.webhooks:
         collection = WEBHOOK_PATHS[f"{config['apiVersion']}/{config['kind']}"]
         name = config["metadata"]["name"]

@@ -12,13 +12,14 @@ Not covered here: the dispatcher itself on these workloads (its own suites), tim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
 
-from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, FleetSpec
+from dispatcher.kube import resources
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.workloads.catalog import Catalog
@@ -40,6 +41,21 @@ WITHIN_S = 120.0
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
                       plural="jobsets", namespaced=True)
+
+
+@pytest.fixture
+async def scratch(connect_real: Connect) -> AsyncIterator[tuple[KubeClient, str]]:
+    """(MEMBER's client, a fresh namespace there), the namespace deleted afterwards and its
+    pods waited out: the product pool the tests share has few GPUs, and a LeaderWorkerSet
+    or RayCluster left running would keep them."""
+    member = await connect_real(MEMBER)
+    namespace = await new_namespace(member)
+    yield member, namespace
+    await member.request("DELETE", resources.NAMESPACES.item(namespace))
+    for _ in range(120):
+        if not await pods(member, namespace, ""):
+            break
+        await asyncio.sleep(0.5)
 
 
 def generic_status(obj: dict[str, Any]) -> str:
@@ -73,13 +89,12 @@ async def test_jobset_crd_is_the_real_schema_everywhere(
 
 
 async def test_jobset_operator_runs_a_gpu_jobset_to_completion(
-        connect_real: Connect, fleet_spec: FleetSpec, real_fleet: FleetState) -> None:
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
     """JobSet (2 replicated Jobs x 2 pods x 1 GPU) without the webhook defaults -> defaulted
     by the mutating webhook -> Jobs -> pods on the product's nodes -> Running (catalog:
     running) -> Succeeded -> terminalState Completed (catalog: completed)."""
-    member = await connect_real(MEMBER)
+    member, namespace = scratch
     product, nodes = product_nodes(fleet_spec)
-    namespace = await new_namespace(member)
     template = {"metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "15s"}},
                 "spec": gpu_pod_spec(product)}
     jobset = {
@@ -117,3 +132,127 @@ async def test_jobset_operator_runs_a_gpu_jobset_to_completion(
     for pod in finished:
         assert pod["status"]["phase"] == "Succeeded"
         assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
+
+
+LWS = ResourceRef(group="leaderworkerset.x-k8s.io", version="v1", kind="LeaderWorkerSet",
+                  plural="leaderworkersets", namespaced=True)
+
+
+async def test_lws_operator_makes_a_gpu_leaderworkerset_available(
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
+    """LeaderWorkerSet (2 groups of a leader + 1 worker, 1 GPU each) -> defaulted by the
+    webhook -> leader StatefulSet + one worker StatefulSet per group -> 4 pods on the
+    product's nodes, Running and Ready -> Available=True (catalog: running)."""
+    member, namespace = scratch
+    product, nodes = product_nodes(fleet_spec)
+    template = {"spec": {**gpu_pod_spec(product), "restartPolicy": "Always"}}
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {
+            "size": 2, "leaderTemplate": template, "workerTemplate": template}},
+    }
+    created = await member.request("POST", LWS.collection(namespace), body=lws)
+    assert created["spec"]["rolloutStrategy"]["type"] == "RollingUpdate"  # webhook default
+
+    async def available() -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET", LWS.item("serve", namespace))
+        cond = condition(current, "Available")
+        return current if cond is not None and cond["status"] == "True" else None
+
+    ready = await eventually(available, what="LeaderWorkerSet Available=True", within=WITHIN_S)
+    assert ready["status"]["readyReplicas"] == 2, ready["status"]
+    assert generic_status(ready) == "running", ready["status"]
+
+    serving = await pods(member, namespace, "leaderworkerset.sigs.k8s.io/name=serve")
+    assert len(serving) == 4
+    for pod in serving:
+        assert pod["status"]["phase"] == "Running"
+        assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
+        # Set by LWS's pod webhook, read by its pod controller.
+        assert "leaderworkerset.sigs.k8s.io/group-index" in pod["metadata"]["labels"]
+
+
+RAYCLUSTERS = ResourceRef(group="ray.io", version="v1", kind="RayCluster", plural="rayclusters",
+                          namespaced=True)
+RAYJOBS = ResourceRef(group="ray.io", version="v1", kind="RayJob", plural="rayjobs",
+                      namespaced=True)
+
+
+def ray_cluster_spec(product: str) -> dict[str, Any]:
+    """A head (no GPU) and a worker group of 2 pods x 1 GPU on ``product``."""
+    def pod(gpus: int | None) -> dict[str, Any]:
+        ray = {"name": "ray", "image": "registry.invalid/ray:2.41.0"}
+        if gpus:
+            ray["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        spec: dict[str, Any] = {"containers": [ray]}
+        if gpus:
+            spec["nodeSelector"] = {GPU_PRODUCT_LABEL: product}
+        return {"spec": spec}
+
+    return {
+        "headGroupSpec": {"rayStartParams": {}, "template": pod(None)},
+        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2,
+                              "maxReplicas": 2, "rayStartParams": {}, "template": pod(1)}],
+    }
+
+
+async def test_kuberay_operator_makes_a_gpu_raycluster_ready(
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
+    """RayCluster (head + 2 GPU workers) -> head and worker pods (workers on the product's
+    nodes), Running and Ready -> state ready, HeadPodReady (catalog: running)."""
+    member, namespace = scratch
+    product, nodes = product_nodes(fleet_spec)
+    await member.request("POST", RAYCLUSTERS.collection(namespace), body={
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray"},
+        "spec": ray_cluster_spec(product)})
+
+    async def ready() -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET",
+                                                       RAYCLUSTERS.item("ray", namespace))
+        return current if current.get("status", {}).get("state") == "ready" else None
+
+    done = await eventually(ready, what="RayCluster state ready", within=WITHIN_S)
+    assert done["status"]["readyWorkerReplicas"] == 2, done["status"]
+    cond = condition(done, "HeadPodReady")
+    assert cond is not None and cond["status"] == "True", done["status"]
+    assert generic_status(done) == "running", done["status"]
+
+    workers = await pods(member, namespace, "ray.io/cluster=ray,ray.io/node-type=worker")
+    assert len(workers) == 2
+    for pod in workers:
+        assert pod["status"]["phase"] == "Running"
+        assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
+
+
+async def test_kuberay_rayjob_gets_its_cluster_then_waits_on_the_ray_dashboard(
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
+    """RayJob (K8sJobMode): the operator creates its RayCluster, which becomes ready on kwok
+    pods, and its submitter Job, whose pod kwok completes; jobDeploymentStatus goes Running
+    (catalog: running). It stops there: the operator then polls the Ray dashboard at
+    ``http://<cluster>-head-svc.<ns>.svc.cluster.local:8265/api/jobs/<id>``, a name no DNS
+    resolves on the dev fleet (and no fake pod serves), so ``jobStatus`` stays empty and the
+    RayJob never completes here (documented limit)."""
+    member, namespace = scratch
+    product, _ = product_nodes(fleet_spec)
+    await member.request("POST", RAYJOBS.collection(namespace), body={
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "job"},
+        "spec": {"entrypoint": "python -c 'print(1)'",
+                 "rayClusterSpec": ray_cluster_spec(product)}})
+
+    async def cluster_ready() -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET", RAYJOBS.item("job", namespace))
+        name = current.get("status", {}).get("rayClusterName")
+        if current.get("status", {}).get("jobDeploymentStatus") != "Running" or not name:
+            return None
+        cluster = await member.request("GET", RAYCLUSTERS.item(name, namespace))
+        return current if cluster.get("status", {}).get("state") == "ready" else None
+
+    reached = await eventually(cluster_ready, what="RayJob Running with its RayCluster ready",
+                               within=WITHIN_S)
+    status = reached["status"]
+    assert status.get("jobStatus", "") == "", status
+    assert generic_status(reached) == "running", status
+    submitter = await member.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/job")
+    assert submitter["spec"]["template"]["spec"]["containers"][0]["name"] == "ray-job-submitter"
+
