@@ -64,6 +64,11 @@ OPERATORS: tuple[OperatorBuild, ...] = (
                   crds=("config/crd/bases/ray.io_rayclusters.yaml",
                         "config/crd/bases/ray.io_rayjobs.yaml",
                         "config/crd/bases/ray.io_rayservices.yaml")),
+    OperatorBuild(name="training-operator", module="github.com/kubeflow/training-operator",
+                  package="github.com/kubeflow/training-operator/cmd/training-operator.v1",
+                  crds=("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+                        "manifests/base/crds/kubeflow.org_tfjobs.yaml"),
+                  webhooks="manifests/base/webhook/manifests.yaml"),
 )
 """The operators of a real member, in start order."""
 

@@ -256,3 +256,46 @@ async def test_kuberay_rayjob_gets_its_cluster_then_waits_on_the_ray_dashboard(
     submitter = await member.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/job")
     assert submitter["spec"]["template"]["spec"]["containers"][0]["name"] == "ray-job-submitter"
 
+
+PYTORCHJOBS = ResourceRef(group="kubeflow.org", version="v1", kind="PyTorchJob",
+                          plural="pytorchjobs", namespaced=True)
+
+
+async def test_training_operator_runs_a_gpu_pytorchjob_to_success(
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
+    """PyTorchJob (1 master + 2 workers x 1 GPU) -> pods created by training-operator on the
+    product's nodes -> Running (catalog: running) -> pods Succeeded (kwok) -> Succeeded
+    (catalog: completed)."""
+    member, namespace = scratch
+    product, nodes = product_nodes(fleet_spec)
+
+    def replica(count: int) -> dict[str, Any]:
+        spec = gpu_pod_spec(product)
+        spec["containers"] = [{**spec["containers"][0], "name": "pytorch"}]
+        return {"replicas": count, "restartPolicy": "Never", "template": {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "15s"}},
+            "spec": spec}}
+
+    await member.request("POST", PYTORCHJOBS.collection(namespace), body={
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "train"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(2)}}})
+
+    async def status_is(wanted: str) -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET",
+                                                       PYTORCHJOBS.item("train", namespace))
+        return current if generic_status(current) == wanted else None
+
+    running = await eventually(lambda: status_is("running"), what="PyTorchJob running",
+                               within=WITHIN_S)
+    cond = condition(running, "Running")
+    assert cond is not None and cond["status"] == "True", running["status"]
+
+    done = await eventually(lambda: status_is("completed"), what="PyTorchJob completed",
+                            within=WITHIN_S)
+    cond = condition(done, "Succeeded")
+    assert cond is not None and cond["status"] == "True", done["status"]
+
+    finished = await pods(member, namespace, "training.kubeflow.org/job-name=train")
+    assert len(finished) == 3
+    for pod in finished:
+        assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
