@@ -69,6 +69,11 @@ OPERATORS: tuple[OperatorBuild, ...] = (
                   crds=("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
                         "manifests/base/crds/kubeflow.org_tfjobs.yaml"),
                   webhooks="manifests/base/webhook/manifests.yaml"),
+    # The wrapper's own main package: upstream's cmd/mpi-operator with its health port
+    # made configurable (see deploy/local/mpi-operator/README.md).
+    OperatorBuild(name="mpi-operator", module="github.com/kubeflow/mpi-operator",
+                  package="example.invalid/dispatcher/local/mpi-operator/cmd/mpi-operator",
+                  crds=("manifests/base/kubeflow.org_mpijobs.yaml",)),
 )
 """The operators of a real member, in start order."""
 
@@ -165,6 +170,9 @@ def _key(*modules: Path) -> str:
     for module in modules:
         for name in ("go.mod", "go.sum"):
             digest.update((module / name).read_bytes())
+        for source in sorted(module.rglob("*.go")):  # a wrapper's own (patched) packages
+            digest.update(str(source.relative_to(module)).encode())
+            digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -267,8 +267,27 @@ def _training_operator(op: OperatorBinary, home: Path, kubeconfig: str,
                  (f"/api/v1/namespaces/{TRAINING_NAMESPACE}/secrets", secret)])
 
 
+def _mpi_operator(op: OperatorBinary, home: Path, kubeconfig: str,
+                  ca: pki.CertificateAuthority, free_port: Callable[[], int]) -> OperatorRun:
+    """MPI operator (MPIJob v2beta1): klog-style flags, no webhooks; it always runs leader
+    election (a Lease in ``-lock-namespace``, created here) and answers /healthz once it
+    leads. Built from the wrapper's patched main (``-health-check-address``): upstream
+    binds the constant port :8080, which two members on one machine cannot share."""
+    health_port = free_port()
+    lock = "mpi-operator"
+    return OperatorRun(
+        name=op.name,
+        argv=[str(op.binary), f"-kubeConfig={kubeconfig}", f"-lock-namespace={lock}",
+              f"-health-check-address=127.0.0.1:{health_port}", "-monitoring-port=0",
+              "-kube-api-qps=50", "-kube-api-burst=100"],
+        health=f"http://127.0.0.1:{health_port}/healthz", crds=crds_of(op), webhooks=[],
+        objects=[("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": lock}})])
+
+
 PREPARERS: dict[str, Preparer] = {"jobset": _jobset, "lws": _lws, "kuberay": _kuberay,
-                                  "training-operator": _training_operator}
+                                  "training-operator": _training_operator,
+                                  "mpi-operator": _mpi_operator}
 
 
 def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,

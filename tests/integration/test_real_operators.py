@@ -299,3 +299,49 @@ async def test_training_operator_runs_a_gpu_pytorchjob_to_success(
     assert len(finished) == 3
     for pod in finished:
         assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
+
+
+MPIJOBS = ResourceRef(group="kubeflow.org", version="v2beta1", kind="MPIJob", plural="mpijobs",
+                      namespaced=True)
+
+
+async def test_mpi_operator_runs_a_gpu_mpijob_until_its_launcher_completes(
+        scratch: tuple[KubeClient, str], fleet_spec: FleetSpec) -> None:
+    """MPIJob v2beta1 (launcher + 2 GPU workers) -> worker pods on the product's nodes and a
+    launcher Job -> Running (catalog: running) -> the launcher's pod succeeds (kwok) ->
+    Succeeded (catalog: completed)."""
+    member, namespace = scratch
+    product, nodes = product_nodes(fleet_spec)
+    worker = gpu_pod_spec(product)
+    worker["containers"] = [{**worker["containers"][0], "name": "worker"}]
+    worker.pop("restartPolicy")
+    launcher = {"containers": [{"name": "launcher", "image": "registry.invalid/mpi:1",
+                                "command": ["mpirun", "-n", "2", "train"]}]}
+    await member.request("POST", MPIJOBS.collection(namespace), body={
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "train"},
+        "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": {
+                "metadata": {"annotations": {
+                    "pod-complete.stage.kwok.x-k8s.io/delay": "15s"}},
+                "spec": launcher}},
+            "Worker": {"replicas": 2, "template": {"spec": worker}}}}})
+
+    async def status_is(wanted: str) -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET", MPIJOBS.item("train", namespace))
+        return current if generic_status(current) == wanted else None
+
+    running = await eventually(lambda: status_is("running"), what="MPIJob running",
+                               within=WITHIN_S)
+    workers = await pods(member, namespace,
+                         "training.kubeflow.org/job-name=train,"
+                         "training.kubeflow.org/job-role=worker")
+    assert len(workers) == 2, running["status"]
+    for pod in workers:
+        assert pod["spec"]["nodeName"] in nodes, pod["spec"]["nodeName"]
+
+    done = await eventually(lambda: status_is("completed"), what="MPIJob completed",
+                            within=WITHIN_S)
+    cond = condition(done, "Succeeded")
+    assert cond is not None and cond["status"] == "True", done["status"]
+    launched = await member.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")
+    assert [j["metadata"]["name"] for j in launched["items"]] == ["train-launcher"]
