@@ -8,6 +8,12 @@ and cached outside the repository, under a key derived from the wrapper modules'
 ``go.mod``/``go.sum`` and the Go version, so a pin change rebuilds and a warm machine skips
 the work entirely. A light fleet (apiservers only) needs only the first three binaries:
 ``ensure_binaries(members=False)`` builds just those.
+
+The workload operators of the real members (JobSet, LeaderWorkerSet, ...) are a separate
+build list, ``OPERATORS``: one wrapper module each under ``deploy/local/<name>/``, built by
+``ensure_operators()`` (which ``ensure_binaries(members=True)`` calls) into their own cache
+directory together with the CRD YAMLs of the same module version, so starting a fleet never
+needs the Go module cache. An operator whose wrapper module is absent is skipped.
 """
 
 from __future__ import annotations
@@ -19,16 +25,73 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dispatcher.sources import SourceMissing, source_path
 
-__all__ = ["Binaries", "BuildError", "cache_root", "ensure_binaries", "kwok_stages", "wrapper_dir"]
+__all__ = ["OPERATORS", "Binaries", "BuildError", "OperatorBinary", "OperatorBuild", "cache_root",
+           "ensure_binaries", "ensure_operators", "kwok_stages", "wrapper_dir"]
 
 
 class BuildError(RuntimeError):
     """A control-plane binary could not be built; the message names the module and command."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorBuild:
+    """How to build one workload operator: its wrapper module ``deploy/local/<name>``."""
+
+    name: str
+    module: str
+    """The Go module (its version is the wrapper's require line)."""
+    package: str
+    """The main package to build."""
+    crds: tuple[str, ...]
+    """CRD YAML files inside the module, copied next to the binary."""
+    webhooks: str = ""
+    """The module's webhook manifests (copied as ``webhooks.yaml``), "" when it has none."""
+
+
+OPERATORS: tuple[OperatorBuild, ...] = (
+    OperatorBuild(name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
+                  crds=("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+                  webhooks="config/components/webhook/manifests.yaml"),
+    OperatorBuild(name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
+                  crds=("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
+                  webhooks="config/webhook/manifests.yaml"),
+    OperatorBuild(name="kuberay", module="github.com/ray-project/kuberay/ray-operator",
+                  package="github.com/ray-project/kuberay/ray-operator",
+                  crds=("config/crd/bases/ray.io_rayclusters.yaml",
+                        "config/crd/bases/ray.io_rayjobs.yaml",
+                        "config/crd/bases/ray.io_rayservices.yaml")),
+    OperatorBuild(name="training-operator", module="github.com/kubeflow/training-operator",
+                  package="github.com/kubeflow/training-operator/cmd/training-operator.v1",
+                  crds=("manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+                        "manifests/base/crds/kubeflow.org_tfjobs.yaml"),
+                  webhooks="manifests/base/webhook/manifests.yaml"),
+    # The wrapper's own main package: upstream's cmd/mpi-operator with its health port
+    # made configurable (see deploy/local/mpi-operator/README.md).
+    OperatorBuild(name="mpi-operator", module="github.com/kubeflow/mpi-operator",
+                  package="example.invalid/dispatcher/local/mpi-operator/cmd/mpi-operator",
+                  crds=("manifests/base/kubeflow.org_mpijobs.yaml",)),
+)
+"""The operators of a real member, in start order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorBinary:
+    """A built operator: binary, version and the directory of its CRD YAMLs."""
+
+    name: str
+    binary: Path
+    version: str
+    crds_dir: Path
+
+    def crd_files(self) -> list[Path]:
+        """The CRD YAMLs copied from the module."""
+        return sorted(self.crds_dir.glob("*.yaml"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +107,12 @@ class Binaries:
     kubernetes_version: str
     etcd_version: str
     kwok_version: str
+    operators: tuple[OperatorBinary, ...] = ()
+    """The workload operators of the real members (empty for a light fleet)."""
+
+    def operator(self, name: str) -> OperatorBinary | None:
+        """The built operator called ``name``, or None."""
+        return next((op for op in self.operators if op.name == name), None)
 
     def missing(self) -> list[Path]:
         """The binaries not built (yet)."""
@@ -93,6 +162,9 @@ def _key(*modules: Path) -> str:
     for module in modules:
         for name in ("go.mod", "go.sum"):
             digest.update((module / name).read_bytes())
+        for source in sorted(module.rglob("*.go")):  # a wrapper's own (patched) packages
+            digest.update(str(source.relative_to(module)).encode())
+            digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -134,11 +206,58 @@ def kwok_stages() -> Path:
     return wrapper_dir() / "kwok" / "stages" / "stages.yaml"
 
 
+def _module_dir(module_dir: Path, module: str) -> Path:
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    try:
+        out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=module_dir,
+                             env=env, capture_output=True, text=True, check=True)
+    except subprocess.CalledProcessError as exc:
+        raise BuildError(f"go list -m {module} in {module_dir} failed: {exc.stderr}") from exc
+    return Path(out.stdout.strip())
+
+
+def ensure_operators(*, rebuild: bool = False,
+                     names: Collection[str] | None = None) -> tuple[OperatorBinary, ...]:
+    """Build (or find cached) the operators of ``OPERATORS`` that have a wrapper module
+    (only those in ``names`` when given), one at a time, with their CRD YAMLs."""
+    root = wrapper_dir()
+    built: list[OperatorBinary] = []
+    for spec in OPERATORS:
+        module_dir = root / spec.name
+        if (names is not None and spec.name not in names) or not (module_dir / "go.mod").exists():
+            continue
+        version = _required_version(module_dir / "go.mod", spec.module)
+        target = cache_root() / f"op-{spec.name}-{version}-{_key(module_dir)}"
+        op = OperatorBinary(name=spec.name, binary=target / spec.name, version=version,
+                            crds_dir=target / "crds")
+        if rebuild and target.exists():
+            shutil.rmtree(target)
+        if not op.binary.exists():
+            target.mkdir(parents=True, exist_ok=True)
+            partial = op.binary.with_suffix(".partial")
+            _go_build(module=module_dir, package=spec.package, output=partial, ldflags="-s -w",
+                      log=target / "build.log")
+            source = _module_dir(module_dir, spec.module)
+            crds = target / "crds.partial"
+            shutil.rmtree(crds, ignore_errors=True)
+            crds.mkdir()
+            for rel in spec.crds:
+                shutil.copyfile(source / rel, crds / Path(rel).name)
+            if spec.webhooks:
+                shutil.copyfile(source / spec.webhooks, target / "webhooks.yaml")
+            shutil.rmtree(op.crds_dir, ignore_errors=True)
+            crds.rename(op.crds_dir)
+            partial.rename(op.binary)
+        built.append(op)
+    return tuple(built)
+
+
 def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     """Return the cached binaries, building whichever is missing.
 
     ``members=False`` builds only what a light fleet runs (etcd, kube-apiserver, kubectl);
-    the other paths are still returned but may not exist. Raises BuildError when Go is
+    the other paths are still returned but may not exist, and no operator is built. Raises
+    BuildError when Go is
     missing or a build fails; never returns partial results of what was asked for.
     """
     root = wrapper_dir()
@@ -176,7 +295,24 @@ def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
         partial = output.with_suffix(".partial")
         _go_build(module=module, package=package, output=partial, ldflags=ldflags, log=log)
         partial.rename(output)
+    if members:
+        bins = replace(bins, operators=ensure_operators(rebuild=rebuild,
+                                                        names=selected_operators()))
     return bins
+
+
+def selected_operators() -> list[str] | None:
+    """The operators named in ``DISPATCHER_DEV_OPERATORS`` (comma-separated; "" for none),
+    or None (every operator of ``OPERATORS``) when it is unset."""
+    value = os.environ.get("DISPATCHER_DEV_OPERATORS")
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = set(names) - {op.name for op in OPERATORS}
+    if unknown:
+        raise BuildError(f"DISPATCHER_DEV_OPERATORS: unknown operator(s) {sorted(unknown)} "
+                         f"(known: {', '.join(op.name for op in OPERATORS)})")
+    return names
 
 
 def main() -> int:
@@ -189,6 +325,9 @@ def main() -> int:
     for path in (bins.etcd, bins.kube_apiserver, bins.kubectl, bins.kube_scheduler,
                  bins.kube_controller_manager, bins.kwok):
         _say(f"{path.name}: {path.stat().st_size / 2**20:.0f} MiB")
+    for op in bins.operators:
+        _say(f"{op.name} {op.version}: {op.binary.stat().st_size / 2**20:.0f} MiB, "
+             f"CRDs {', '.join(p.name for p in op.crd_files())}")
     print(bins.kube_apiserver.parent)
     return 0
 

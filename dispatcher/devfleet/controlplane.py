@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from dispatcher.devfleet import pki
+from dispatcher.devfleet import operators, pki
 from dispatcher.devfleet.binaries import Binaries, kwok_stages
 from dispatcher.devfleet.rest import ApiError, Rest
 
@@ -63,9 +63,12 @@ class ProcessInfo:
     argv: list[str]
     log: str
     role: str = ""
-    """kube-apiserver, etcd, kube-controller-manager, kube-scheduler or kwok."""
+    """kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok or the name of a
+    workload operator (jobset, ...)."""
     health: str = ""
     """A loopback URL answering 200 once the process is ready ("" when it has none)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables set for the process on top of the inherited ones."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,17 +167,20 @@ def is_alive(proc: ProcessInfo) -> bool:
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _spawn(argv: list[str], log: Path, *, role: str, health: str = "") -> ProcessInfo:
+def _spawn(argv: list[str], log: Path, *, role: str, health: str = "",
+           env: dict[str, str] | None = None) -> ProcessInfo:
     with log.open("ab") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **env} if env else None)
     _CHILDREN[proc.pid] = proc
-    return ProcessInfo(pid=proc.pid, argv=argv, log=str(log), role=role, health=health)
+    return ProcessInfo(pid=proc.pid, argv=argv, log=str(log), role=role, health=health,
+                       env=dict(env or {}))
 
 
 def _respawn(proc: ProcessInfo) -> ProcessInfo:
-    """Start ``proc`` again the same way (argv, log, ports)."""
-    return _spawn(proc.argv, Path(proc.log), role=proc.role, health=proc.health)
+    """Start ``proc`` again the same way (argv, environment, log, ports)."""
+    return _spawn(proc.argv, Path(proc.log), role=proc.role, health=proc.health, env=proc.env)
 
 
 def stop_process(proc: ProcessInfo, *, timeout: float = 15.0) -> None:
@@ -288,6 +294,10 @@ class ControlPlanes:
                 if cluster.name in real:
                     clusters[index] = replace(cluster, components=self._start_components(
                         cluster, ca_path=ca_path))
+            for index, cluster in enumerate(clusters):
+                if cluster.name in real:
+                    clusters[index] = replace(cluster, components=[
+                        *cluster.components, *self._start_operators(cluster, ca=ca)])
             for cluster in clusters:
                 _wait_components(cluster, timeout=timeout)
         except BaseException:
@@ -384,6 +394,21 @@ class ControlPlanes:
             _spawn(kwok, home / "kwok.log", role="kwok",
                    health=f"http://127.0.0.1:{kwok_port}/healthz"),
         ]
+
+    def _start_operators(self, cluster: ClusterInfo, *,
+                         ca: pki.CertificateAuthority) -> list[ProcessInfo]:
+        """Install (CRDs, webhook configurations) and start each workload operator of a real
+        member, one process each with its own ports, certificate, config and log."""
+        home = self.root / cluster.name
+        rest = cluster.rest()
+        started = []
+        for op in self.binaries.operators:
+            run = operators.prepare(op, home=home, kubeconfig=cluster.kubeconfig, ca=ca,
+                                    free_port=free_port)
+            operators.install(rest, run)
+            started.append(_spawn(run.argv, home / f"{op.name}.log", role=op.name,
+                                  health=run.health, env=run.env))
+        return started
 
     def healthy(self, state: FleetState) -> bool:
         """Whether etcd and every apiserver and component run and answer their health URL."""

@@ -7,7 +7,9 @@ get the same hub + members. Two profiles:
   Ready; nothing schedules or runs pods, so tests can patch member objects by hand.
 - **real** (``real=True``, what ``dispatcher dev up`` starts unless ``--light``): each member
   also runs kube-controller-manager, kube-scheduler and kwok, so Jobs get pods, pods get bound
-  to nodes of the right GPU product, run and (for Jobs) succeed. The hub never runs them.
+  to nodes of the right GPU product, run and (for Jobs) succeed, and the workload operators
+  (JobSet, ...: ``binaries.OPERATORS``) with their webhooks; the hub and members get those
+  operators' real CRDs. The hub never runs any of them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dispatcher.devfleet import provision
+from dispatcher.devfleet import operators, provision
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
@@ -44,9 +46,11 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False,
                            job_seconds=job_seconds)
     members = [m.name for m in fleet.members]
     state = planes.up(names=[HUB, *members], real=members if real else ())
-    provision.provision_hub(state.cluster(HUB).rest())
+    real_crds = operators.hub_crds(planes.binaries.operators) if real else []
+    provision.provision_hub(state.cluster(HUB).rest(), real_crds=real_crds)
     for member in fleet.members:
-        provision.provision_member(state.cluster(member.name).rest(), member, real=real)
+        provision.provision_member(state.cluster(member.name).rest(), member, real=real,
+                                   real_crds=real_crds)
     if real:
         for member in fleet.members:
             provision.wait_nodes_ready(state.cluster(member.name).rest(), member)

@@ -31,7 +31,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
 class CertificateAuthority:
     """A CA able to issue serving certificates."""
 
-    key: ec.EllipticCurvePrivateKey
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     cert: x509.Certificate
 
     @property
@@ -39,10 +39,18 @@ class CertificateAuthority:
         """The CA certificate, PEM (what kubeconfigs embed as certificate-authority-data)."""
         return self.cert.public_bytes(serialization.Encoding.PEM)
 
-    def issue_serving(self, common_name: str) -> tuple[bytes, bytes]:
-        """A serving certificate for 127.0.0.1/localhost: (cert PEM, key PEM)."""
+    @property
+    def key_pem(self) -> bytes:
+        """The CA's private key, PEM (for an operator that insists on holding its CA)."""
+        return _pem_key(self.key)
+
+    def issue_serving(self, common_name: str, *, dns_names: tuple[str, ...] = (),
+                      days: int | None = None) -> tuple[bytes, bytes]:
+        """A serving certificate for 127.0.0.1/localhost (and ``dns_names``): (cert PEM,
+        key PEM), valid 30 days unless ``days`` says otherwise."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
+        validity = datetime.timedelta(days=days) if days else _VALIDITY
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
@@ -50,8 +58,9 @@ class CertificateAuthority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.SubjectAlternativeName([
+                *(x509.DNSName(n) for n in dns_names),
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                 critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -70,18 +79,27 @@ class CertificateAuthority:
         return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def new_ca(name: str = "dispatcher-devfleet") -> CertificateAuthority:
-    """A fresh self-signed CA."""
-    key = ec.generate_private_key(ec.SECP256R1())
+def new_ca(name: str = "dispatcher-devfleet", *, dns_name: str | None = None,
+           days: int | None = None, rsa_key: bool = False) -> CertificateAuthority:
+    """A fresh self-signed CA (valid 30 days unless ``days``; with ``dns_name`` as a SAN for
+    tools that verify their CA by name; an RSA key for tools that only parse PKCS#1)."""
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key
+        else ec.generate_private_key(ec.SECP256R1()))
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(subject).issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + (datetime.timedelta(days=days) if days else _VALIDITY)))
+    if dns_name:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]),
+                                        critical=False)
+    cert = (
+        builder
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(
             digital_signature=True, key_encipherment=False, content_commitment=False,

@@ -1,11 +1,14 @@
 """Fill freshly started control planes: CRDs on every cluster, GPU Nodes on members.
 
-The hub gets the dispatcher's own CRDs (``deploy/crds/``); every cluster gets stand-in CRDs
-for the catalog's workload kinds, since users create workloads on the hub and the
-dispatcher creates copies on members. Members get the Nodes of their fleet-file pools: on a
-light member they are created Ready (nothing would ever change them); on a real member they
-carry the ``kwok.x-k8s.io/node=fake`` annotation and no conditions, and that member's kwok
-makes them Ready and keeps them alive, keeping the pool's capacity (``nvidia.com/gpu``).
+The hub gets the dispatcher's own CRDs (``deploy/crds/``); every cluster gets CRDs for the
+catalog's workload kinds, since users create workloads on the hub and the dispatcher creates
+copies on members: on a real fleet the real CRDs of the kinds whose operator the members run
+(JobSet, ...; the members' operators install them, the hub gets the same ones), open-schema
+stand-ins for every other kind and everywhere on a light fleet. Members get the Nodes of
+their fleet-file pools: on a light member they are created Ready (nothing would ever change
+them); on a real member they carry the ``kwok.x-k8s.io/node=fake`` annotation and no
+conditions, and that member's kwok makes them Ready and keeps them alive, keeping the
+pool's capacity (``nvidia.com/gpu``).
 """
 
 from __future__ import annotations
@@ -20,14 +23,12 @@ import yaml
 from dispatcher.devfleet import workload_crds
 from dispatcher.devfleet.controlplane import KWOK_NODE_ANNOTATION
 from dispatcher.devfleet.rest import ApiError, Rest
+from dispatcher.devfleet.workload_crds import CRD_PATH, install_crds
 from dispatcher.fleet.fleetfile import GPU_RESOURCE, MemberSpec, node_manifests
 from dispatcher.sources import source_path
 
 __all__ = ["crds_dir", "install_crds", "member_nodes", "provision_hub", "provision_member",
            "wait_nodes_ready"]
-
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
 
 def crds_dir() -> Path:
     """The dispatcher's CRDs in the source tree (``deploy/crds``)."""
@@ -42,42 +43,33 @@ def dispatcher_crds() -> list[dict[str, Any]]:
     return docs
 
 
-def install_crds(rest: Rest, crds: Iterable[dict[str, Any]], *, timeout: float = 30.0) -> None:
-    """Create (or update) CRDs and wait until each is Established and served."""
-    names = []
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        names.append(name)
+def _workload_crds(rest: Rest, real: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """``real`` CRDs, plus a stand-in for every other workload kind unless the cluster already
+    serves a real CRD of that name (an operator installed it: never replace it)."""
+    real = list(real)
+    have = {crd["metadata"]["name"] for crd in real}
+    crds = list(real)
+    for group, version, kind, plural in workload_crds.WORKLOAD_KINDS:
+        name = f"{plural}.{group}"
+        if name in have:
+            continue
         try:
-            rest.request("POST", CRD_PATH, crd)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
             current = rest.get(f"{CRD_PATH}/{name}")
-            version = current["metadata"]["resourceVersion"]
-            rest.request("PUT", f"{CRD_PATH}/{name}",
-                         {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}})
-    deadline = time.monotonic() + timeout
-    for name in names:
-        while True:
-            conditions = {c["type"]: c["status"]
-                          for c in rest.get(f"{CRD_PATH}/{name}").get("status", {})
-                          .get("conditions", [])}
-            if conditions.get("Established") == "True":
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
-            time.sleep(0.1)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        else:
+            if "dispatcher.io/devfleet-standin" not in current["metadata"].get("labels", {}):
+                continue
+        crds.append(workload_crds.crd_manifest(group=group, version=version, kind=kind,
+                                               plural=plural))
+    return crds
 
 
-def _workload_crds() -> list[dict[str, Any]]:
-    return [workload_crds.crd_manifest(group=g, version=v, kind=k, plural=p)
-            for g, v, k, p in workload_crds.WORKLOAD_KINDS]
-
-
-def provision_hub(rest: Rest) -> None:
-    """Dispatcher CRDs, workload CRDs and the dispatcher-system namespace on the hub."""
-    install_crds(rest, dispatcher_crds() + _workload_crds())
+def provision_hub(rest: Rest, *, real_crds: Iterable[dict[str, Any]] = ()) -> None:
+    """Dispatcher CRDs, workload CRDs (``real_crds``, stand-ins for the other kinds) and the
+    dispatcher-system namespace on the hub."""
+    install_crds(rest, dispatcher_crds() + _workload_crds(rest, real_crds), timeout=60.0)
     rest.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": "dispatcher-system"}})
 
@@ -94,9 +86,12 @@ def member_nodes(member: MemberSpec, *, real: bool = False) -> list[dict[str, An
     return nodes
 
 
-def provision_member(rest: Rest, member: MemberSpec, *, real: bool = False) -> int:
-    """Workload CRDs and the member's GPU Nodes; returns the number of nodes created."""
-    install_crds(rest, _workload_crds())
+def provision_member(rest: Rest, member: MemberSpec, *, real: bool = False,
+                     real_crds: Iterable[dict[str, Any]] = ()) -> int:
+    """Workload CRDs (``real_crds`` and whatever real CRD the member's operators installed,
+    stand-ins for the other kinds) and the member's GPU Nodes; returns the number of nodes
+    created."""
+    install_crds(rest, _workload_crds(rest, real_crds), timeout=60.0)
     created = 0
     for node in member_nodes(member, real=real):
         if rest.ensure("/api/v1/nodes", node) is not None:

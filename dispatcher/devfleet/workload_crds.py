@@ -7,9 +7,15 @@ subresource, so objects can be created, watched and status-patched as on a real 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["WORKLOAD_KINDS", "crd_manifest"]
+from dispatcher.devfleet.rest import ApiError, Rest
+
+__all__ = ["CRD_PATH", "WORKLOAD_KINDS", "crd_manifest", "install_crds"]
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 # (group, version, kind, plural)
 WORKLOAD_KINDS: tuple[tuple[str, str, str, str], ...] = (
@@ -50,3 +56,31 @@ def crd_manifest(*, group: str, version: str, kind: str, plural: str) -> dict[st
             }],
         },
     }
+
+
+def install_crds(rest: Rest, crds: Iterable[dict[str, Any]], *, timeout: float = 30.0) -> None:
+    """Create (or update) CRDs and wait until each is Established and served."""
+    names = []
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        names.append(name)
+        try:
+            rest.request("POST", CRD_PATH, crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            current = rest.get(f"{CRD_PATH}/{name}")
+            version = current["metadata"]["resourceVersion"]
+            rest.request("PUT", f"{CRD_PATH}/{name}",
+                         {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}})
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            conditions = {c["type"]: c["status"]
+                          for c in (rest.get(f"{CRD_PATH}/{name}").get("status") or {})
+                          .get("conditions") or []}
+            if conditions.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.1)

@@ -263,8 +263,8 @@ async def test_nodes_are_ready_kept_alive_and_keep_their_gpus(
 
 
 def test_a_real_member_stops_and_starts_again_as_a_whole(tmp_path: Path) -> None:
-    """stop_cluster stops the apiserver, controller-manager, scheduler and kwok; start_cluster
-    brings them back with the same ports, and the node is Ready again."""
+    """stop_cluster stops the apiserver, controller-manager, scheduler, kwok and the workload
+    operators; start_cluster brings them back with the same ports, and the node is Ready again."""
     solo = Member(name="solo", node_pools=(NodePool(name="gpu", count=1, gpus=2),))
     planes = ControlPlanes(root=tmp_path / "solo", binaries=ensure_binaries())
     try:
@@ -274,7 +274,8 @@ def test_a_real_member_stops_and_starts_again_as_a_whole(tmp_path: Path) -> None
         provision.wait_nodes_ready(rest, solo, timeout=DEADLINE_S)
         before = state.cluster("solo")
         assert [p.role for p in before.processes()] == [
-            "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+            "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+            *(op.name for op in planes.binaries.operators)]
 
         planes.stop_cluster("solo")
         assert not any(is_alive(p) for p in before.processes())
