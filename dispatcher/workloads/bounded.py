@@ -245,9 +245,14 @@ class _Pool:
         return self._idle.get()
 
     def close(self) -> None:
+        """Stop every worker. Only idle workers' pipes are closed here: a busy one's pipe
+        belongs to the thread in ``call`` (it sees the process end and closes it), so no
+        file descriptor is ever closed twice (a second close could hit a reused number)."""
         with self._lock:
             for worker in self._all:
-                worker.kill()
+                worker.stop_process()
+            while not self._idle.empty():
+                self._idle.get().kill()
             self._all.clear()
             self._started = 0
 
@@ -260,6 +265,7 @@ class _Worker:
 
     def __init__(self, bounds: Bounds) -> None:
         self.bounds = bounds
+        self._close_lock = threading.Lock()
         self.conn, child = _CONTEXT.Pipe()
         self.process = _CONTEXT.Process(
             target=_serve, args=(child, bounds.memory_mb, bounds.cpu_seconds,
@@ -297,11 +303,18 @@ class _Worker:
                                        f"{self.bounds.memory_mb} MB")
         return _BoundHit("worker", f"the worker process ended with code {code}")
 
-    def kill(self) -> None:
+    def stop_process(self) -> None:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(timeout=5)
-        self.conn.close()
+
+    def kill(self) -> None:
+        """Stop the process and close the pipe, once (callers hold the worker alone)."""
+        self.stop_process()
+        with self._close_lock:
+            if self.conn.closed:
+                return
+            self.conn.close()
 
 
 def _serve(conn: Connection, memory_mb: int, cpu_seconds: int, max_bytes: int) -> None:

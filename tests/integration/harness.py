@@ -95,14 +95,16 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                       others=others)
     finally:
         stop.set()
-        await task
-        await asyncio.wait_for(fleet.stop(), 10)
-        # Its Dispatches hold reservations that other suites' live views would count.
-        for name in (namespace, *others):
-            with contextlib.suppress(KubeError):
-                await hub.request("DELETE", DISPATCHES.collection(name))
-        for client in (hub, *members.values()):
-            await client.close()
+        try:
+            await task  # a controller that failed to stop fails the test, after the clean-up
+        finally:
+            await asyncio.wait_for(fleet.stop(), 10)
+            # Its Dispatches hold reservations that other suites' live views would count.
+            for name in (namespace, *others):
+                with contextlib.suppress(KubeError):
+                    await hub.request("DELETE", DISPATCHES.collection(name))
+            for client in (hub, *members.values()):
+                await client.close()
 
 
 def _ready(controller: Controller) -> Callable[[], Awaitable[bool]]:
@@ -111,9 +113,10 @@ def _ready(controller: Controller) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy (fails after TIMEOUT_S)."""
-    deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+async def eventually(check: Callable[[], Awaitable[Any]], *, what: str,
+                     within: float = TIMEOUT_S) -> Any:
+    """Poll ``check`` until it returns something truthy (fails after ``within`` s)."""
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         value = await check()
         if value:
