@@ -516,12 +516,12 @@ class Reconciler:
         if client is None:
             return False
         definition = self.catalog.find(str(workload["apiVersion"]), str(workload["kind"]))
+        namespace = str(workload["metadata"].get("namespace") or "default")
         try:
             body = self.copy_body(workload)
             pods = admission.dry_run_pods(
                 pod_templates(body, definition) if definition is not None
-                and self.settings.admission_check else [],
-                namespace=str(workload["metadata"].get("namespace") or "default"))
+                and self.settings.admission_check else [], namespace=namespace)
         except WorkloadError as exc:
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
@@ -530,7 +530,6 @@ class Reconciler:
             return Rejection.of(cluster, status=404, reason="NotServed",
                                 message=f"{cluster} does not serve {workload['kind']} "
                                         f"({workload['apiVersion']})")
-        namespace = str(workload["metadata"].get("namespace") or "default")
         try:
             created = await self._submit(client, ref, cluster=cluster, namespace=namespace,
                                          body=body, pods=pods)
