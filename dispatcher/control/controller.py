@@ -27,7 +27,8 @@ from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
-from dispatcher.control.reconcile import Reconciler, member_copy
+from dispatcher.control.readings import member_copy
+from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
@@ -76,7 +77,6 @@ class Controller:
                                concurrency=settings.workers,
                                describe=self.reconciler.workload_fields,
                                key=lambda uid: self.reconciler.workload_fields(uid)["namespace"])
-        self.reconciler.workers = self.workers
         self._backlog: set[str] | None = set()
         self.definitions = DefinitionWatcher(hub=hub, live=self.live, clock=clock)
         self.hub_watchers = HubWatchers(hub=hub, live=self.live, cache=self.cache,

@@ -1,10 +1,13 @@
 """The per-workload decision: one frozen snapshot in, one small action out.
 
 The shell (``control.reconcile``) reads a ``Snapshot`` (hub object, its Dispatch record, the
-member copy if known, that member's health, a placement ``Decision`` when one is needed),
-calls ``decide`` and executes the returned ``Action``; then it reads a fresh snapshot and
-asks again, until the answer is ``NOTHING`` or a wait. Nothing here does I/O or reads a
-clock, so every branch is a table row in the unit tests.
+member copy if known, that member's health, and — once a placement is needed — the
+``PlacementInput``: the resolved workload, the queue and the member views), calls ``decide``
+and executes the returned ``Action``; then it reads a fresh snapshot and asks again, until
+the answer is ``NOTHING`` or a wait. Placement is part of the decision (``control.placing``):
+the action carries the ``Placement`` (queue step, reservation) the shell applies before its
+first write. Nothing here does I/O or reads a clock, so every branch is a table row in the
+unit tests.
 
 Branch order (first match wins):
 
@@ -19,9 +22,9 @@ Branch order (first match wins):
 5   no finalizer                                   ADD_FINALIZER
 6   no Dispatch record                             CREATE_RECORD
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
-8   no member chosen, no placement decision yet    PLACE (shell decides, asks again)
-9   no member chosen, decision chose one           RECORD_PLACEMENT
-10  no member chosen, nothing feasible             RECORD_PENDING (skipped when unchanged)
+8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
+9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
+10  no member chosen, nothing feasible             RECORD_PENDING (NOTHING when unchanged)
 11  member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
     failover policy allows
 12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
@@ -45,8 +48,8 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.placing import Placement, PlacementInput, place
 from dispatcher.control.record import DispatchRecord
-from dispatcher.placement.model import Decision
 
 __all__ = [
     "Action",
@@ -102,12 +105,18 @@ class CopyState(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Copy:
-    """The member copy as last seen by its watch; ``generic`` is its resolved status."""
+    """The member copy as last seen by its watch: ``generic`` and ``statuses`` are its
+    resolved status; ``written_generation`` the hub generation it was written from;
+    ``seen_at`` when its watch saw it (the loop's monotonic clock)."""
 
     state: CopyState
     uid: str = ""
     status: Mapping[str, Any] | None = None
     generic: str = ""
+    statuses: tuple[str, ...] = ()
+    resource_version: str = ""
+    written_generation: int = 0
+    seen_at: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,19 +150,22 @@ class Snapshot:
     record: DispatchRecord | None
     copy: Copy = Copy(state=CopyState.UNKNOWN)
     health: MemberHealth = MemberHealth(reachable=True)
-    decision: Decision | None = None
+    placement: PlacementInput | None = None
     rules: Rules = Rules()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Action:
     """The next step. ``reason`` says why in words (logs, conditions, events); ``member`` is
-    the member concerned; ``recheck_after`` (seconds) asks the shell to look again later."""
+    the member concerned; ``recheck_after`` (seconds) asks the shell to look again later;
+    ``placement`` is the placement made in this step (its queue step and reservation are
+    the shell's to apply, whatever the action)."""
 
     kind: ActionKind
     reason: str = ""
     member: str | None = None
     recheck_after: float | None = None
+    placement: Placement | None = None
 
 
 def not_started(generic: str | None) -> bool:
@@ -204,15 +216,18 @@ def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, messag
 
 
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
-    decision = snap.decision
-    if decision is None:
+    if snap.placement is None:
         return Action(kind=ActionKind.PLACE, reason="no member chosen yet")
+    placement = place(snap.placement)
+    decision = placement.decision
     if decision.chosen is not None:
         return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
-                      reason=decision.summary)
-    if record.phase == Phase.PENDING and record.pending_message == decision.summary[:1000]:
-        return Action(kind=ActionKind.NOTHING, reason=decision.summary)
-    return Action(kind=ActionKind.RECORD_PENDING, reason=decision.summary)
+                      reason=decision.summary, placement=placement)
+    unchanged = (record.phase == Phase.PENDING
+                 and record.pending_message == decision.summary[:1000]
+                 and record.pending_reason == placement.reason)
+    return Action(kind=ActionKind.NOTHING if unchanged else ActionKind.RECORD_PENDING,
+                  reason=decision.summary, placement=placement)
 
 
 def _member_lost(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action:

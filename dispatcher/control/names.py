@@ -18,6 +18,7 @@ __all__ = [
     "HUB_UID_LABEL",
     "ORIGIN_LABEL",
     "PREFIX",
+    "PendingReason",
     "Phase",
 ]
 
@@ -57,6 +58,31 @@ class Phase(StrEnum):
     def of_generic(cls, status: str) -> Phase:
         """The phase shown for a mirrored generic status (``pending`` -> Submitted)."""
         return _GENERIC.get(status, cls.SUBMITTED)
+
+
+class PendingReason(StrEnum):
+    """The ``Placed=False`` condition reason of a Pending Dispatch: why no member yet.
+
+    Parked reasons (``Unplaceable``, ``InvalidAnnotation``, ``InvalidTemplate``,
+    ``ResolveFailed``) hold nothing in the queue; the last two are ``Resolved=False`` too.
+    """
+
+    NO_FEASIBLE_MEMBER = "NoFeasibleMember"  # only needs capacity to free up
+    QUEUED = "Queued"  # waiting behind its namespace's gate (bounded backfill)
+    UNPLACEABLE = "Unplaceable"  # no member could run it even with every GPU free
+    INVALID_ANNOTATION = "InvalidAnnotation"  # fixed by the user
+    INVALID_TEMPLATE = "InvalidTemplate"  # a pod template that cannot be a valid Pod
+    RESOLVE_FAILED = "ResolveFailed"  # no definition, or it failed on this object
+
+    @property
+    def parked(self) -> bool:
+        """Waits outside the queue's gate (``PendingQueue.park``)."""
+        return self not in (PendingReason.NO_FEASIBLE_MEMBER, PendingReason.QUEUED)
+
+    @property
+    def unresolved(self) -> bool:
+        """The workload could not be resolved (``Resolved=False``)."""
+        return self in (PendingReason.INVALID_TEMPLATE, PendingReason.RESOLVE_FAILED)
 
 
 _GENERIC: dict[str, Phase] = {

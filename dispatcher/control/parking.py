@@ -5,9 +5,9 @@ not parse, a junk priority) or that no member could run even with every GPU free
 than every member, a product nobody has, pinned to a member that does not exist or refuses
 its namespace) must not wait in the queue like one that only needs capacity to free up: it
 would hold its namespace's gate forever and tell the user nothing useful. It is *parked*
-(``queue.PendingQueue.park``) with a message whose first words give the Dispatch condition
-reason (``pending_reason``): ``InvalidAnnotation`` (fixed by the user) or ``Unplaceable``
-(re-checked whenever the fleet changes: a member added may take it).
+(``queue.PendingQueue.park``) with its reason (``names.PendingReason``): ``InvalidAnnotation``
+(fixed by the user) or ``Unplaceable`` (re-checked whenever the fleet changes: a member added
+may take it). ``control.placing`` decides which.
 
 "Could ever run" is the real placement over the *bare* fleet: each member with its nodes as
 they are now but nothing running and nothing reserved, Ready and not cordoned (a member's
@@ -26,28 +26,13 @@ from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
 
-__all__ = ["INVALID_ANNOTATION", "INVALID_TEMPLATE", "UNPLACEABLE", "BareFleet",
-           "annotation_error", "bare", "pending_reason", "unplaceable"]
+__all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "annotation_error", "bare",
+           "unplaceable"]
 
 UNPLACEABLE = "unplaceable: "
-"""Prefix of every never-placeable message (condition reason ``Unplaceable``)."""
+"""Prefix of every never-placeable message."""
 INVALID_ANNOTATION = "invalid annotation "
-"""Prefix of every invalid-request message (condition reason ``InvalidAnnotation``)."""
-
-INVALID_TEMPLATE = "invalid pod template: "
-"""Prefix of the message of a workload whose pod template cannot make a valid Pod
-(``TemplateError``; condition reason ``InvalidTemplate``, on ``Resolved`` too)."""
-
-_REASONS = ((UNPLACEABLE, "Unplaceable"), (INVALID_ANNOTATION, "InvalidAnnotation"),
-            ("waiting behind", "Queued"), ("cannot resolve", "ResolveFailed"),
-            (INVALID_TEMPLATE, "InvalidTemplate"))
-
-
-def pending_reason(message: str) -> str:
-    """The Dispatch ``Placed=False`` condition reason for a Pending message."""
-    return next((reason for prefix, reason in _REASONS if message.startswith(prefix)),
-                "NoFeasibleMember")
-
+"""Prefix of every invalid-request message."""
 
 def annotation_error(request: PlacementRequest) -> str | None:
     """Why the request's annotations are invalid (policy, selector), or None."""

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.control.names import Phase
+from dispatcher.control.names import PendingReason, Phase
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.placement.model import Decision
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import gangs_json
 
 __all__ = [
-    "RESOLVE_FAILURES",
     "DispatchRecord",
     "condition",
     "demand_status",
@@ -81,6 +80,8 @@ class DispatchRecord:
     history: tuple[Mapping[str, Any], ...] = ()
     failure: str | None = None
     pending_message: str = ""
+    pending_reason: str = ""  # the Placed=False condition's reason (a PendingReason)
+    summary: str = ""  # the placement decision's summary
     last_seen: float | None = None
     synced_generation: int = 0  # hub metadata.generation last written to the copy
 
@@ -114,6 +115,8 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         history=tuple(status.get("attempts") or ()),
         failure=status.get("failure") or None,
         pending_message=str((pending or {}).get("message", "")),
+        pending_reason=str((pending or {}).get("reason", "")),
+        summary=str(decision.get("summary") or ""),
         last_seen=parse_time(remote.get("lastSeen")),
         synced_generation=int(remote.get("hubGeneration") or 0),
     )
@@ -158,17 +161,13 @@ def demand_status(*, demand: Demand, definition: str) -> dict[str, Any]:
             "demand": {"pods": demand.pods, "gpus": demand.gpus, "gangs": gangs_json(demand)}}
 
 
-RESOLVE_FAILURES = ("ResolveFailed", "InvalidTemplate")
-"""Pending reasons that mean the workload could not be resolved (``Resolved=False``)."""
-
-
-def pending_status(*, message: str, reason: str, now: float) -> dict[str, Any]:
+def pending_status(*, message: str, reason: PendingReason, now: float) -> dict[str, Any]:
     """Status patch: no member can take it now; ``message`` is the decision summary.
 
-    When the reason is that the workload cannot be resolved (``RESOLVE_FAILURES``: no or
-    a failing definition, a pod template that cannot be a valid Pod), ``Resolved=False``
-    says so with the same reason and message; otherwise ``Resolved=True`` (it was)."""
-    resolved = reason not in RESOLVE_FAILURES
+    When the reason is that the workload cannot be resolved (no or a failing definition,
+    a pod template that cannot be a valid Pod: ``PendingReason.unresolved``),
+    ``Resolved=False`` says so with the same reason and message; else ``Resolved=True``."""
+    resolved = not reason.unresolved
     return {"phase": Phase.PENDING.value, "decision": None,
             "conditions": [condition(type_="Placed", status=False, reason=reason,
                                      message=message, now=now),

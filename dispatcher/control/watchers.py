@@ -23,7 +23,7 @@ from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import ORIGIN_LABEL
-from dispatcher.control.reconcile import member_copy
+from dispatcher.control.readings import member_copy
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError

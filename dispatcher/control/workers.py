@@ -30,10 +30,11 @@ _MAX_BACKOFF_S = 30.0
 class Workers:
     """Per-uid serial workers with bounded overall concurrency."""
 
-    def __init__(self, *, handler: Callable[[str], Awaitable[None]], concurrency: int,
+    def __init__(self, *, handler: Callable[[str], Awaitable[float | None]], concurrency: int,
                  describe: Callable[[str], Mapping[str, str]] | None = None,
                  key: Callable[[str], str] | None = None) -> None:
-        """``describe(uid)`` gives the fields that name the workload in a retry log line;
+        """``handler(uid)`` answers when to look again (seconds) or None;
+        ``describe(uid)`` gives the fields that name the workload in a retry log line;
         ``key(uid)`` the tenant whose turn a slot is (one queue for all when None)."""
         self._handler = handler
         self._describe = describe
@@ -107,8 +108,10 @@ class Workers:
                 while True:
                     self._dirty.discard(uid)
                     try:
-                        await self._handler(uid)
+                        recheck = await self._handler(uid)
                         self._failures.pop(uid, None)
+                        if recheck is not None:
+                            self.later(uid, recheck)
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:

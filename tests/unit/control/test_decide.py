@@ -23,9 +23,10 @@ from dispatcher.control.decide import (
     Snapshot,
     decide,
 )
-from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.names import FINALIZER, PendingReason, Phase
+from dispatcher.control.placing import PlacementInput, place
 from dispatcher.control.record import DispatchRecord
-from dispatcher.placement.model import Decision, Verdict
+from tests.unit.control import placing_builders as pb
 
 NOW = 1_000_000.0
 
@@ -48,11 +49,12 @@ def record(**kw: Any) -> DispatchRecord:
     return DispatchRecord(name="train", namespace="team-a", workload_uid="u1", **kw)
 
 
-def decision(chosen: str | None) -> Decision:
-    verdicts = (Verdict(member="m1", feasible=chosen == "m1", reason="r", free=8),)
-    return Decision(policy="most-free", pods=1, gpus=8, gangs=1, verdicts=verdicts,
-                    chosen=chosen, assignment=(), summary="no member fits" if not chosen
-                    else "m1 chosen")
+def placement(fits: bool) -> PlacementInput:
+    """A 2 x 8-GPU Job over a fleet where it fits now, or only once GPUs free up."""
+    return pb.given(pb.job(gpus=8, parallelism=2), fleet=pb.members(used_a=0 if fits else 4))
+
+
+FULL_SUMMARY = place(placement(False)).decision.summary
 
 
 PLACED = record(phase=Phase.PLACED, cluster="m1", attempt=1)
@@ -91,13 +93,18 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("unplaced, no decision", Snapshot(now=NOW, workload=workload(), record=record()),
      ActionKind.PLACE),
     ("unplaced, fits", Snapshot(now=NOW, workload=workload(), record=record(),
-                                decision=decision("m1")), ActionKind.RECORD_PLACEMENT),
+                                placement=placement(True)), ActionKind.RECORD_PLACEMENT),
     ("unplaced, nothing fits", Snapshot(now=NOW, workload=workload(), record=record(),
-                                        decision=decision(None)), ActionKind.RECORD_PENDING),
-    ("pending, same reason", Snapshot(now=NOW, workload=workload(),
-                                      record=record(phase=Phase.PENDING,
-                                                    pending_message="no member fits"),
-                                      decision=decision(None)), ActionKind.NOTHING),
+                                        placement=placement(False)),
+     ActionKind.RECORD_PENDING),
+    ("pending, same reason", Snapshot(
+        now=NOW, workload=workload(), placement=placement(False),
+        record=record(phase=Phase.PENDING, pending_message=FULL_SUMMARY,
+                      pending_reason=PendingReason.NO_FEASIBLE_MEMBER)), ActionKind.NOTHING),
+    ("pending, same message, other reason", Snapshot(
+        now=NOW, workload=workload(), placement=placement(False),
+        record=record(phase=Phase.PENDING, pending_message=FULL_SUMMARY,
+                      pending_reason=PendingReason.QUEUED)), ActionKind.RECORD_PENDING),
     ("lost, not long", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
                                 health=LOST_NOW), ActionKind.MARK_UNKNOWN),
     ("lost, already unknown", Snapshot(now=NOW, workload=workload(),

@@ -2,8 +2,8 @@
 
 Covered: every reason the issue names (bigger than every member, a product nobody has,
 pinned to a missing or namespace-refusing member, bad selector or policy), what is *not*
-unplaceable (full now but big enough; a member not listed yet), the bare copy, the
-condition reasons. Left out: the shell (integration tests).
+unplaceable (full now but big enough; a member not listed yet), the bare copy
+(the condition reasons are ``placing``'s: test_placing). Left out: the shell (integration tests).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dispatcher.control.parking import (
     BareFleet,
     annotation_error,
     bare,
-    pending_reason,
     unplaceable,
 )
 from dispatcher.fleet.capacity import ClusterCapacity
@@ -60,7 +59,6 @@ def never(req: PlacementRequest, members: list[MemberSnapshot] | None = None,
 def test_never_placeable(req: PlacementRequest, words: str) -> None:
     reason = never(req)
     assert reason is not None and words in reason
-    assert pending_reason(reason) == "Unplaceable"
 
 
 @pytest.mark.parametrize("req", [
@@ -126,21 +124,9 @@ def test_bare_copies_are_rebuilt_when_nodes_change() -> None:
 def test_invalid_annotations(req: PlacementRequest, words: str) -> None:
     reason = annotation_error(req)
     assert reason is not None and words in reason
-    assert pending_reason(reason) == "InvalidAnnotation"
     assert reason.endswith("not dispatched until it is fixed")
 
 
 def test_valid_annotations() -> None:
     assert annotation_error(request(shape(1, 1), selector="region=us",
                                     policy="best-fit")) is None
-
-
-@pytest.mark.parametrize(("message", "reason"), [
-    ("waiting behind team-a/x (bypassed 50 times)", "Queued"),
-    ("cannot resolve: no definition", "ResolveFailed"),
-    ("invalid pod template: spec.x.containers[0].command[1]: must be a string",
-     "InvalidTemplate"),
-    ("no member can take 1 pod(s)", "NoFeasibleMember"),
-])
-def test_other_pending_reasons(message: str, reason: str) -> None:
-    assert pending_reason(message) == reason

@@ -135,17 +135,3 @@ def test_no_namespace_ever_gates_another(limit: int, steps: list[tuple[str, int,
             assert blocker is None or blocker.uid not in {p.uid for p, _ in q.parked()}
         order = q.ordered()
         assert len(order) == q.waiting == len({e.uid for e in order})
-
-
-def test_restrict_explains_excluded_and_namespace_bound_members() -> None:
-    from dispatcher.control.reconcile import restrict
-    from dispatcher.fleet.capacity import ClusterCapacity
-    from dispatcher.placement.model import MemberSnapshot
-
-    members = [MemberSnapshot(name=n, capacity=ClusterCapacity()) for n in ("a", "b", "c")]
-    allowed = {"a": (), "b": ("prod",), "c": ("team",)}
-    out = {m.name: m for m in restrict(members, excluded=("a",), namespace="team",
-                                       allowed=lambda n: allowed[n])}
-    assert not out["a"].ready and "earlier attempt" in out["a"].not_ready_reason
-    assert not out["b"].ready and "namespace team" in out["b"].not_ready_reason
-    assert out["c"].ready

@@ -17,6 +17,7 @@ from dispatcher.control.names import (
     HUB_OBJECT_ANNOTATION,
     HUB_UID_ANNOTATION,
     ORIGIN_LABEL,
+    PendingReason,
     Phase,
 )
 from dispatcher.fleet.reservations import Reservation
@@ -119,13 +120,14 @@ def test_lease_rule() -> None:
 
 
 def test_pending_for_a_workload_that_cannot_resolve_says_resolved_false() -> None:
-    for reason in ("ResolveFailed", "InvalidTemplate"):
+    for reason in (PendingReason.RESOLVE_FAILED, PendingReason.INVALID_TEMPLATE):
         status = record.pending_status(message="invalid pod template: spec.a: bad",
                                        reason=reason, now=0.0)
         by_type = {c["type"]: c for c in status["conditions"]}
         assert by_type["Placed"]["status"] == by_type["Resolved"]["status"] == "False"
         assert by_type["Resolved"]["reason"] == reason
         assert by_type["Resolved"]["message"] == "invalid pod template: spec.a: bad"
-    queued = record.pending_status(message="waiting behind x", reason="Queued", now=0.0)
+    queued = record.pending_status(message="waiting behind x", reason=PendingReason.QUEUED,
+                                   now=0.0)
     assert {c["type"]: c["status"] for c in queued["conditions"]} == {
         "Placed": "False", "Resolved": "True"}

@@ -1,0 +1,106 @@
+"""Each workload resolved once per generation and definition, before it is placed.
+
+Resolving may run a tenant's definition in the bounded worker pool (an ``await``), while
+placing must not ``await`` between its decision and its reservation; so the shell resolves
+first (``prepare``) and placing only reads the result (``get``). The result is logged once
+(``workload.resolved``, the trace format ``dispatcher simulate --trace`` replays) and is
+what the Dispatch's ``status.demand`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from dispatcher.control import record as records
+from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.priority import InvalidPriority, PriorityPolicy
+from dispatcher.workloads.bounded import DefinitionQuarantined
+from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.resolve import Resolution
+from dispatcher.workloads.trace import resolved_event
+
+__all__ = ["Resolutions"]
+
+log = structlog.get_logger("dispatcher")
+
+
+def _generation(workload: Mapping[str, Any]) -> int:
+    return int(workload["metadata"].get("generation") or 0)
+
+
+class Resolutions:
+    """Resolutions (or the error) per workload uid, keyed by generation and definition."""
+
+    def __init__(self, *, live: LiveCatalog, priority: PriorityPolicy,
+                 clock: Callable[[], float]) -> None:
+        self.live = live
+        self.priority = priority
+        self.clock = clock
+        self._by_uid: dict[str, tuple[int, int, Resolution | WorkloadError]] = {}
+
+    def _definition_id(self, workload: Mapping[str, Any]) -> int:
+        return id(self.live.current.find(str(workload.get("apiVersion")),
+                                         str(workload.get("kind"))))
+
+    async def prepare(self, uid: str, workload: Mapping[str, Any]) -> None:
+        """Resolve ``workload`` unless it already is for this generation and definition.
+        A definition quarantined meanwhile is reported to the live catalog."""
+        key = (_generation(workload), self._definition_id(workload))
+        cached = self._by_uid.get(uid)
+        if cached is not None and cached[:2] == key:
+            return
+        try:
+            resolution: Resolution | WorkloadError = \
+                await self.live.evaluator.resolve_async(workload)
+        except WorkloadError as exc:
+            resolution = exc
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
+        self._by_uid[uid] = (*key, resolution)
+        if isinstance(resolution, Resolution):
+            self._log(uid, workload, resolution)
+
+    def get(self, uid: str, workload: Mapping[str, Any]) -> Resolution | WorkloadError:
+        """What ``prepare`` found, or the error saying why there is nothing current."""
+        cached = self._by_uid.get(uid)
+        if cached is None or cached[:2] != (_generation(workload),
+                                            self._definition_id(workload)):
+            try:
+                self.live.current.require(workload)  # NoDefinitionError naming what is loaded
+            except WorkloadError as exc:
+                return exc
+            return WorkloadError("not resolved yet (the definition changed meanwhile)")
+        return cached[2]
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
+        cached = self._by_uid.get(uid)
+        if cached is None or not isinstance(cached[2], Resolution):
+            return {}
+        return records.demand_status(demand=cached[2].demand,
+                                     definition=cached[2].definition_name)
+
+    def forget(self, uid: str) -> None:
+        self._by_uid.pop(uid, None)
+
+    def clear(self) -> None:
+        """The catalog changed: definition ids may be reused by new definitions."""
+        self._by_uid.clear()
+
+    def _log(self, uid: str, workload: Mapping[str, Any], resolution: Resolution) -> None:
+        meta = workload["metadata"]
+        namespace = str(meta.get("namespace") or "")
+        try:  # the effective priority (placing parks a junk one before it resolves)
+            priority = self.priority.of(meta.get("annotations"), namespace)
+        except InvalidPriority:
+            priority = self.priority.of(None, namespace)
+        event = resolved_event(ts=records.format_time(self.clock()), uid=uid,
+                               namespace=namespace, name=str(meta["name"]),
+                               api_version=resolution.api_version, kind=resolution.kind,
+                               definition=resolution.definition_name,
+                               demand=resolution.demand, priority=priority)
+        event.pop("ts")
+        log.info(event.pop("event"), **event)

@@ -1,0 +1,250 @@
+"""The member side of a dispatch: build the copy, ask the member's admission, create it,
+update its spec, delete it (only if ours).
+
+Every write's answer goes into the copy cache, so the next ``decide`` sees it. A refusal
+that will not change by retrying (a 4xx, a kind not served, a copy that cannot be built)
+comes back as a ``Rejection``; a transient failure raises for the worker's back-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from dispatcher.control import admission
+from dispatcher.control.caches import CopyCache, MemberCopy
+from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.copies import (
+    Rejection,
+    build_copy,
+    delete_if_owned,
+    owner_state,
+    written_generation,
+)
+from dispatcher.control.decide import CopyState
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.names import HUB_GENERATION_ANNOTATION
+from dispatcher.control.readings import member_copy
+from dispatcher.control.settings import ControlSettings
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
+from dispatcher.kube.patches import merge_diff
+from dispatcher.kube.resources import NAMESPACES, PODS, ResourceRef
+from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.mutate import pod_templates
+
+__all__ = ["CopyUpdate", "MemberWrites"]
+
+log = structlog.get_logger("dispatcher")
+
+_FOREIGN_RECHECK_S = 30.0
+
+
+class MemberWrites:
+    """Writes to the members for the control loop (one instance, shared by all workers)."""
+
+    def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
+                 fleet: FleetView, copies: CopyCache, clock: Callable[[], float],
+                 monotonic: Callable[[], float]) -> None:
+        self.settings = settings
+        self.live = live
+        self.hub = hub
+        self.fleet = fleet
+        self.copies = copies
+        self.clock = clock
+        self.monotonic = monotonic
+        self._foreign: dict[tuple[str, str], float] = {}
+
+    def foreign(self, cluster: str, uid: str) -> bool:
+        """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
+        again after ``_FOREIGN_RECHECK_S``; older entries are dropped)."""
+        seen = self._foreign.get((cluster, uid))
+        if seen is None:
+            return False
+        if self.clock() - seen < _FOREIGN_RECHECK_S:
+            return True
+        del self._foreign[(cluster, uid)]
+        return False
+
+    def forget(self, uid: str) -> None:
+        """The workload is gone: drop what is remembered about it."""
+        for key in [k for k in self._foreign if k[1] == uid]:
+            del self._foreign[key]
+
+    async def ensure_namespace(self, client: KubeClient, namespace: str) -> None:
+        """Create ``namespace`` on a member with the hub namespace's Pod Security labels,
+        never below ``submit.podSecurityFloor`` (``admission.namespace_labels``)."""
+        try:
+            hub_ns = await self.hub.request("GET", NAMESPACES.item(namespace))
+            hub_labels = (hub_ns.get("metadata") or {}).get("labels") or {}
+        except KubeError:
+            hub_labels = {}  # unreadable: the floor alone applies
+        labels = admission.namespace_labels(hub_labels,
+                                            floor=self.settings.pod_security_floor)
+        with contextlib.suppress(Conflict):
+            await client.request("POST", NAMESPACES.collection(), body={
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": labels}})
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool | Rejection:
+        """Create the copy on ``cluster``: True when it exists now (created or ours), False
+        to look again later (not connected, or a foreign object holds the name), a
+        ``Rejection`` when the member refused it for good (or it cannot be built).
+        Transient failures (no answer, 429, 5xx) raise, for the worker's back-off."""
+        client = self.fleet.client(cluster)
+        if client is None:
+            return False
+        definition = self.live.current.find(str(workload["apiVersion"]), str(workload["kind"]))
+        namespace = str(workload["metadata"].get("namespace") or "default")
+        try:
+            body = self.copy_body(workload)
+            pods = admission.dry_run_pods(
+                pod_templates(body, definition) if definition is not None
+                and self.settings.admission_check else [], namespace=namespace)
+        except WorkloadError as exc:
+            return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
+        ref = await client.discovery.resource(str(workload["apiVersion"]),
+                                              str(workload["kind"]))
+        if ref is None:
+            return Rejection.of(cluster, status=404, reason="NotServed",
+                                message=f"{cluster} does not serve {workload['kind']} "
+                                        f"({workload['apiVersion']})")
+        try:
+            created = await self._submit(client, ref, cluster=cluster, namespace=namespace,
+                                         body=body, pods=pods)
+        except Conflict:
+            existing = await client.request("GET", ref.item(body["metadata"]["name"],
+                                                            namespace))
+            if owner_state(existing, hub_id=self.settings.hub_id,
+                           hub_uid=uid) is CopyState.OURS:
+                self.copies.put(cluster, uid, await self.reading(existing))
+                return True
+            self._foreign[(cluster, uid)] = self.clock()
+            return False
+        except KubeError as exc:
+            if not exc.permanent:
+                raise
+            return Rejection.of(cluster, status=exc.status, reason=exc.reason or
+                                type(exc).__name__, message=exc.detail)
+        if isinstance(created, Rejection):
+            return created
+        self.copies.put(cluster, uid, await self.reading(created))
+        return True
+
+    async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
+                      namespace: str, body: Mapping[str, Any],
+                      pods: Sequence[Mapping[str, Any]]) -> Any:
+        """Admission dry-run of the pods, then the create; the namespace is created first
+        when it is missing and ``submit.createNamespaces`` allows it."""
+        for last in (False, True):
+            try:
+                refused = await self._admit(client, cluster=cluster, namespace=namespace,
+                                            pods=pods)
+                if refused is not None:
+                    return refused
+                return await client.request("POST", ref.collection(namespace), body=body)
+            except NotFound as exc:
+                if last or f'namespaces "{namespace}" not found' not in exc.detail:
+                    raise
+                if not self.settings.create_namespaces:
+                    return Rejection.of(
+                        cluster, status=404, reason="NamespaceMissing",
+                        message=f"namespace {namespace} does not exist on {cluster}; the "
+                                f"member's operator prepares the namespaces it takes "
+                                f"(submit.createNamespaces is off)")
+                await self.ensure_namespace(client, namespace)
+        raise AssertionError("unreachable")
+
+    async def _admit(self, client: KubeClient, *, cluster: str, namespace: str,
+                     pods: Sequence[Mapping[str, Any]]) -> Rejection | None:
+        """The member's admission verdict on each pod template (``dryRun=All``): a
+        Rejection on a refusal (403); a pod invalid as such (422: an operator completes
+        it) is not the admission's word and passes."""
+        for pod in pods:
+            try:
+                await client.request("POST", PODS.collection(namespace), body=pod,
+                                     query=[("dryRun", "All")])
+            except (Forbidden, Invalid) as exc:
+                if isinstance(exc, Invalid):
+                    continue
+                if 'cannot create resource "pods"' in exc.detail:
+                    # RBAC, not admission: this identity cannot ask (deploy/member grants
+                    # it); the copy is still created, and the log says what was skipped
+                    log.warning("admission.unchecked", member=cluster, namespace=namespace,
+                                message=exc.detail[:300])
+                    return None
+                if 'serviceaccount "default" not found' in exc.detail:
+                    # a namespace seconds old: the member's controller-manager creates its
+                    # default ServiceAccount shortly; try again (worker back-off)
+                    raise ServerError(f"{cluster}: {exc.detail}", status=503,
+                                      reason="ServiceAccountPending") from None
+                return Rejection.of(cluster, status=exc.status, reason="PodNotAdmitted",
+                                    message=f"a pod of this workload would not be admitted "
+                                            f"in namespace {namespace}: {exc.detail}")
+        return None
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        """Delete our copy of ``uid`` on ``cluster`` (only if owned)."""
+        client = self.fleet.client(cluster)
+        found = self.copies.get(cluster, uid)
+        if client is None:
+            return False
+        obj = found.obj if found is not None else workload
+        ref = await client.discovery.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        if ref is None:
+            return False
+        deleted = await delete_if_owned(
+            client, ref, namespace=str(obj["metadata"].get("namespace") or "default"),
+            name=str(obj["metadata"]["name"]), hub_id=self.settings.hub_id, hub_uid=uid)
+        self.copies.drop(cluster, uid)
+        return deleted
+
+    def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
+        """The member copy of ``workload`` (stamped, mutated)."""
+        return build_copy(workload, hub_id=self.settings.hub_id,
+                          definition=self.live.current.find(str(workload["apiVersion"]),
+                                                       str(workload["kind"])),
+                          mutations=self.settings.pod_mutations)
+
+    async def reading(self, obj: Mapping[str, Any]) -> MemberCopy:
+        """``obj`` as the copy cache holds it (generic status read now)."""
+        return await member_copy(obj, live=self.live, seen_at=self.monotonic())
+
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> CopyUpdate | None:
+        """Write the hub object's spec to our copy on ``cluster`` (spec only: the member's
+        own metadata and status stay); None when there is no copy or client to write."""
+        found = self.copies.get(cluster, uid)
+        client = self.fleet.client(cluster)
+        if found is None or client is None:
+            return None
+        wanted = self.copy_body(workload)
+        patch: dict[str, Any] = {}
+        spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
+        if spec:
+            patch["spec"] = spec
+        generation = written_generation(wanted)
+        patch["metadata"] = {"annotations": {HUB_GENERATION_ANNOTATION: str(generation)}}
+        meta = found.obj["metadata"]
+        ref = await client.discovery.resource(str(found.obj["apiVersion"]),
+                                              str(found.obj["kind"]))
+        if ref is None:
+            return None
+        updated = await client.request("PATCH", ref.item(meta["name"], meta.get("namespace")),
+                                       body=patch, content_type=JSON_MERGE_PATCH)
+        self.copies.put(cluster, uid, await self.reading(updated))
+        return CopyUpdate(generation=generation, changed=tuple(sorted(spec)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyUpdate:
+    """What ``update_copy`` wrote: the hub generation and the top-level spec keys changed."""
+
+    generation: int
+    changed: tuple[str, ...]

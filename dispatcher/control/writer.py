@@ -1,0 +1,97 @@
+"""What an action may do to the world, and what it tells the loop afterwards.
+
+``control.actions`` executes one ``decide`` action through a ``Writer`` — the writes of the
+control loop by what they mean (add the finalizer, create the record, create the copy, ...),
+each keeping the caches current — and answers with an ``Outcome``: decide again now, look
+again after some seconds, or done for now. The worker (``control.workers``) schedules; the
+actions never see the reconciler, the caches or a client. ``control.writes.Writes`` is the
+real writer; the unit tests use a recording fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dispatcher.control.copies import Rejection
+from dispatcher.control.observe import Metrics
+
+if TYPE_CHECKING:
+    from dispatcher.control.decide import Snapshot
+    from dispatcher.control.submit import CopyUpdate
+
+__all__ = ["AGAIN", "DONE", "Outcome", "Writer", "later"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """After an action: ``again`` = decide again now; ``after`` = look again in N seconds."""
+
+    again: bool = False
+    after: float | None = None
+
+
+AGAIN = Outcome(again=True)
+DONE = Outcome()
+
+
+def later(seconds: float) -> Outcome:
+    """Done for now; look again after ``seconds`` (never less than 50 ms)."""
+    return Outcome(after=max(seconds, 0.05))
+
+
+class Writer(Protocol):
+    """The control loop's writes (``control.writes.Writes``)."""
+
+    metrics: Metrics
+
+    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
+        """Hold the hub object until its copy is gone (a conflict re-reads it)."""
+
+    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
+        """Create its Dispatch (or take over the one of a deleted namesake)."""
+
+    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
+        """Merge-patch the Dispatch status (conditions merged by type)."""
+
+    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
+        """Merge-patch the hub object's status; False when it is gone."""
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool | Rejection:
+        """True: the copy exists; False: look again later; Rejection: refused for good."""
+
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> CopyUpdate | None:
+        """Write the hub spec to the copy; None when there is nothing to write to."""
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        """Delete the copy if it is ours; True when one was deleted."""
+
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+        """Let the hub object go and delete its Dispatch; False on a write conflict."""
+
+    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
+                           ) -> tuple[str, ...]:
+        """Members that could still take the workload once ``without`` is excluded."""
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        """``status.demand``/``status.definition`` of the resolved workload, or {}."""
+
+    def release(self, uid: str) -> None:
+        """Drop the workload's reservation wherever it is held."""
+
+    def forget(self, uid: str) -> None:
+        """The workload leaves: its reservation and its queue entry go."""
+
+    def mirrored(self, uid: str, copy_resource_version: str) -> None:
+        """The hub status now equals the copy's at that resourceVersion."""
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        """A Kubernetes Event on the hub object (written in the background)."""
+
+    def elapsed(self, since: float) -> float:
+        """Seconds on the loop's monotonic clock since ``since``."""

@@ -1,0 +1,203 @@
+"""The real ``Writer``: the control loop's writes to the hub and, through ``MemberWrites``,
+to the members. Every answer goes back into the caches, so the next ``decide`` sees it
+without a read-after-write GET."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dispatcher.control import placing
+from dispatcher.control import record as records
+from dispatcher.control.caches import HubCache
+from dispatcher.control.copies import Rejection
+from dispatcher.control.decide import Snapshot
+from dispatcher.control.events import EventRecorder
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.names import FINALIZER
+from dispatcher.control.observe import Metrics
+from dispatcher.control.queue import PendingQueue
+from dispatcher.control.resolutions import Resolutions
+from dispatcher.control.submit import CopyUpdate, MemberWrites
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.resources import DISPATCHES
+from dispatcher.workloads.resolve import Resolution
+
+__all__ = ["Writes"]
+
+
+def _delete_options(uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+
+
+class Writes:
+    """Implements ``control.writer.Writer`` (one instance, shared by all workers)."""
+
+    def __init__(self, *, hub: KubeClient, cache: HubCache, members: MemberWrites,
+                 fleet: FleetView, queue: PendingQueue, resolutions: Resolutions,
+                 metrics: Metrics, events: EventRecorder | None, default_policy: str,
+                 monotonic: Callable[[], float]) -> None:
+        self.hub = hub
+        self.cache = cache
+        self.members = members
+        self.fleet = fleet
+        self.queue = queue
+        self.resolutions = resolutions
+        self.metrics = metrics
+        self.events = events
+        self.default_policy = default_policy
+        self.monotonic = monotonic
+        self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
+
+    # -- hub ------------------------------------------------------------------------------
+
+    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
+        item = self.cache.workload(uid)
+        assert item is not None
+        meta = workload["metadata"]
+        try:
+            await self._patch_workload(uid, {"metadata": {
+                "finalizers": [*(meta.get("finalizers") or ()), FINALIZER],
+                "resourceVersion": meta["resourceVersion"]}})
+        except Conflict:
+            fresh = await self.hub.request("GET", item.ref.item(meta["name"],
+                                                                meta.get("namespace")))
+            self.cache.put(item.ref, fresh, force=True)
+
+    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
+        name = records.dispatch_name(workload)
+        namespace = str(workload["metadata"].get("namespace") or "default")
+        body = records.dispatch_body(workload=workload, name=name)
+        try:
+            created = await self.hub.request("POST", DISPATCHES.collection(namespace),
+                                             body=body)
+        except Conflict:
+            existing = await self.hub.request("GET", DISPATCHES.item(name, namespace))
+            owner = ((existing.get("spec") or {}).get("workload") or {}).get("uid")
+            if owner == uid:
+                self.cache.put_record(existing, force=True)
+                return
+            # A record of an earlier object with the same name: its owner is gone.
+            with contextlib.suppress(NotFound, Conflict):
+                await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
+                                       body=_delete_options(existing["metadata"]["uid"]))
+            return
+        self.cache.put_record(created, force=True)
+
+    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
+        raw = self.cache.record(uid)
+        assert raw is not None
+        if "conditions" in status:
+            status = {**status, "conditions": records.merge_conditions(
+                (raw.get("status") or {}).get("conditions") or (), status["conditions"])}
+        meta = raw["metadata"]
+        updated = await self.hub.request(
+            "PATCH", DISPATCHES.item(meta["name"], meta["namespace"], "status"),
+            body={"status": status}, content_type=JSON_MERGE_PATCH)
+        self.cache.put_record(updated, force=True)
+
+    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
+        try:
+            await self._patch_workload(uid, {"status": diff}, subresource="status")
+        except NotFound:
+            return False
+        return True
+
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+        meta = workload["metadata"]
+        try:
+            await self._patch_workload(uid, {"metadata": {
+                "finalizers": [f for f in meta.get("finalizers") or () if f != FINALIZER],
+                "resourceVersion": meta["resourceVersion"]}})
+        except NotFound:
+            self.cache.drop(uid)
+        except Conflict:
+            return False
+        raw = self.cache.record(uid)
+        if raw is not None:  # owned by the workload, so GC would do it; do not wait for it
+            record_meta = raw["metadata"]
+            with contextlib.suppress(NotFound, Conflict):
+                await self.hub.request(
+                    "DELETE", DISPATCHES.item(record_meta["name"], record_meta["namespace"]),
+                    body=_delete_options(record_meta["uid"]))
+            self.cache.drop_record(raw)
+        return True
+
+    async def _patch_workload(self, uid: str, body: Mapping[str, Any], *,
+                              subresource: str = "") -> None:
+        item = self.cache.workload(uid)
+        if item is None:
+            raise NotFound(f"workload {uid} is no longer cached")
+        meta = item.obj["metadata"]
+        updated = await self.hub.request(
+            "PATCH", item.ref.item(meta["name"], meta.get("namespace"), subresource),
+            body=body, content_type=JSON_MERGE_PATCH)
+        self.cache.put(item.ref, updated, force=True)
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        if self.events is not None:
+            self.events.record(workload=workload, reason=reason, message=message,
+                               warning=warning)
+
+    # -- members --------------------------------------------------------------------------
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool | Rejection:
+        return await self.members.create_copy(uid, cluster=cluster, workload=workload)
+
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> CopyUpdate | None:
+        return await self.members.update_copy(uid, cluster=cluster, workload=workload)
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        return await self.members.delete_copy(uid, cluster=cluster, workload=workload)
+
+    # -- state ----------------------------------------------------------------------------
+
+    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
+                           ) -> tuple[str, ...]:
+        workload, record = snap.workload, snap.record
+        assert workload is not None and record is not None
+        await self.resolutions.prepare(uid, workload)
+        resolution = self.resolutions.get(uid, workload)
+        if not isinstance(resolution, Resolution):
+            return ()
+        request = placing.request_for(workload, resolution,
+                                      default_policy=self.default_policy)
+        return placing.alternatives(self.fleet.snapshots(), request,
+                                    excluded=(*record.excluded, without))
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        return self.resolutions.demand_patch(uid)
+
+    def release(self, uid: str) -> None:
+        for name in self.fleet.names():
+            reservations = self.fleet.reservations(name)
+            if reservations is not None:
+                reservations.release(uid)
+
+    def forget(self, uid: str) -> None:
+        self.release(uid)
+        self.queue.remove(uid)
+        self.metrics.pending.set(len(self.queue))
+
+    def mirrored(self, uid: str, copy_resource_version: str) -> None:
+        self._mirrored[uid] = copy_resource_version
+
+    def last_mirrored(self, uid: str) -> str | None:
+        """The copy resourceVersion whose status the hub object now has."""
+        return self._mirrored.get(uid)
+
+    def drop(self, uid: str) -> None:
+        """The hub object is gone: forget everything about it."""
+        self.forget(uid)
+        self._mirrored.pop(uid, None)
+        self.resolutions.forget(uid)
+        self.members.forget(uid)
+
+    def elapsed(self, since: float) -> float:
+        return self.monotonic() - since

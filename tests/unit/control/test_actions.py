@@ -1,0 +1,266 @@
+"""actions.execute(): the action -> writes -> outcome table, with a recording fake writer.
+
+No apiserver: the ``Writer`` records each call; the real writer (``control.writes``) is
+covered by the integration tests on real apiservers. Each row says which writes an action
+makes, in which order, and what the loop is told next (decide again / later / done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from dispatcher.control import actions
+from dispatcher.control.copies import Rejection
+from dispatcher.control.decide import (
+    Action,
+    ActionKind,
+    Copy,
+    CopyState,
+    MemberHealth,
+    Rules,
+    Snapshot,
+    decide,
+)
+from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.observe import Metrics
+from dispatcher.control.record import DispatchRecord
+from dispatcher.control.submit import CopyUpdate
+from dispatcher.control.writer import AGAIN, DONE, Outcome, later
+from tests.unit.control import placing_builders as pb
+
+NOW = pb.NOW
+
+
+class FakeWriter:
+    """Records every call as (method, detail); answers are configurable per test."""
+
+    def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
+                 alternatives: tuple[str, ...] = ("m2",), update: CopyUpdate | None = None,
+                 finalizer_conflict: bool = False) -> None:
+        self.metrics = Metrics.create()
+        self.calls: list[tuple[str, Any]] = []
+        self._create, self._mirror_ok = create, mirror_ok
+        self._alternatives, self._update = alternatives, update
+        self._finalizer_conflict = finalizer_conflict
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
+        self.calls.append(("add_finalizer", uid))
+
+    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
+        self.calls.append(("create_record", uid))
+
+    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
+        self.calls.append(("patch_record", status))
+
+    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
+        self.calls.append(("mirror_status", diff))
+        return self._mirror_ok
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool | Rejection:
+        self.calls.append(("create_copy", cluster))
+        return self._create
+
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> CopyUpdate | None:
+        self.calls.append(("update_copy", cluster))
+        return self._update
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        self.calls.append(("delete_copy", cluster))
+        return True
+
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+        self.calls.append(("remove_finalizer", uid))
+        return not self._finalizer_conflict
+
+    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
+                           ) -> tuple[str, ...]:
+        self.calls.append(("alternatives", without))
+        return self._alternatives
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        return {"demand": {"gpus": 16}}
+
+    def release(self, uid: str) -> None:
+        self.calls.append(("release", uid))
+
+    def forget(self, uid: str) -> None:
+        self.calls.append(("forget", uid))
+
+    def mirrored(self, uid: str, copy_resource_version: str) -> None:
+        self.calls.append(("mirrored", copy_resource_version))
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        self.calls.append(("event", reason))
+
+    def elapsed(self, since: float) -> float:
+        return 0.01
+
+
+def workload(*, deleting: bool = False, status: dict[str, Any] | None = None,
+             generation: int = 1) -> dict[str, Any]:
+    obj = pb.job(gpus=8, parallelism=2)
+    obj["metadata"].update(finalizers=[FINALIZER], resourceVersion="7",
+                           generation=generation)
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-11-30T11:00:00Z"
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def record(**kw: Any) -> DispatchRecord:
+    return DispatchRecord(name="train", namespace="team-a", workload_uid="uid-train", **kw)
+
+
+PLACED = record(phase=Phase.PLACED, cluster="m1", attempt=1, summary="m1: 16 GPUs free")
+RUNNING = record(phase=Phase.RUNNING, cluster="m1", attempt=1, submitted_at=NOW - 5,
+                 generic_status="running", synced_generation=1)
+OURS = Copy(state=CopyState.OURS, uid="r1", generic="running", statuses=("running",),
+            status={"active": 2}, resource_version="42", written_generation=1,
+            seen_at=0.0)
+
+
+def run(writer: FakeWriter, snap: Snapshot) -> tuple[Action, Outcome]:
+    action = decide(snap)
+    return action, asyncio.run(actions.execute(writer, uid="uid-train", snap=snap,
+                                               action=action))
+
+
+def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=record(),
+                    placement=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.RECORD_PLACEMENT and outcome == AGAIN
+    (name, status), = w.calls
+    assert name == "patch_record" and status["phase"] == "Placed"
+    assert status["decision"]["cluster"] == "a" and status["demand"] == {"gpus": 16}
+    assert status["decision"]["reservation"]["member"] == "a"
+
+
+def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=record(),
+                    placement=pb.given(workload(), fleet=pb.members(used_a=4)))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.RECORD_PENDING and outcome == DONE
+    assert w.names() == ["patch_record", "event"]
+    placed = {c["type"]: c for c in w.calls[0][1]["conditions"]}["Placed"]
+    assert placed["reason"] == "NoFeasibleMember" and placed["status"] == "False"
+
+
+def test_submit_then_adopt_writes_submitted_with_the_copy_status() -> None:
+    w = FakeWriter()
+    absent = Snapshot(now=NOW, workload=workload(), record=PLACED,
+                      copy=Copy(state=CopyState.ABSENT))
+    action, outcome = run(w, absent)
+    assert action.kind is ActionKind.SUBMIT and outcome == AGAIN
+    assert w.calls == [("create_copy", "m1")]
+    w.calls.clear()
+    action, outcome = run(w, replace(absent, copy=OURS))
+    assert action.kind is ActionKind.ADOPT and outcome == AGAIN
+    assert w.names() == ["patch_record", "event"]
+    status = w.calls[0][1]
+    assert status["phase"] == "Running" and status["genericStatus"] == "running"
+    assert status["remote"]["hubGeneration"] == 1
+
+
+def test_a_member_not_connected_is_looked_at_again_later() -> None:
+    w = FakeWriter(create=False)
+    _, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
+                                 copy=Copy(state=CopyState.ABSENT)))
+    assert outcome == later(2.0)
+
+
+@pytest.mark.parametrize(("alternatives", "outcome", "phase"), [
+    (("m2",), AGAIN, "Pending"),   # requeued without m1
+    ((), DONE, "Failed"),          # nobody else could take it
+])
+def test_a_rejected_copy_releases_at_once_and_requeues_or_fails(
+        alternatives: tuple[str, ...], outcome: Outcome, phase: str) -> None:
+    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"),
+                   alternatives=alternatives)
+    _, answer = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
+                                copy=Copy(state=CopyState.ABSENT)))
+    assert answer == outcome
+    assert w.names() == ["create_copy", "release", "alternatives", "patch_record", "event"]
+    status = w.calls[3][1]
+    assert status["phase"] == phase
+    reasons = {c["type"]: c["reason"] for c in status["conditions"]}
+    assert reasons["Submitted"] == "Rejected"
+
+
+def test_mirror_writes_the_status_diff_then_the_phase() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(status={}),
+                    record=replace(RUNNING, phase=Phase.SUBMITTED, generic_status=None),
+                    copy=OURS)
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.MIRROR and outcome == DONE
+    assert w.names() == ["mirror_status", "mirrored", "patch_record", "event"]
+    assert w.calls[0][1] == {"active": 2} and w.calls[1][1] == "42"
+    assert w.calls[2][1]["phase"] == "Running"
+
+
+def test_mirror_of_a_workload_gone_meanwhile_stops() -> None:
+    w = FakeWriter(mirror_ok=False)
+    _, outcome = run(w, Snapshot(now=NOW, workload=workload(status={}), record=RUNNING,
+                                 copy=OURS))
+    assert outcome == DONE and w.names() == ["mirror_status"]
+
+
+def test_a_spec_change_is_written_to_the_copy() -> None:
+    w = FakeWriter(update=CopyUpdate(generation=2, changed=("parallelism",)))
+    snap = Snapshot(now=NOW, workload=workload(generation=2, status={"active": 2}),
+                    record=RUNNING, copy=OURS)
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.UPDATE_COPY and outcome == AGAIN
+    assert w.names() == ["update_copy", "patch_record", "event"]
+    assert w.calls[1][1] == {"remote": {"hubGeneration": 2}}
+
+
+def test_member_lost_marks_unknown_and_rechecks_when_it_may_count_as_lost() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=replace(RUNNING,
+                                                                 generic_status="pending"),
+                    health=MemberHealth(reachable=False, lost_since=NOW - 10),
+                    rules=Rules(member_lost_after=60))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.MARK_UNKNOWN and outcome == later(50.0)
+    assert w.calls[0][1]["phase"] == "Unknown"
+
+
+def test_requeue_deletes_the_copy_on_a_reachable_member() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), copy=replace(OURS, generic="pending"),
+                    record=replace(RUNNING, generic_status="pending", submitted_at=NOW - 100),
+                    rules=Rules(stuck_after=30))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.REQUEUE and outcome == AGAIN
+    assert w.names()[:2] == ["release", "delete_copy"]
+
+
+def test_deletion_deletes_the_copy_then_releases_the_finalizer() -> None:
+    w = FakeWriter()
+    deleting = Snapshot(now=NOW, workload=workload(deleting=True), record=RUNNING, copy=OURS)
+    action, outcome = run(w, deleting)
+    assert action.kind is ActionKind.DELETE_COPY and outcome == later(0.5)
+    w.calls.clear()
+    action, outcome = run(w, replace(deleting, copy=Copy(state=CopyState.ABSENT)))
+    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == DONE
+    assert w.names() == ["forget", "remove_finalizer"]
+    _, outcome = run(FakeWriter(finalizer_conflict=True),
+                     replace(deleting, copy=Copy(state=CopyState.ABSENT)))
+    assert outcome == AGAIN  # the object changed meanwhile: decide again on the new one
