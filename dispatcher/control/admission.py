@@ -14,12 +14,15 @@ Pure: the shell (``reconcile``) does the requests.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dispatcher.workloads.mutate import PodTemplate
 
-__all__ = ["LEVELS", "PSA_PREFIX", "dry_run_pods", "namespace_labels"]
+__all__ = ["LEVELS", "PSA_PREFIX", "AdmittedPods", "dry_run_pods", "namespace_labels"]
 
 PSA_PREFIX = "pod-security.kubernetes.io/"
 LEVELS: tuple[str, ...] = ("privileged", "baseline", "restricted")
@@ -85,3 +88,43 @@ def _completed(spec: Mapping[str, Any]) -> dict[str, Any]:
                        **item} if isinstance(item, Mapping) else item
                       for i, item in enumerate(items)]
     return out
+
+
+class AdmittedPods:
+    """Pods the member's admission accepted a moment ago, so a burst of identical
+    workloads asks once per member, namespace and pod body, not once per workload.
+
+    Only acceptances are remembered, for ``ttl_s`` (refusals are always asked again).
+    The price: a namespace whose policy is tightened gets, for at most ``ttl_s``, copies
+    whose pods the member then refuses at pod creation, as it would without the check.
+    """
+
+    def __init__(self, *, ttl_s: float = 30.0, size: int = 4096) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
+        self._until: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+
+    @staticmethod
+    def _key(member: str, namespace: str, pod: Mapping[str, Any]) -> tuple[str, str, str]:
+        body = json.dumps(pod, sort_keys=True, default=str).encode()
+        return (member, namespace, hashlib.sha256(body).hexdigest())
+
+    def admitted(self, member: str, namespace: str, pod: Mapping[str, Any], *,
+                 now: float) -> bool:
+        """The same pod was admitted there less than ``ttl_s`` ago."""
+        key = self._key(member, namespace, pod)
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if until <= now:
+            del self._until[key]
+            return False
+        return True
+
+    def remember(self, member: str, namespace: str, pod: Mapping[str, Any], *,
+                 now: float) -> None:
+        key = self._key(member, namespace, pod)
+        self._until[key] = now + self.ttl_s
+        self._until.move_to_end(key)
+        while len(self._until) > self.size:
+            self._until.popitem(last=False)

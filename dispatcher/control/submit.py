@@ -58,6 +58,7 @@ class MemberWrites:
         self.clock = clock
         self.monotonic = monotonic
         self._foreign: dict[tuple[str, str], float] = {}
+        self._admitted = admission.AdmittedPods()
 
     def foreign(self, cluster: str, uid: str) -> bool:
         """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
@@ -164,11 +165,15 @@ class MemberWrites:
                      pods: Sequence[Mapping[str, Any]]) -> Rejection | None:
         """The member's admission verdict on each pod template (``dryRun=All``): a
         Rejection on a refusal (403); a pod invalid as such (422: an operator completes
-        it) is not the admission's word and passes."""
+        it) is not the admission's word and passes. A pod admitted there moments ago is
+        not asked again (``admission.AdmittedPods``)."""
         for pod in pods:
+            if self._admitted.admitted(cluster, namespace, pod, now=self.monotonic()):
+                continue
             try:
                 await client.request("POST", PODS.collection(namespace), body=pod,
                                      query=[("dryRun", "All")])
+                self._admitted.remember(cluster, namespace, pod, now=self.monotonic())
             except (Forbidden, Invalid) as exc:
                 if isinstance(exc, Invalid):
                     continue
