@@ -94,75 +94,88 @@ def _tokens(text: str) -> list[str]:
     return tokens
 
 
-def parse_selector(text: str) -> Selector:
-    """Parse ``text``; raises SelectorError for invalid input (never guesses)."""
-    tokens = _tokens(text)
-    requirements: list[Requirement] = []
-    i = 0
+class _Parser:
+    """A recursive-descent reading of one selector's tokens (``parse_selector``)."""
 
-    def fail(why: str) -> SelectorError:
-        return SelectorError(f"selector {text!r}: {why}")
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokens(text)
 
-    def key_at(j: int) -> str:
-        if j >= len(tokens) or not _KEY_RE.match(tokens[j]):
-            got = tokens[j] if j < len(tokens) else "end of input"
-            raise fail(f"expected a label key, got {got!r}")
-        return tokens[j]
+    def fail(self, why: str) -> SelectorError:
+        return SelectorError(f"selector {self.text!r}: {why}")
 
-    def value_ok(value: str) -> str:
+    def token(self, j: int) -> str | None:
+        return self.tokens[j] if j < len(self.tokens) else None
+
+    def key_at(self, j: int) -> str:
+        token = self.token(j)
+        if token is None or not _KEY_RE.match(token):
+            raise self.fail(f"expected a label key, got {token or 'end of input'!r}")
+        return token
+
+    def value_ok(self, value: str) -> str:
         if len(value) > 63 or not _VALUE.match(value):
-            raise fail(f"invalid label value {value!r}")
+            raise self.fail(f"invalid label value {value!r}")
         return value
 
-    while i < len(tokens):
-        if tokens[i] == "!":
-            requirements.append(Requirement(key_at(i + 1), "!"))
-            i += 2
-        else:
-            key = key_at(i)
-            op = tokens[i + 1] if i + 1 < len(tokens) else ","
-            if op == ",":
-                requirements.append(Requirement(key, "exists"))
+    def requirement(self, i: int) -> tuple[Requirement, int]:
+        """The requirement starting at token ``i`` and the index after it."""
+        if self.tokens[i] == "!":
+            return Requirement(self.key_at(i + 1), "!"), i + 2
+        key = self.key_at(i)
+        op = self.token(i + 1) or ","
+        if op == ",":
+            return Requirement(key, "exists"), i + 1
+        if op in ("=", "==", "!="):
+            value = self.token(i + 2)
+            if value is None or value in (",", "(", ")"):
+                return Requirement(key, "!=" if op == "!=" else "=", (self.value_ok(""),)), i + 2
+            return (Requirement(key, "!=" if op == "!=" else "=", (self.value_ok(value),)),
+                    i + 3)
+        if op in (">", "<"):
+            bound = self.token(i + 2)
+            if bound is None or not bound.lstrip("-").isdigit():
+                raise self.fail(f"{key}{op} needs an integer")
+            return Requirement(key, "gt" if op == ">" else "lt", (bound,)), i + 3
+        if op in ("in", "notin"):
+            if self.token(i + 2) != "(":
+                raise self.fail(f"'{key} {op}' needs a parenthesised value list")
+            values, end = self.values(i + 3, f"'{key} {op} ()'")
+            return Requirement(key, "in" if op == "in" else "notin",
+                               tuple(sorted(set(values)))), end
+        raise self.fail(f"unexpected {op!r} after key {key!r}")
+
+    def values(self, j: int, what: str) -> tuple[list[str], int]:
+        """The values of a list opened just before ``j`` and the index after its ')'."""
+        values: list[str] = []
+        while True:
+            token = self.token(j)
+            if token is None:
+                raise self.fail("unclosed '('")
+            if token == ")":
+                if not values and self.tokens[j - 1] == "(":
+                    raise self.fail(f"{what} needs at least one value")
+                return values, j + 1
+            if token != ",":
+                values.append(self.value_ok(token))
+            j += 1
+
+    def parse(self) -> Selector:
+        requirements: list[Requirement] = []
+        i = 0
+        while i < len(self.tokens):
+            requirement, i = self.requirement(i)
+            requirements.append(requirement)
+            if i < len(self.tokens):
+                if self.tokens[i] != ",":
+                    raise self.fail(f"expected ',' between requirements, got "
+                                    f"{self.tokens[i]!r}")
                 i += 1
-            elif op in ("=", "==", "!="):
-                value = ""
-                if i + 2 < len(tokens) and tokens[i + 2] not in (",", "(", ")"):
-                    value = tokens[i + 2]
-                    i += 1
-                requirements.append(Requirement(key, "!=" if op == "!=" else "=",
-                                                (value_ok(value),)))
-                i += 2
-            elif op in (">", "<"):
-                if i + 2 >= len(tokens) or not tokens[i + 2].lstrip("-").isdigit():
-                    raise fail(f"{key}{op} needs an integer")
-                requirements.append(Requirement(key, "gt" if op == ">" else "lt",
-                                                (tokens[i + 2],)))
-                i += 3
-            elif op in ("in", "notin"):
-                if i + 2 >= len(tokens) or tokens[i + 2] != "(":
-                    raise fail(f"'{key} {op}' needs a parenthesised value list")
-                j, values = i + 3, list[str]()
-                while True:
-                    if j >= len(tokens):
-                        raise fail("unclosed '('")
-                    if tokens[j] == ")":
-                        if not values and tokens[j - 1] == "(":
-                            raise fail(f"'{key} {op} ()' needs at least one value")
-                        break
-                    if tokens[j] == ",":
-                        j += 1
-                        continue
-                    values.append(value_ok(tokens[j]))
-                    j += 1
-                requirements.append(Requirement(key, "in" if op == "in" else "notin",
-                                                tuple(sorted(set(values)))))
-                i = j + 1
-            else:
-                raise fail(f"unexpected {op!r} after key {key!r}")
-        if i < len(tokens):
-            if tokens[i] != ",":
-                raise fail(f"expected ',' between requirements, got {tokens[i]!r}")
-            i += 1
-            if i == len(tokens):
-                raise fail("trailing ','")
-    return Selector(tuple(requirements))
+                if i == len(self.tokens):
+                    raise self.fail("trailing ','")
+        return Selector(tuple(requirements))
+
+
+def parse_selector(text: str) -> Selector:
+    """Parse ``text``; raises SelectorError for invalid input (never guesses)."""
+    return _Parser(text).parse()
