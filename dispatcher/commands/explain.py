@@ -80,8 +80,11 @@ def register(subparsers: Any) -> None:
 
 def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_version: str = "",
                    kind: str = "", annotations: Mapping[str, str] | None = None,
-                   policy: str | None = None, namespace: str = "") -> Decision:
-    """The explained decision for a demand (what ``run`` does per workload).
+                   policy: str | None = None, namespace: str = "",
+                   default_policy: str = "most-free") -> Decision:
+    """The explained decision for a demand (what ``run`` does per workload): ``policy``
+    (``--policy``) over the ``dispatcher.io/policy`` annotation over ``default_policy``
+    (the controller's ``placement.defaultPolicy`` in live mode).
 
     Raises ``PlacementError`` for an invalid request.
     """
@@ -90,7 +93,7 @@ def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_ver
 
     request = PlacementRequest.from_annotations(
         demand=demand, api_version=api_version, kind=kind, annotations=annotations or {},
-        count_fits=True, namespace=namespace)
+        count_fits=True, namespace=namespace, default_policy=default_policy)
     if policy is not None:
         request = replace(request, policy=policy)
     return decide(members, request)
@@ -122,10 +125,11 @@ def run(args: argparse.Namespace) -> int:
         print("error: give -f FILE --fleet FILE (offline) or -n NS KIND/NAME (live, against "
               "the hub)", file=sys.stderr)
         return 1
+    default_policy = "most-free"
     try:
         catalog = load_catalog(args.definitions)
         if args.target:
-            members, objects = _live(args, catalog)
+            members, objects, default_policy = _live(args, catalog)
         else:
             members = _offline_source(args.fleet)()
             objects = read_objects(args.filename)
@@ -150,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
             decision = explain_demand(
                 resolution.demand, members=members, api_version=resolution.api_version,
                 kind=resolution.kind, annotations=meta.get("annotations") or {},
-                policy=args.policy, namespace=resolution.namespace or "")
+                policy=args.policy, namespace=resolution.namespace or "",
+                default_policy=default_policy)
         except NoDefinitionError as error:
             print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
             code = max(code, 2)
@@ -178,8 +183,10 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _live(args: argparse.Namespace, catalog: Any) -> tuple[list[MemberSnapshot], list[Any]]:
-    """Live mode: the hub object and the members as the controller sees them now."""
+def _live(args: argparse.Namespace, catalog: Any
+          ) -> tuple[list[MemberSnapshot], list[Any], str]:
+    """Live mode: the members as the controller sees them now, the hub object, and the
+    controller's default placement policy."""
     import asyncio
 
     from dispatcher import config as configmod
@@ -201,7 +208,8 @@ def _live(args: argparse.Namespace, catalog: Any) -> tuple[list[MemberSnapshot],
         finally:
             await hub.close()
 
-    return asyncio.run(read())
+    members, objects = asyncio.run(read())
+    return members, objects, config.control.default_policy
 
 
 def _print_table(report: Mapping[str, Any], *, wide: bool) -> None:

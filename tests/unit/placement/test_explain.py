@@ -95,3 +95,16 @@ def test_explain_demand_over_fleet_file_members() -> None:
     assert decision.verdict("member-2").fits == 1
     assert decision.verdict("member-1").reason == (
         "no nodes with product NVIDIA-A100-SXM4-80GB")
+
+
+def test_policy_precedence_flag_then_annotation_then_the_configured_default() -> None:
+    members = fleet_snapshots(load_fleet(FLEET))
+    gang = demand([shape(1, 1)])
+    assert explain_demand(gang, members=members).policy == "most-free"
+    assert explain_demand(gang, members=members, default_policy="best-fit").policy == \
+        "best-fit"
+    annotated = {"dispatcher.io/policy": "most-free"}
+    assert explain_demand(gang, members=members, annotations=annotated,
+                          default_policy="best-fit").policy == "most-free"
+    assert explain_demand(gang, members=members, annotations=annotated, policy="best-fit",
+                          default_policy="most-free").policy == "best-fit"
