@@ -4,7 +4,8 @@
 records (by workload uid); ``CopyCache`` holds our copies on each member (by hub uid) and
 which (member, kind) watches have listed. Writes update the caches from the response at
 once, so the next decision never sees its own write missing; a watch event older than what
-the cache holds (by resourceVersion) is ignored. Plain data, no I/O.
+the cache holds (by resourceVersion) is ignored, and one equal to it is not news: the echo
+of our own write wakes no worker (``observe``, ``observe_record``). Plain data, no I/O.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ class HubCache:
         self._items[uid] = HubItem(ref=ref, obj=obj)
         return True
 
+    def observe(self, ref: ResourceRef, obj: Mapping[str, Any]) -> bool:
+        """A watch event: store it; True when it is news (not the version already held,
+        e.g. the echo of our own write, and not an older one)."""
+        old = self._items.get(_uid(obj))
+        if old is not None and _rv(old.obj) >= _rv(obj) and _rv(obj):
+            return False
+        return self.put(ref, obj)
+
     def drop(self, uid: str) -> None:
         self._items.pop(uid, None)
 
@@ -87,6 +96,14 @@ class HubCache:
 
     def records(self) -> Iterator[Mapping[str, Any]]:
         return iter(list(self._records.values()))
+
+    def observe_record(self, obj: Mapping[str, Any]) -> str:
+        """A watch event of a Dispatch: its workload uid when it is news, else ""."""
+        uid = str(((obj.get("spec") or {}).get("workload") or {}).get("uid") or "")
+        old = self._records.get(uid)
+        if old is not None and _rv(old) >= _rv(obj) and _rv(obj):
+            return ""
+        return self.put_record(obj)
 
     def put_record(self, obj: Mapping[str, Any], *, force: bool = False) -> str:
         """Store a Dispatch by its workload uid; returns that uid ("" when it has none)."""

@@ -133,8 +133,8 @@ class HubWatchers:
             uid = str(obj["metadata"]["uid"])
             if item.type == "DELETED":
                 self._cache.drop(uid)
-            else:
-                self._cache.put(ref, obj)
+            elif not self._cache.observe(ref, obj):
+                continue  # the echo of our own write: nothing new to decide on
             self._kick(uid)
 
     def _wanted(self, obj: Mapping[str, Any]) -> bool:
@@ -150,7 +150,7 @@ class HubWatchers:
                 self._records_listed.add(namespace)
                 continue
             uid = (self._cache.drop_record(item.object) if item.type == "DELETED"
-                   else self._cache.put_record(item.object))
+                   else self._cache.observe_record(item.object))  # "" for our own echo
             self._kick(uid)
 
 

@@ -1,0 +1,41 @@
+"""HubCache: watch events store newer versions; only news wakes a worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.control.caches import HubCache
+from dispatcher.kube.resources import ResourceRef
+
+JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
+
+
+def job(rv: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "a", "namespace": "t", "uid": "u1", "resourceVersion": rv}}
+
+
+def record(rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": "job-a", "namespace": "t", "uid": "d1", "resourceVersion": rv},
+            "spec": {"workload": {"uid": "u1"}}}
+
+
+def test_the_echo_of_our_own_write_is_not_news() -> None:
+    cache = HubCache()
+    assert cache.observe(JOBS, job("5"))            # first sight
+    cache.put(JOBS, job("7"), force=True)          # our write's response
+    assert not cache.observe(JOBS, job("7"))       # its echo
+    assert not cache.observe(JOBS, job("6"))       # an older event
+    item = cache.workload("u1")
+    assert item is not None and item.obj["metadata"]["resourceVersion"] == "7"
+    assert cache.observe(JOBS, job("8"))           # someone else's change
+
+
+def test_record_echoes_are_not_news_either() -> None:
+    cache = HubCache()
+    assert cache.observe_record(record("3")) == "u1"
+    cache.put_record(record("4"), force=True)
+    assert cache.observe_record(record("4")) == ""
+    assert cache.observe_record(record("3")) == ""
+    assert cache.observe_record(record("9")) == "u1"
+    assert (cache.record("u1") or {})["metadata"]["resourceVersion"] == "9"
