@@ -54,6 +54,7 @@ from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.fleet.fleetfile import FleetSpec, MemberSpec, NodePool
 from dispatcher.kube import watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import NAMESPACES, ResourceRef
 
 JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
@@ -104,17 +105,25 @@ def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.
 
 async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, selector: str,
                       seen: dict[str, float], key: Any, done: asyncio.Event) -> None:
-    """Record the first time ``key(obj)`` is truthy per object name."""
-    async for item in watch.informer(client, ref, namespace=namespace,
-                                     label_selector=selector or None):
-        now = time.perf_counter()
-        objects = item.objects if isinstance(item, watch.Listed) else [item.object]
-        for obj in objects:
-            name = obj["metadata"]["name"]
-            if name not in seen and key(obj):
-                seen[name] = now
-        if done.is_set():
-            return
+    """Record the first time ``key(obj)`` is truthy per object name.
+
+    A watch the apiserver drops (429 while a new CRD's storage initialises, a cut stream on
+    a loaded machine) is started again: a re-list only adds names not seen yet.
+    """
+    while not done.is_set():
+        try:
+            async for item in watch.informer(client, ref, namespace=namespace,
+                                             label_selector=selector or None):
+                now = time.perf_counter()
+                objects = item.objects if isinstance(item, watch.Listed) else [item.object]
+                for obj in objects:
+                    name = obj["metadata"]["name"]
+                    if name not in seen and key(obj):
+                        seen[name] = now
+                if done.is_set():
+                    return
+        except KubeError:
+            await asyncio.sleep(0.2)
 
 
 async def counters(state: FleetState) -> dict[str, Any]:

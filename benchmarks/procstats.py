@@ -114,7 +114,8 @@ class Processes:
 
 
 def request_counts(cluster: ClusterInfo) -> Counter[tuple[str, str]]:
-    """``apiserver_request_total`` of ``cluster`` summed by (verb, resource[/subresource])."""
+    """``apiserver_request_total`` of ``cluster`` summed by (verb, resource[/subresource]),
+    dry-run requests apart (`` (dry run)`` appended: admission checks, nothing stored)."""
     context = ssl.create_default_context(cafile=cluster.ca_file)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                          urllib.request.HTTPSHandler(context=context))
@@ -133,6 +134,8 @@ def request_counts(cluster: ClusterInfo) -> Counter[tuple[str, str]]:
             resource = labels.get("resource", "")
             if labels.get("subresource"):
                 resource += "/" + labels["subresource"]
+            if labels.get("dry_run"):
+                resource += " (dry run)"
             counts[(labels.get("verb", ""), resource)] += int(sample.value)
     return counts
 
