@@ -63,11 +63,11 @@ MEMBERS = ("member-1", "member-2", "member-3")
 HUB_ID = "bench-hub"
 
 
-def fleet_spec(nodes: int) -> FleetSpec:
+def fleet_spec(nodes: int, members: tuple[str, ...] = MEMBERS) -> FleetSpec:
     return FleetSpec(members=tuple(
         MemberSpec(name=name, node_pools=(NodePool(name="h100", count=nodes, gpus=8,
                                                    gpu_product="NVIDIA-H100-80GB-HBM3"),))
-        for name in MEMBERS))
+        for name in members))
 
 
 def jobset(name: str, namespace: str) -> dict[str, Any]:
@@ -88,12 +88,13 @@ async def until(condition: Any, *, seconds: float) -> None:
             await asyncio.sleep(0.05)
 
 
-def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_controller(state: FleetState, workdir: Path, port: int,
+                     members: tuple[str, ...] = MEMBERS) -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
-                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in MEMBERS]}}
+                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in members]}}
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
