@@ -30,6 +30,7 @@ from dispatcher.placement.fit import (
     explain_misfit,
     pack,
     pod_groups,
+    surely_fits,
 )
 from dispatcher.placement.model import (
     Decision,
@@ -40,6 +41,7 @@ from dispatcher.placement.model import (
     Verdict,
 )
 from dispatcher.placement.selector import Selector, SelectorError, parse_selector
+from dispatcher.workloads.demand import Demand
 
 __all__ = ["POLICIES", "decide", "eligible"]
 
@@ -100,21 +102,30 @@ class _Fitted:
     ``verdict`` is what ``decide`` reports for the member when no weight applies (feasible
     or not, reason, free, fits, free_after, score); ``result`` the packing when feasible,
     ``leftover`` its fragmentation (best-fit's tie-break), ``grants`` its node assignment
-    once someone asked for it. Everything here is a function of the member's nodes (its
-    capacity version), its name and the request shape, so it is shared by every decision
-    until the capacity changes.
+    once someone asked for it, ``rank`` its place among feasible members. Everything here
+    is a function of the member's nodes (its capacity version), its name and the request
+    shape, so it is shared by every decision until the capacity changes.
     """
 
-    __slots__ = ("grants", "leftover", "result", "verdict")
+    __slots__ = ("grants", "leftover", "rank", "result", "unpacked", "verdict")
 
-    def __init__(self, verdict: Verdict, result: PackResult | None, leftover: int) -> None:
+    def __init__(self, verdict: Verdict, result: PackResult | None, leftover: int, *,
+                 unpacked: tuple[ClusterCapacity, tuple[PodGroup, ...]] | None = None
+                 ) -> None:
         self.verdict = verdict
         self.result = result
         self.leftover = leftover
+        self.unpacked = unpacked  # feasible by ``surely_fits``: pack when chosen
         self.grants: tuple[NodeGrant, ...] | None = None
+        # The feasible ranking key (preference, -score, leftover, name) when no preference
+        # or weight applies: built once, not per decision.
+        self.rank = (0, -(verdict.score or 0.0), leftover, verdict.member)
 
     def assignment(self) -> tuple[NodeGrant, ...]:
         if self.grants is None:
+            if self.result is None and self.unpacked is not None:
+                self.result = pack(*self.unpacked)
+                assert self.result is not None, "surely_fits said it fits"
             self.grants = self.result.assignment() if self.result is not None else ()
         return self.grants
 
@@ -148,6 +159,25 @@ class _Shape:
             key = ids[identity] = next(_Shape._next)
         self.key = key
 
+    _recent: ClassVar[dict[tuple[int, bool, bool], tuple[Demand, _Shape]]] = {}
+
+    @classmethod
+    def of(cls, demand: Demand, *, best_fit: bool, count_fits: bool) -> _Shape:
+        """The shape of ``demand``, reused while the same Demand object is asked again (a
+        workload waiting for room is decided again with its cached resolution): grouping
+        the pods and interning the groups cost more than a 100-member decision's lookups."""
+        recent = cls._recent
+        slot = (id(demand), best_fit, count_fits)
+        found = recent.get(slot)
+        if found is not None and found[0] is demand:
+            return found[1]
+        shape = cls(pod_groups(demand), gpus=demand.gpus, best_fit=best_fit,
+                    count_fits=count_fits)
+        if len(recent) >= _MEMO_LIMIT:
+            recent.clear()
+        recent[slot] = (demand, shape)  # holds the Demand, so its id is not reused
+        return shape
+
 
 def _memo(capacity: ClusterCapacity) -> dict[object, object]:
     """The member's memo, emptied when its capacity changed since it was filled."""
@@ -170,8 +200,9 @@ def _out_of_bounds(capacity: ClusterCapacity, shape: _Shape) -> bool:
 def _fitted(name: str, capacity: ClusterCapacity, shape: _Shape) -> _Fitted:
     """The member's capacity verdict for ``shape``, memoised per capacity version.
 
-    Bounds before fits: the O(1) bounds reject without packing; otherwise the packer
-    decides, and its misfit gets the numeric reason.
+    Bounds before fits: the O(1) bounds reject without packing; under most-free, a member
+    ``surely_fits`` proves feasible is not packed unless chosen (its verdict reads no
+    placement); otherwise the packer decides, and its misfit gets the numeric reason.
     """
     memo = _memo(capacity)
     key = (name, shape.key)
@@ -184,6 +215,13 @@ def _fitted(name: str, capacity: ClusterCapacity, shape: _Shape) -> _Fitted:
     if _out_of_bounds(capacity, shape):
         fitted = _Fitted(Verdict(member=name, feasible=False, free=free, fits=fits,
                                  reason=explain_misfit(capacity, groups)), None, 0)
+    elif not shape.best_fit and not shape.count_fits and surely_fits(capacity, groups):
+        free_after = free - shape.gpus
+        fitted = _Fitted(
+            Verdict(member=name, feasible=True, free=free, free_after=free_after,
+                    score=float(free_after),
+                    reason=f"fits: {free} GPUs free, {free_after} left after"),
+            None, 0, unpacked=(capacity, groups))
     else:
         result = pack(capacity, groups)
         if result is None:
@@ -235,14 +273,15 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
     selector = _selector(request)
     demand = request.demand
     best_fit = request.policy == "best-fit"
-    shape = _Shape(pod_groups(demand), gpus=demand.gpus, best_fit=best_fit,
-                   count_fits=request.count_fits)
+    shape = _Shape.of(demand, best_fit=best_fit, count_fits=request.count_fits)
     gpus = shape.gpus
     exhaustive = request.exhaustive or request.count_fits
     prefer = {name: i for i, name in enumerate(request.prefer)}
     weights = request.weights
     unpreferred = len(prefer)
 
+    if exhaustive:
+        return _exhaustive(members, request, selector, shape)
     rejected: list[Verdict] = []
     # (preference, -score, name, index into ``fitted``) for members that pass every gate;
     # names are unique, so the tuples sort without comparing further.
@@ -295,6 +334,45 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
             verdict = replace(verdict, score=-neg_score)
         feasible.append(((preference, neg_score, entry.leftover, name), verdict, entry))
 
+    return _decision(request, feasible, skipped, rejected)
+
+
+def _exhaustive(members: Sequence[MemberSnapshot], request: PlacementRequest,
+                selector: Selector | None, shape: _Shape) -> Decision:
+    """``decide`` when every member is evaluated (the controller's path): one pass, each
+    member's verdict from its memo, no ranking of candidates before packing."""
+    prefer = {name: i for i, name in enumerate(request.prefer)}
+    weights = request.weights
+    unpreferred = len(prefer)
+    rejected: list[Verdict] = []
+    feasible: list[tuple[tuple[int, float, int, str], Verdict, _Fitted]] = []
+    for member in members:
+        name = member.name
+        capacity = member.capacity
+        reason = _gate(member, request, selector)
+        if reason is not None:
+            rejected.append(_gated(name, capacity, reason, shape))
+            continue
+        entry = _fitted(name, capacity, shape)
+        verdict = entry.verdict
+        if not verdict.feasible:
+            rejected.append(verdict)
+        elif prefer or weights:
+            score = (verdict.score or 0.0) + weights.get(name, 0.0)
+            if score != verdict.score:
+                verdict = replace(verdict, score=score)
+            feasible.append(((prefer.get(name, unpreferred), -score, entry.leftover, name),
+                             verdict, entry))
+        else:
+            feasible.append((entry.rank, verdict, entry))
+    return _decision(request, feasible, [], rejected)
+
+
+def _decision(request: PlacementRequest,
+              feasible: list[tuple[tuple[int, float, int, str], Verdict, _Fitted]],
+              skipped: list[Verdict], rejected: list[Verdict]) -> Decision:
+    """Verdicts best first (feasible by rank, then not evaluated, then the rest by name)."""
+    demand = request.demand
     feasible.sort(key=_rank)
     chosen = feasible[0][1].member if feasible else None
     assignment = feasible[0][2].assignment() if feasible else ()
@@ -309,21 +387,22 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
     ranked.extend(rejected)
     return Decision(policy=request.policy, pods=demand.pods, gpus=demand.gpus,
                     gangs=len(demand.gangs), verdicts=tuple(ranked), chosen=chosen,
-                    assignment=assignment, summary=_summary(ranked, chosen, request))
+                    assignment=assignment,
+                    summary=_summary(ranked, chosen, request, feasible=len(feasible),
+                                     unchecked=len(skipped)))
 
 
 _rank = operator.itemgetter(0)
 _member = operator.attrgetter("member")
 
 
-def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest) -> str:
+def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest, *,
+             feasible: int, unchecked: int) -> str:
     """One line for the Pending condition message and logs."""
     demand = request.demand
     what = f"{demand.pods} pod(s) / {demand.gpus} GPU(s) in {len(demand.gangs)} gang(s)"
     if chosen is not None:
         best = ranked[0]
-        feasible = sum(1 for v in ranked if v.feasible)
-        unchecked = sum(1 for v in ranked if v.feasible is None)
         more = f", {unchecked} not evaluated" if unchecked else ""
         return (f"placed {what} on {chosen} ({request.policy}, {best.free_after} GPUs free "
                 f"after; {feasible} of {len(ranked)} member(s) feasible{more})")
