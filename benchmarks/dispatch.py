@@ -13,9 +13,20 @@ Events and metrics on, the shipped defaults otherwise), and this process acting 
 3. patches the status of ``--mirror`` copies on their members, one every 20 ms, and watches
    the hub: mirror lag = hub status seen - member status patch sent.
 
+Over each case's dispatch window (first create sent -> every copy landed and the clusters'
+write counters quiet for a second, at most 30 s; the mirror phase is not in it) it also
+reports the CPU seconds of every process (``cpu_s``: etcd, each kube-apiserver, the
+controller with its workers; ``benchmarks/procstats.py``), the controller's CPU per dispatch,
+and the write requests each cluster's apiserver served (``apiserver_request_total`` by verb
+and resource, scraped with the admin token). ``writes_per_dispatch`` counts every write on
+the hub and the members except this benchmark's own JobSet creates and Lease renewals
+(the apiservers' identity leases and the controller's leader lease: time-driven, not
+per dispatch; they stay in ``writes`` by cluster).
+
 Prints one JSON object per case (bench, members, workloads, throughput_per_s, p50_ms,
-p99_ms, mirror_p99_ms, machine, ...). Runs in about a minute on 2 cores. The dev fleet is
-started in a temporary directory and removed afterwards (binaries are cached).
+p99_ms, mirror_p99_ms, cpu_s, controller_cpu_ms_per_dispatch, writes_per_dispatch, writes,
+load_avg, machine, ...). Runs in about a minute on 2 cores. The dev fleet is started in a
+temporary directory and removed afterwards (binaries are cached).
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from procstats import Processes, request_counts, writes  # benchmarks/procstats.py
 from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
 from dispatcher.devfleet import devfleet
@@ -42,6 +54,7 @@ from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.fleet.fleetfile import FleetSpec, MemberSpec, NodePool
 from dispatcher.kube import watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import NAMESPACES, ResourceRef
 
 JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
@@ -50,11 +63,11 @@ MEMBERS = ("member-1", "member-2", "member-3")
 HUB_ID = "bench-hub"
 
 
-def fleet_spec(nodes: int) -> FleetSpec:
+def fleet_spec(nodes: int, members: tuple[str, ...] = MEMBERS) -> FleetSpec:
     return FleetSpec(members=tuple(
         MemberSpec(name=name, node_pools=(NodePool(name="h100", count=nodes, gpus=8,
                                                    gpu_product="NVIDIA-H100-80GB-HBM3"),))
-        for name in MEMBERS))
+        for name in members))
 
 
 def jobset(name: str, namespace: str) -> dict[str, Any]:
@@ -75,12 +88,13 @@ async def until(condition: Any, *, seconds: float) -> None:
             await asyncio.sleep(0.05)
 
 
-def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_controller(state: FleetState, workdir: Path, port: int,
+                     members: tuple[str, ...] = MEMBERS) -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
-                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in MEMBERS]}}
+                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in members]}}
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
@@ -92,21 +106,64 @@ def start_controller(state: FleetState, workdir: Path, port: int) -> subprocess.
 
 async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, selector: str,
                       seen: dict[str, float], key: Any, done: asyncio.Event) -> None:
-    """Record the first time ``key(obj)`` is truthy per object name."""
-    async for item in watch.informer(client, ref, namespace=namespace,
-                                     label_selector=selector or None):
-        now = time.perf_counter()
-        objects = item.objects if isinstance(item, watch.Listed) else [item.object]
-        for obj in objects:
-            name = obj["metadata"]["name"]
-            if name not in seen and key(obj):
-                seen[name] = now
-        if done.is_set():
-            return
+    """Record the first time ``key(obj)`` is truthy per object name.
+
+    A watch the apiserver drops (429 while a new CRD's storage initialises, a cut stream on
+    a loaded machine) is started again: a re-list only adds names not seen yet.
+    """
+    while not done.is_set():
+        try:
+            async for item in watch.informer(client, ref, namespace=namespace,
+                                             label_selector=selector or None):
+                now = time.perf_counter()
+                objects = item.objects if isinstance(item, watch.Listed) else [item.object]
+                for obj in objects:
+                    name = obj["metadata"]["name"]
+                    if name not in seen and key(obj):
+                        seen[name] = now
+                if done.is_set():
+                    return
+        except KubeError:
+            await asyncio.sleep(0.2)
 
 
-async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: float
-                   ) -> dict[str, Any]:
+async def counters(state: FleetState) -> dict[str, Any]:
+    """Request counters of every cluster of the fleet, by name."""
+    return {c.name: await asyncio.to_thread(request_counts, c) for c in state.clusters}
+
+
+async def quiet_writes(state: FleetState, *, seconds: float = 30.0) -> dict[str, Any]:
+    """Counters once no cluster served a write for a second (at most ``seconds``)."""
+    last = await counters(state)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = await counters(state)
+        if all(not writes(last[name], now[name]) for name in now):
+            return now
+        last = now
+    return last
+
+
+def window_figures(*, workloads: int, cpu: dict[str, float], before: dict[str, Any],
+                   after: dict[str, Any]) -> dict[str, Any]:
+    """CPU and write figures of one dispatch window (see the module docstring)."""
+    by_cluster = {name: writes(before[name], after[name]) for name in before}
+    own = {"hub": {"POST jobsets": workloads}}
+    total = 0
+    for name, found in by_cluster.items():
+        for what, count in found.items():
+            if what.endswith((" leases", " leases/status")):
+                continue
+            total += max(0, count - own.get(name, {}).get(what, 0))
+    controller = cpu.get("controller", 0.0)
+    return {"cpu_s": cpu, "cpu_window": "dispatch (creates -> copies landed, writes quiet)",
+            "controller_cpu_ms_per_dispatch": round(controller * 1000 / workloads, 2),
+            "writes_per_dispatch": round(total / workloads, 2), "writes": by_cluster}
+
+
+async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: float,
+                   procs: Processes) -> dict[str, Any]:
     """One case: ``rate`` creates per second (0: all at once, 64 in flight)."""
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     hub = await client_for(state, "hub")
@@ -132,6 +189,8 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
         seen=landed, key=on_member(m), done=all_landed)) for m in MEMBERS]
     await asyncio.sleep(0.5)
     limit = asyncio.Semaphore(64)
+    counts_before = await counters(state)
+    cpu_before = procs.cpu()
 
     async def create(name: str, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -146,6 +205,9 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
     await until(lambda: len(landed) >= workloads, seconds=300)
     elapsed = max(landed.values()) - start
     latencies = [(landed[n] - sent[n]) * 1000 for n in names]
+    counts_after = await quiet_writes(state)
+    window = window_figures(workloads=workloads, cpu=procs.cpu_delta(cpu_before, procs.cpu()),
+                            before=counts_before, after=counts_after)
 
     # Mirror lag: member status patch -> hub status visible.
     mirrored: dict[str, float] = {}
@@ -180,7 +242,8 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
             "p99_ms": round(percentile(latencies, 0.99), 1),
             "mirror_p99_ms": round(percentile(lags, 0.99), 1),
             "mirror_p50_ms": round(statistics.median(lags), 1), "mirrored": len(lags),
-            "create_s": round(created_s, 2), "per_member": per_member,
+            "create_s": round(created_s, 2), "per_member": per_member, **window,
+            "load_avg": [round(x, 2) for x in os.getloadavg()],
             "machine": f"{platform.machine()} {os.cpu_count()} cpu, "
                        f"{platform.python_implementation()} {platform.python_version()}"}
 
@@ -194,9 +257,10 @@ async def main_async(args: argparse.Namespace) -> None:
         proc = start_controller(state, root, port)
         try:
             await wait_ready(port, proc)
+            procs = Processes.of_fleet(state, controller=proc.pid)
             for rate in args.rates:
                 result = await run_case(state, workloads=args.workloads, mirror=args.mirror,
-                                        rate=rate)
+                                        rate=rate, procs=procs)
                 print(json.dumps(result), flush=True)
         finally:
             await asyncio.to_thread(stop, proc)

@@ -35,7 +35,8 @@ from dispatcher.fleet.nodes import GPU_RESOURCE
 from dispatcher.placement.model import NodeGrant
 from dispatcher.workloads.demand import Demand, Toleration
 
-__all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups"]
+__all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups",
+           "surely_fits"]
 
 _CACHE_LIMIT = 512
 
@@ -288,6 +289,36 @@ def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
         if result is not None:
             return result
     return None
+
+
+def surely_fits(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> bool:
+    """A sufficient condition for ``pack(capacity, groups)`` to succeed, without packing.
+
+    ``pack`` first places the groups in their order, each by best fit, and a group of
+    identical pods of g GPUs fits exactly when its *room* (sum over its eligible nodes of
+    free // g) is at least its pod count: every pod placed takes exactly one unit of room
+    and the packer visits every node with room. A pod of g' GPUs placed earlier on a node
+    lowers that node's free // g by at most ceil(g' / g). So if, for every group, its room
+    minus that worst case for every pod of the groups before it is still at least its count,
+    the first order succeeds. O(groups x eligible (class, free amount) buckets): cheaper
+    than packing, and enough for a verdict that needs no node assignment (``decide`` packs
+    the chosen member only).
+    """
+    eligible_classes = _classes_for(capacity, groups)
+    taken: list[tuple[int, int]] = []  # (GPUs, pods) of the GPU groups before this one
+    for group, classes in zip(groups, eligible_classes, strict=True):
+        need = group.gpus
+        if need <= 0:
+            if not any(c.eligible for c in classes):
+                return False
+            continue
+        room = sum(free // need * len(names) for c in classes
+                   for free, names in c.free_nodes.items() if free >= need)
+        room -= sum(pods * -(-gpus // need) for gpus, pods in taken)
+        if room < group.count:
+            return False
+        taken.append((need, group.count))
+    return True
 
 
 def _pack_once(groups: Sequence[PodGroup], eligible_classes: list[tuple[NodeClass, ...]],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,7 +17,12 @@ from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.nodes import HARD_EFFECTS
 from dispatcher.placement.engine import decide
 from dispatcher.placement.fit import pack, pod_groups
-from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
+from dispatcher.placement.model import (
+    Decision,
+    MemberSnapshot,
+    PlacementError,
+    PlacementRequest,
+)
 from dispatcher.workloads.demand import Demand, Toleration
 
 from .builders import cluster, demand, shape
@@ -254,3 +260,107 @@ def test_memoised_verdicts_equal_fresh_ones(specs: list[list[dict[str, Any]]],
                     [pod(f"busy-{i}", s["used"], node_name=f"n{i}")
                      for i, s in enumerate(spec) if s["used"]])
                 assert rebuilt.free == live[member % len(specs)].free
+
+
+# What a member looks like besides its capacity, and how a request reads it: every input of a
+# verdict the memo must not answer from a stale entry.
+member_metas = st.fixed_dictionaries({
+    "labels": st.sampled_from([{}, {"region": "eu"}, {"region": "us", "tier": "batch"}]),
+    "ready": st.sampled_from([True, True, True, False]),
+    # restrict() turns excluded members not-ready with this reason (control.reconcile)
+    "not_ready_reason": st.sampled_from(["", "Unreachable: timeout",
+                                         "excluded: an earlier attempt there failed"]),
+    "cordoned": st.sampled_from([False, False, True]),
+    "served_kinds": st.sampled_from([None, frozenset({("batch", "Job")}),
+                                     frozenset({("batch", "Job"), ("ray.io", "RayJob")})]),
+    "allowed_namespaces": st.sampled_from([(), ("team-a",), ("team-b",)]),
+})
+requests = st.fixed_dictionaries({
+    "pin": st.sampled_from([None, None, "m0", "m1"]),
+    "selector": st.sampled_from([None, None, "region=eu", "tier!=batch"]),
+    "namespace": st.sampled_from(["", "team-a", "team-b"]),
+    "kind": st.sampled_from([("batch/v1", "Job"), ("ray.io/v1", "RayJob")]),
+    "policy": st.sampled_from(["most-free", "best-fit"]),
+    "mode": st.sampled_from(["decide", "exhaustive", "exhaustive", "explain"]),
+    "prefer": st.sampled_from([(), ("m1",), ("m2", "m0")]),
+    "weights": st.sampled_from([{}, {"m0": 3.0}, {"m1": -2.5, "m2": 1.0}]),
+})
+
+
+def _snapshots(capacities: list[ClusterCapacity], metas: list[dict[str, Any]]
+               ) -> list[MemberSnapshot]:
+    return [MemberSnapshot(name=f"m{i}", capacity=c, **metas[i % len(metas)])
+            for i, c in enumerate(capacities)]
+
+
+def _outcome(members: list[MemberSnapshot], request: PlacementRequest) -> object:
+    try:
+        return decide(members, request)
+    except PlacementError as exc:
+        return str(exc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(clusters, min_size=1, max_size=3), demands, st.data())
+def test_memoised_verdicts_equal_fresh_ones_whatever_the_gates_and_reservations(
+        specs: list[list[dict[str, Any]]], wanted: Demand, data: st.DataObject) -> None:
+    """Memoised verdicts (pack results, whole verdicts, gate verdicts) equal a fresh
+    decision's while member metadata, request rules (pin, selector, namespace, kind, policy,
+    mode, preference, weights), node usage and reservations change between decisions."""
+    live = [_build(s) for s in specs]
+    reserved: list[list[tuple[str, int]]] = [[] for _ in specs]
+    for _ in range(data.draw(st.integers(min_value=2, max_value=6), label="decisions")):
+        metas = data.draw(st.lists(member_metas, min_size=len(specs), max_size=len(specs)),
+                          label="metas")
+        rules: dict[str, Any] = data.draw(requests, label="request")
+        api_version, kind = rules["kind"]
+        request = PlacementRequest(
+            demand=data.draw(st.sampled_from([wanted, wanted, demand([shape(1, 1)])]),
+                             label="demand"),
+            api_version=api_version, kind=kind, pin=rules["pin"], selector=rules["selector"],
+            namespace=rules["namespace"], policy=rules["policy"], prefer=rules["prefer"],
+            weights=rules["weights"], exhaustive=rules["mode"] == "exhaustive",
+            count_fits=rules["mode"] == "explain")
+        fresh_caps = [_build(s) for s in specs]
+        for cap, held in zip(fresh_caps, reserved, strict=True):
+            for node_name, gpus in held:
+                cap.reserve(node_name, gpus)
+        memoised = _outcome(_snapshots(live, metas), request)
+        assert memoised == _outcome(_snapshots(fresh_caps, metas), request)
+        # Between decisions: the chosen member reserves its assignment (as the controller
+        # does), and a node fills, empties or loses a reservation.
+        if isinstance(memoised, Decision) and memoised.chosen is not None:
+            index = int(memoised.chosen[1:])
+            for grant in memoised.assignment:
+                live[index].reserve(grant.node, grant.gpus)
+                reserved[index].append((grant.node, grant.gpus))
+        member = data.draw(st.integers(min_value=0, max_value=len(specs) - 1), label="member")
+        change = data.draw(st.sampled_from(["fill", "empty", "release", "none"]), label="what")
+        spec = specs[member]
+        if change == "release" and reserved[member]:
+            node_name, gpus = reserved[member].pop()
+            live[member].reserve(node_name, -gpus)
+        elif change in ("fill", "empty") and spec:
+            index = data.draw(st.integers(min_value=0, max_value=len(spec) - 1), label="node")
+            spec[index]["used"] = spec[index]["gpus"] if change == "fill" else 0
+            live[member].relist_pods([pod(f"busy-{i}", s["used"], node_name=f"n{i}")
+                                      for i, s in enumerate(spec) if s["used"]])
+
+
+def test_memo_answers_per_member_name_and_policy() -> None:
+    """One capacity seen under two names gets each name's verdict; a most-free decision's
+    memo does not answer a best-fit one (its tie-break reads the placement's leftover)."""
+    cap = cluster({"name": "a", "gpus": 8, "product": H100})
+    request = PlacementRequest(demand=demand([shape(1, 4, product=H100)]), exhaustive=True)
+    assert decide([MemberSnapshot(name="first", capacity=cap)], request).chosen == "first"
+    assert decide([MemberSnapshot(name="second", capacity=cap)], request).chosen == "second"
+    # Same free GPUs, so best-fit ties on score: the member whose 4-GPU node takes the pod
+    # (leftover 0) beats the one that must split its 8-GPU node (leftover 4), names aside.
+    snug = cluster({"name": "s0", "gpus": 4, "product": H100},
+                   {"name": "s1", "gpus": 4, "product": H100})
+    loose = cluster({"name": "l0", "gpus": 8, "product": H100},
+                    {"name": "l1", "gpus": 8, "product": H100, "used": 8})
+    members = [MemberSnapshot(name="z-snug", capacity=snug),
+               MemberSnapshot(name="a-loose", capacity=loose)]
+    decide(members, request)  # most-free: fills both members' memos
+    assert decide(members, replace(request, policy="best-fit")).chosen == "z-snug"

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.placement.fit import count_fits, explain_misfit, pack, pod_groups
+from dispatcher.placement.fit import count_fits, explain_misfit, pack, pod_groups, surely_fits
 from dispatcher.workloads.demand import Toleration
 
 from .builders import cluster, demand, shape
@@ -170,3 +170,46 @@ def test_gpu_pods_tolerate_the_gpu_resource_taint_like_the_admission_plugin() ->
                                                          "NoSchedule")]})
     assert pack(cap, pod_groups(demand([shape(1, 8)]))) is not None
     assert pack(cap, pod_groups(demand([shape(1, 0)]))) is None
+
+
+node_specs = st.fixed_dictionaries({
+    "gpus": st.sampled_from([1, 2, 4, 8]),
+    "used": st.sampled_from([0, 0, 1, 2, 3]),
+    "product": st.sampled_from([H100, "NVIDIA-L40S"]),
+    "labels": st.sampled_from([{}, {"zone": "a"}]),
+    "taints": st.sampled_from([[], [("dedicated", "x", "NoSchedule")]]),
+})
+pod_shapes = st.builds(
+    lambda count, gpus, product, zone, tolerate: shape(
+        count, gpus, product=product, selector={"zone": zone} if zone else None,
+        tolerations=[Toleration(key="dedicated", operator="Exists")] if tolerate else []),
+    st.integers(min_value=1, max_value=4), st.sampled_from([0, 1, 2, 3, 4, 8]),
+    st.sampled_from([None, H100, "NVIDIA-L40S"]), st.sampled_from([None, "a"]), st.booleans())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(node_specs, min_size=0, max_size=8),
+       st.lists(st.lists(pod_shapes, min_size=1, max_size=3), min_size=1, max_size=3))
+def test_surely_fits_only_when_the_packer_fits(specs: list[dict[str, object]],
+                                               gangs: list[list[object]]) -> None:
+    """``surely_fits`` is a sufficient condition: whenever it says yes, ``pack`` finds a
+    placement (the engine then skips packing for members it does not choose)."""
+    cap = cluster(*({"name": f"n{i}", **spec,
+                     "used": min(int(str(spec["used"])), int(str(spec["gpus"])))}
+                    for i, spec in enumerate(specs)))
+    groups = pod_groups(demand(*gangs))  # type: ignore[arg-type]
+    if surely_fits(cap, groups):
+        assert pack(cap, groups) is not None
+
+
+def test_surely_fits_counts_what_earlier_groups_may_take() -> None:
+    """Two 4-GPU pods then two 3-GPU pods on two 7-GPU nodes: each group alone has room,
+    but the 4-GPU pods may leave 3 free on each node only; 3 + 3 fit, so the packer fits,
+    while the worst case (each 4-GPU pod costs up to two 3-GPU slots) says not surely."""
+    cap = cluster({"name": "a", "gpus": 7}, {"name": "b", "gpus": 7})
+    groups = pod_groups(demand([shape(2, 4)], [shape(2, 3)]))
+    assert pack(cap, groups) is not None
+    assert not surely_fits(cap, groups)
+    assert surely_fits(cap, pod_groups(demand([shape(2, 4)], [shape(1, 3)]))) is False
+    # Three 8-GPU nodes: room for 6 pods of 3, minus 2 x 2 the 4-GPU pods may cost: 2 left.
+    assert surely_fits(cluster(*({"name": n, "gpus": 8} for n in "abc")), groups)
