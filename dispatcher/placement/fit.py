@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.fleet.capacity import ClusterCapacity, NodeClass
-from dispatcher.fleet.nodes import GPU_RESOURCE
 from dispatcher.placement.model import NodeGrant
 from dispatcher.workloads.demand import Demand, Toleration
+from dispatcher.workloads.podspec import GPU_RESOURCE
 
 __all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups"]
 

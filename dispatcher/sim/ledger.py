@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, GPU_RESOURCE, FleetSpec, node_manifests
+from dispatcher.fleet.fleetfile import FleetSpec, node_manifests
 from dispatcher.workloads.demand import PodShape
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 __all__ = ["Ledger", "NodeClass", "OverAllocationError"]
 
