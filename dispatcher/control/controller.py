@@ -31,6 +31,7 @@ from dispatcher.control.reconcile import Reconciler, member_copy
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
+from dispatcher.fleet import reservations
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError, NotFound
 from dispatcher.workloads.bounded import DEFAULT_BOUNDS, Bounds
@@ -200,17 +201,15 @@ class Controller:
 
     def _rebuild_reservations(self) -> None:
         """Reservations of decisions not yet visible as pods, from the Dispatch records."""
-        now = self.clock()
+        held = []
         for raw in self.cache.records():
             record = records.read(raw)
-            res = record.reservation
-            if res is None or record.cluster != res.member or res.expires_at <= now:
+            if record.reservation is None:
                 continue
             if self.cache.workload(record.workload_uid) is None:
                 continue  # the workload is gone; its record only awaits garbage collection
-            held = self.fleet.reservations(res.member)
-            if held is not None:
-                held.add(res)
+            held.append((record.reservation, record.cluster or ""))
+        reservations.restore(held, self.fleet.reservations, now=self.clock())
 
     async def _rounds(self) -> None:
         """Event-driven: when capacity or health changes, retry waiting workloads in order."""

@@ -53,10 +53,6 @@ class PodGroup:
     # A string key for the class eligibility memo (hashing a str is cached by Python).
     requirement: str
 
-    def describe(self) -> str:
-        product = f" of {self.product}" if self.product else ""
-        return f"{self.count} pod(s) x {self.gpus} GPU(s){product}"
-
 
 # Pods requesting GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints: the apiserver's
 # ExtendedResourceToleration admission plugin adds this toleration to every pod requesting

@@ -99,10 +99,6 @@ class Ledger:
         """GPUs held on one node."""
         return self._node_used[node]
 
-    def node_capacity(self, node: str) -> int:
-        """GPUs one node has."""
-        return self.classes[self._node_class[node]].gpus
-
     def _move(self, node: str, delta: int) -> str:
         cls_index = self._node_class.get(node)
         if cls_index is None:

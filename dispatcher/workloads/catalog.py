@@ -20,7 +20,7 @@ from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Limits
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.resolve import Resolution, resolve_with
 
-__all__ = ["Catalog", "load_builtin"]
+__all__ = ["Catalog"]
 
 
 class Catalog:
@@ -135,8 +135,3 @@ def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
                         f"({other.source}); one definition per kind"))
         seen[key] = definition
     return issues
-
-
-def load_builtin() -> Catalog:
-    """The built-in catalog (same as ``Catalog.builtin()``)."""
-    return Catalog.builtin()

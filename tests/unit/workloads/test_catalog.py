@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.workloads.catalog import Catalog, load_builtin
+from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import DefinitionError, NoDefinitionError
 from dispatcher.workloads.resolve import demand_of, resolve, status_of
 
@@ -15,7 +15,7 @@ from .shapes import BATCHSET, BATCHSET_OBJ, TRAINRUN, edit
 
 def test_builtin_catalog_loads_and_indexes_by_kind() -> None:
     catalog = Catalog.builtin()
-    assert catalog is load_builtin()
+    assert catalog is Catalog.builtin()  # loaded once, shared
     assert len(catalog) == len(catalog.definitions) > 0
     for group, version, kind in catalog.kinds():
         api_version = f"{group}/{version}" if group else version
