@@ -122,7 +122,7 @@ class Controller:
                               removed: set[tuple[str, str]], added: set[tuple[str, str]]
                               ) -> None:
         await self.hub_watchers.discover()
-        self.fleet.pulse.bump()  # member watchers start copy watches for new kinds
+        self.member_watchers.kinds_changed()  # copy watches for the new kinds
         keys = {kind_key(v, k) for v, k in changed}
         for member in self.fleet.names():
             for uid, found in self.copies.items(member):

@@ -4,9 +4,13 @@ The controller creates one ``Fleet`` and reads it; nothing else opens member cli
 
     hub MemberClusters (watch) --+                 +--> members(), snapshots() for placement
     static members (settings) ---+--> Fleet ------ +--> client(member) to submit and mirror
-    hub kubeconfig Secrets ------+    one          +--> changes(): wake on capacity/health
-                                      MemberConnection    change (event-driven)
-                                      per member   +--> MemberCluster status (bounded rate)
+    hub kubeconfig Secrets ------+    one          +--> signals: per member and category
+                                      MemberConnection    (capacity / state), the member set,
+                                      per member          and any change (event-driven)
+                                                   +--> MemberCluster status (bounded rate)
+
+A change of one member costs the others nothing: each connection reports to its own
+pulses (``fleet.signals``), and ``snapshot(name)`` reads one member without the rest.
 
 A MemberCluster whose credentials source changes (Secret reference, context) gets a new
 connection; one whose labels, cordon or allowed namespaces change keeps its connection. A
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +45,7 @@ from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret, read_fi
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
+from dispatcher.fleet.signals import FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
@@ -94,7 +100,8 @@ class Fleet:
         self._objects: dict[str, Mapping[str, Any]] = {}
         self._written: dict[str, tuple[dict[str, Any], datetime]] = {}
         self._secret_versions: dict[tuple[str, str], str] = {}
-        self.pulse = Pulse()
+        self.signals = FleetSignals()
+        self.pulse: Pulse = self.signals.any
         """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -171,17 +178,18 @@ class Fleet:
 
     def snapshots(self) -> list[MemberSnapshot]:
         """What placement reads: live capacity (net of reservations), health, metadata."""
-        out = []
-        for name in sorted(self._connections):
-            conn = self._connections[name]
-            health = self.health(name)
-            out.append(MemberSnapshot(
-                name=name, capacity=conn.capacity, labels=conn.spec.labels,
-                ready=health.ready,
-                not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
-                cordoned=conn.spec.cordoned, served_kinds=conn.served_groups(),
-                allowed_namespaces=conn.spec.allowed_namespaces))
-        return out
+        return [self.snapshot(name) for name in sorted(self._connections)]
+
+    def snapshot(self, member: str) -> MemberSnapshot:
+        """One member's snapshot (UnknownMember if none), without building the others."""
+        conn = self.connection(member)
+        health = self.health(member)
+        return MemberSnapshot(
+            name=member, capacity=conn.capacity, labels=conn.spec.labels,
+            ready=health.ready,
+            not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
+            cordoned=conn.spec.cordoned, served_kinds=conn.served_groups(),
+            allowed_namespaces=conn.spec.allowed_namespaces)
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""
@@ -266,11 +274,11 @@ class Fleet:
     def _add(self, spec: MemberSpec) -> None:
         conn = MemberConnection(spec=spec, load=self._loader(spec), settings=self._settings,
                                 clock=self._clock, kinds=self._kinds,
-                                on_change=self.pulse.bump)
+                                on_change=functools.partial(self.signals.changed, spec.name))
         self._connections[spec.name] = conn
         conn.start()
         log.info("member.added", member=spec.name, static=spec.static)
-        self.pulse.bump()
+        self.signals.joined_or_left(spec.name)
 
     async def _remove(self, name: str) -> None:
         conn = self._connections.pop(name, None)
@@ -279,7 +287,7 @@ class Fleet:
         if conn is not None:
             await conn.stop()
             log.info("member.removed", member=name)
-            self.pulse.bump()
+            self.signals.joined_or_left(name)
 
     async def _upsert(self, obj: Mapping[str, Any]) -> None:
         try:

@@ -105,10 +105,4 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
                                cordoned=m.cordoned, served_kinds=m.served_kinds)
                 for m in fleet.snapshots()]
     finally:
-        stopping = asyncio.ensure_future(fleet.stop())
-        while not stopping.done():  # see LiveFleet.stop: cancel until the supervisors end
-            await asyncio.wait({stopping}, timeout=0.2)
-            for task in asyncio.all_tasks():
-                if task.get_name().startswith("member/") and not task.done():
-                    task.cancel()
-        await stopping
+        await fleet.stop()
