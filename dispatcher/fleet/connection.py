@@ -108,6 +108,7 @@ class MemberConnection:
         self._reload = asyncio.Event()
         self._rediscover_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._listed: set[str] = set()
         self._unreachable_after = timedelta(seconds=settings.unreachable_after_s)
         self._log = log.bind(member=spec.name)
@@ -149,7 +150,11 @@ class MemberConnection:
             self._task = guarded(self._supervise(), name=f"member/{self.name}")
 
     async def stop(self) -> None:
-        """Stop watching and close the client."""
+        """Stop watching and close the client; returns once the supervisor and its session
+        tasks have ended. The stopping flag ends the supervisor even when library code turns
+        the cancellation into an ordinary error (aiohttp's request timeout reports a cancel
+        that lands as its timer fires as TimeoutError), which would otherwise be retried."""
+        self._stopping = True
         task, self._task = self._task, None
         if task is not None:
             await cancel_all([task])
@@ -178,19 +183,25 @@ class MemberConnection:
     # -- supervisor ----------------------------------------------------------------------
 
     async def _supervise(self) -> None:
-        """Reconnect forever; a session that had been healthy starts a fresh backoff."""
-        while True:
+        """Reconnect until stopped; a session that had been healthy starts a fresh backoff."""
+        while not self._stopping:
             retrying = tenacity.AsyncRetrying(
                 wait=backoff(self._settings),
                 sleep=self._backoff_sleep,
                 # Never CancelledError: tenacity would swallow the cancellation and retry.
                 retry=tenacity.retry_if_exception(
                     lambda exc: isinstance(exc, Exception)
-                    and not isinstance(exc, _SessionEnded)))
-            with contextlib.suppress(_SessionEnded):
+                    and not isinstance(exc, _SessionEnded) and not self._stopping))
+            try:
                 async for attempt in retrying:
                     with attempt:
                         await self._session()
+            except _SessionEnded:
+                continue
+            except Exception:
+                if not self._stopping:
+                    raise
+        raise asyncio.CancelledError  # stopped: end as the cancelled task it is
 
     async def _backoff_sleep(self, seconds: float) -> None:
         """Sleep between attempts; wake early on reload; turn unreachable on time."""

@@ -28,20 +28,19 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import structlog
 import tenacity
 
 from dispatcher.aiotasks import Pulse, cancel_all, guarded
+from dispatcher.fleet import credentials
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.capacity import CapacitySummary
 from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
 from dispatcher.fleet.health import Health, Reason
-from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret, read_file
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
@@ -104,6 +103,7 @@ class Fleet:
         self.pulse: Pulse = self.signals.any
         """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -112,7 +112,8 @@ class Fleet:
         # Kubeconfig file versions as of now, before any connection reads them: a change
         # after this point always triggers a reconnect (a baseline taken later could
         # swallow an edit made between the first read and the first check).
-        baseline = {m.name: _mtime(m.kubeconfig) for m in self._settings.static_members}
+        baseline = {m.name: credentials.file_version(m.kubeconfig)
+                    for m in self._settings.static_members}
         for member in self._settings.static_members:
             self._add(membersmod.from_static(member))
         if self._settings.static_members:
@@ -128,7 +129,9 @@ class Fleet:
             ]
 
     async def stop(self) -> None:
-        """Stop every task and connection."""
+        """Stop every task and connection; bounded (see ``MemberConnection.stop``), and
+        nothing of the fleet's is left running when it returns."""
+        self._stopping = True
         await cancel_all(self._tasks)
         self._tasks.clear()
         connections = list(self._connections.values())
@@ -247,33 +250,9 @@ class Fleet:
 
     # -- membership ----------------------------------------------------------------------
 
-    def _loader(self, spec: MemberSpec) -> Callable[[], Awaitable[tuple[dict[str, Any], str]]]:
-        if spec.path is not None:
-            path = Path(spec.path)
-
-            async def from_file() -> tuple[dict[str, Any], str]:
-                return await asyncio.to_thread(read_file, path)
-
-            return from_file
-        ref = spec.secret
-        hub = self._hub
-        if ref is None or hub is None:
-            raise ValueError(f"member {spec.name} has neither a Secret nor a file")
-
-        async def from_hub_secret() -> tuple[dict[str, Any], str]:
-            try:
-                secret = await hub.request("GET", SECRETS.item(ref.name, ref.namespace))
-            except errors.NotFound:
-                raise KubeconfigProblem(f"Secret {ref.namespace}/{ref.name} not found on the hub",
-                                        reason="SecretMissing") from None
-            version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
-            return from_secret(secret, key=ref.key), version
-
-        return from_hub_secret
-
     def _add(self, spec: MemberSpec) -> None:
-        conn = MemberConnection(spec=spec, load=self._loader(spec), settings=self._settings,
-                                clock=self._clock, kinds=self._kinds,
+        conn = MemberConnection(spec=spec, load=credentials.loader(spec, self._hub),
+                                settings=self._settings, clock=self._clock, kinds=self._kinds,
                                 on_change=functools.partial(self.signals.changed, spec.name))
         self._connections[spec.name] = conn
         conn.start()
@@ -368,7 +347,8 @@ class Fleet:
                 if conn.spec.path is None:
                     continue
                 # None when unreadable: the next connect attempt reports it.
-                version = await asyncio.to_thread(_mtime, conn.spec.path)
+                version = await asyncio.to_thread(credentials.file_version,
+                                                  conn.spec.path)
                 if conn.name in seen and seen[conn.name] != version:
                     log.info("member.credentials_changed", member=conn.name,
                              file=conn.spec.path)
@@ -389,27 +369,36 @@ class Fleet:
                         message=str(exc).splitlines()[0][:300] if exc else "",
                         retry_in=round(state.upcoming_sleep, 1))
 
-        async for attempt in tenacity.AsyncRetrying(
-                wait=backoff(self._settings),
-                # Any error but cancellation (which tenacity would otherwise swallow).
-                retry=tenacity.retry_if_exception_type(Exception),
-                before_sleep=report):
-            with attempt:
-                async for item in watch.informer(hub, ref, namespace=namespace,
-                                                 timeout_seconds=self._settings.watch_timeout_s):
-                    await handle(item)
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                    wait=backoff(self._settings),
+                    # Any error but cancellation (which tenacity would otherwise swallow), and
+                    # none once stopping (a cancellation a library turned into an error).
+                    retry=tenacity.retry_if_exception(
+                        lambda exc: isinstance(exc, Exception) and not self._stopping),
+                    before_sleep=report):
+                with attempt:
+                    async for item in watch.informer(
+                            hub, ref, namespace=namespace,
+                            timeout_seconds=self._settings.watch_timeout_s):
+                        await handle(item)
+        except Exception:
+            if self._stopping:  # a cancellation a library turned into an error
+                raise asyncio.CancelledError from None
+            raise
 
     # -- status --------------------------------------------------------------------------
 
     async def _write_statuses(self) -> None:
         """Write changed MemberCluster statuses, at most once per ``status_min_interval``."""
         seen = -1
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.status_heartbeat_s):
                     seen = await self.pulse.wait(seen)
             await self.write_statuses_once()
             await asyncio.sleep(self._settings.status_min_interval_s)
+        raise asyncio.CancelledError  # stopped (the cancellation itself was lost)
 
     async def write_statuses_once(self) -> int:
         """One pass over all MemberCluster members; returns the number of writes."""
@@ -447,13 +436,3 @@ class Fleet:
             self._written[name] = (desired, now)
             writes += 1
         return writes
-
-
-def _mtime(path: str | None) -> int | None:
-    """A file's modification time in ns, None when absent (or no file)."""
-    if path is None:
-        return None
-    try:
-        return Path(path).stat().st_mtime_ns
-    except OSError:
-        return None
