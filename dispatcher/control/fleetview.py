@@ -25,7 +25,7 @@ from dispatcher.control.decide import MemberHealth
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet, UnknownMember
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import ResourceRef
+from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.placement.model import MemberSnapshot
 
 __all__ = ["FleetView", "LiveFleet"]
@@ -56,9 +56,9 @@ class FleetView(Protocol):
         """One member's snapshot (None if unknown), without building the others."""
         ...
 
-    def resources(self, member: str) -> Mapping[tuple[str, str], ResourceRef] | None:
-        """The member's served workload resources by (apiVersion, kind), as its connection
-        discovered them; None until discovered (or for an unknown member)."""
+    def resources(self, member: str) -> Mapping[GroupVersionKind, ResourceRef] | None:
+        """The member's served workload resources by kind, as its connection discovered
+        them; None until discovered (or for an unknown member)."""
         ...
 
     def client(self, member: str) -> KubeClient | None:
@@ -81,8 +81,8 @@ class FleetView(Protocol):
         """Whether two members are one cluster (registered twice)."""
         ...
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
-        """Discover these (apiVersion, kind) pairs on every member (the catalog changed)."""
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
+        """Discover these kinds on every member (the catalog changed)."""
         ...
 
 
@@ -113,14 +113,14 @@ class LiveFleet:
         except UnknownMember:
             return None
 
-    def resources(self, member: str) -> Mapping[tuple[str, str], ResourceRef] | None:
+    def resources(self, member: str) -> Mapping[GroupVersionKind, ResourceRef] | None:
         try:
             conn = self.fleet.connection(member)
         except UnknownMember:
             return None
         return conn.resources if conn.served is not None else None
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         self.fleet.set_kinds(kinds)
 
     def snapshots(self) -> Sequence[MemberSnapshot]:

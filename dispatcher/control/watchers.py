@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import Pulse, cancel_all, guarded, wait_any
-from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
@@ -30,7 +30,7 @@ from dispatcher.control.reconcile import member_copy
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
-from dispatcher.kube.resources import CRDS, DISPATCHES, ResourceRef
+from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
 
 __all__ = ["HubWatchers", "MemberWatchers", "forever"]
 
@@ -59,10 +59,6 @@ def _crd_serves(crd: Mapping[str, Any]) -> CrdServes:
                       if isinstance(c, Mapping))
     return (str(spec.get("group") or ""), str((spec.get("names") or {}).get("kind") or ""),
             versions, established)
-
-
-def _api_version(group: str, version: str) -> str:
-    return f"{group}/{version}" if group else version
 
 
 async def forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
@@ -97,7 +93,7 @@ class HubWatchers:
         self._namespaces = namespaces or ("",)
         self._selector = label_selector or None
         self._skip = frozenset(skip_namespaces)
-        self._watched: set[str] = set()
+        self._watched: set[GroupVersionKind] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
         self._crds_served: dict[str, CrdServes] = {}
@@ -122,29 +118,28 @@ class HubWatchers:
     async def stop(self) -> None:
         await cancel_all(self._tasks)
 
-    async def discover(self) -> set[tuple[str, str]]:
+    async def discover(self) -> set[GroupVersionKind]:
         """Start a watch for every catalog kind the hub serves and is not watched yet.
 
         Run again when a CRD appears and when the live catalog gains a kind. A kind that
         leaves the catalog stays watched: its workloads stay cached (never mistaken for
         deleted ones), and the reconciler says why they are not dispatched. Returns the
-        catalog's (group, kind) pairs the hub does not serve (as far as discovery says)."""
+        catalog's kinds the hub does not serve (as far as discovery says)."""
         self._hub.discovery.forget()
         self.discoveries += 1
-        missing: set[tuple[str, str]] = set()
-        for group, version, kind in self._live.current.kinds():
-            api_version = _api_version(group, version)
-            key = kind_key(api_version, kind)
-            if key in self._watched:
+        missing: set[GroupVersionKind] = set()
+        for gvk in self._live.current.kinds():
+            key = gvk.key
+            if gvk in self._watched:
                 continue
             try:
-                ref = await self._hub.discovery.resource(api_version, kind)
+                ref = await self._hub.discovery.resource(gvk.api_version, gvk.kind)
             except KubeError:
                 ref = None
             if ref is None:
-                missing.add((group, kind))
+                missing.add(gvk)
                 continue
-            self._watched.add(key)
+            self._watched.add(gvk)
             for namespace in self._namespaces:
                 self._tasks.append(guarded(
                     forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
@@ -176,8 +171,9 @@ class HubWatchers:
             seen = self._crds_changed.version
             for _ in range(CRD_DISCOVERY_RETRIES):
                 missing = await self.discover()
-                established = {(group, kind) for group, kind, _, ready
-                               in self._crds_served.values() if ready}
+                established = {GroupVersionKind(group, version, kind)
+                               for group, kind, versions, ready in self._crds_served.values()
+                               if ready for version in versions}
                 if not missing & established:
                     break
                 await asyncio.sleep(1.0)
@@ -294,20 +290,23 @@ class MemberWatchers:
 
     def _start_kinds(self, name: str, client: KubeClient, watched: set[tuple[str, str]],
                      tasks: list[asyncio.Task[None]]) -> None:
-        """Start a copy watch for each catalog kind the member serves and is not watched."""
+        """Start a copy watch for each catalog kind the member serves and is not watched.
+
+        ``watched`` holds (group, kind): one watch per kind whatever the version, as the
+        apiserver serves every version of a kind from the same objects."""
         resources = self._fleet.resources(name)
         if resources is None:
             return  # not discovered yet: its state pulse moves when it is
-        for group, version, kind in self._live.current.kinds():
-            ref = resources.get((_api_version(group, version), kind))
-            if ref is None or (group, kind) in watched:
+        for gvk in self._live.current.kinds():
+            ref = resources.get(gvk)
+            if ref is None or (gvk.group, gvk.kind) in watched:
                 continue
-            watched.add((group, kind))
+            watched.add((gvk.group, gvk.kind))
             tasks.append(guarded(self._kind(name, client, ref),
                                  name=f"copies:{name}:{ref.kind}"))
 
     async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
-        key = kind_key(ref.api_version, ref.kind)
+        key = ref.gvk.key
 
         def lost() -> None:
             self._copies.unsync(member, key)

@@ -38,7 +38,7 @@ from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NODES, PODS, ResourceRef, split_api_version
+from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
 
 __all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
            "NotConnected", "backoff"]
@@ -80,7 +80,7 @@ class MemberConnection:
     """
 
     def __init__(self, *, spec: MemberSpec, load: KubeconfigLoader, settings: FleetSettings,
-                 clock: Clock, kinds: Sequence[tuple[str, str]],
+                 clock: Clock, kinds: Sequence[GroupVersionKind],
                  on_change: Callable[[Change], None]) -> None:
         self.spec = spec
         self.capacity = ClusterCapacity()
@@ -91,11 +91,11 @@ class MemberConnection:
         # uid of the member's kube-system namespace: the same cluster registered twice
         # shows up as two members with one id (None: not readable)
         self.cluster_id: str | None = None
-        self.served: frozenset[tuple[str, str]] | None = None
-        """(apiVersion, kind) pairs of the catalog the member serves; None until known."""
-        self.resources: Mapping[tuple[str, str], ResourceRef] = {}
-        """The discovered resource of each served (apiVersion, kind): discovered once, here,
-        for everyone (the copy watches read it too)."""
+        self.served: frozenset[GroupVersionKind] | None = None
+        """The catalog's kinds the member serves; None until known."""
+        self.resources: Mapping[GroupVersionKind, ResourceRef] = {}
+        """The discovered resource of each served kind: discovered once, here, for everyone
+        (the copy watches read it too)."""
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
@@ -131,13 +131,7 @@ class MemberConnection:
     def connected(self) -> bool:
         return self._client is not None
 
-    def served_groups(self) -> frozenset[tuple[str, str]] | None:
-        """Served kinds as (API group, kind), the form ``MemberSnapshot`` takes."""
-        if self.served is None:
-            return None
-        return frozenset((split_api_version(v)[0], k) for v, k in self.served)
-
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """Discover these workload kinds from now on (the live catalog changed): at once,
         not at the next discovery interval, so a new kind is placeable within seconds."""
         if tuple(kinds) != self._kinds:
@@ -292,11 +286,11 @@ class MemberConnection:
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)
         client.discovery.forget()
-        found: dict[tuple[str, str], ResourceRef] = {}
-        for api_version, kind in self._kinds:
-            ref = await client.discovery.resource(api_version, kind)
+        found: dict[GroupVersionKind, ResourceRef] = {}
+        for gvk in self._kinds:
+            ref = await client.discovery.resource(gvk.api_version, gvk.kind)
             if ref is not None:
-                found[(api_version, kind)] = ref
+                found[gvk] = ref
         self.resources = found
         if frozenset(found) != self.served:
             self.served = frozenset(found)

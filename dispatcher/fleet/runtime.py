@@ -48,7 +48,7 @@ from dispatcher.fleet.signals import FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, ResourceRef
+from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, GroupVersionKind, ResourceRef
 
 __all__ = ["Fleet", "MemberState", "NotConnected", "UnknownMember", "utc_now"]
 
@@ -77,20 +77,20 @@ class MemberState:
     health: Health
     kubernetes_version: str | None
     capacity: CapacitySummary
-    served_kinds: frozenset[tuple[str, str]] | None
-    """(apiVersion, kind) pairs of the catalog the member serves; None until discovered."""
+    served_kinds: frozenset[GroupVersionKind] | None
+    """The catalog's kinds the member serves; None until discovered."""
 
 
 class Fleet:
     """All member connections. ``async with Fleet(...) as fleet:`` or start()/stop().
 
     ``hub`` may be None for a fleet of static members only. ``kinds`` lists the catalog's
-    workload kinds as (apiVersion, kind), discovered on every member. ``clock`` returns an
+    workload kinds, discovered on every member. ``clock`` returns an
     aware datetime; it stamps lastSeen, conditions and loss times.
     """
 
     def __init__(self, *, hub: KubeClient | None, settings: FleetSettings,
-                 kinds: Sequence[tuple[str, str]] = (), clock: Clock = utc_now) -> None:
+                 kinds: Sequence[GroupVersionKind] = (), clock: Clock = utc_now) -> None:
         self._hub = hub
         self._settings = settings
         self._kinds = tuple(kinds)
@@ -145,7 +145,7 @@ class Fleet:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """The catalog's workload kinds changed (hub definitions): every member discovers
         the new set now, and members added later use it."""
         self._kinds = tuple(kinds)
@@ -191,7 +191,7 @@ class Fleet:
             name=member, capacity=conn.capacity, labels=conn.spec.labels,
             ready=health.ready,
             not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
-            cordoned=conn.spec.cordoned, served_kinds=conn.served_groups(),
+            cordoned=conn.spec.cordoned, served_kinds=conn.served,
             allowed_namespaces=conn.spec.allowed_namespaces)
 
     def reservations(self, member: str) -> MemberReservations:

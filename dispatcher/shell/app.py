@@ -88,7 +88,7 @@ async def run(config: Config) -> int:
 
     remove_crash_hook = on_crash(crash)
     metrics = Metrics.create()
-    kinds = [(d.api_version, d.kind) for d in catalog.definitions]
+    kinds = [d.gvk for d in catalog.definitions]
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
                             metrics=metrics)

@@ -80,7 +80,7 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
     of ``exclude_uid`` (the workload being explained, if already placed) is left out.
     """
     fleet = Fleet(hub=hub, settings=config.fleet,
-                  kinds=[(d.api_version, d.kind) for d in catalog.definitions])
+                  kinds=[d.gvk for d in catalog.definitions])
     await fleet.start()
     try:
         loop = asyncio.get_running_loop()

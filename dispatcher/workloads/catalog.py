@@ -14,6 +14,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.definitions import expand_paths, load_file, load_text
 from dispatcher.workloads.errors import DefinitionError, Issue, NoDefinitionError
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Limits
@@ -71,9 +72,9 @@ class Catalog:
         """Every definition, in load order."""
         return tuple(self._by_name.values())
 
-    def kinds(self) -> tuple[tuple[str, str, str], ...]:
-        """(group, version, kind) of every described object type."""
-        return tuple((d.group, d.version, d.kind) for d in self._by_name.values())
+    def kinds(self) -> tuple[GroupVersionKind, ...]:
+        """Every described object type."""
+        return tuple(d.gvk for d in self._by_name.values())
 
     def get(self, name: str) -> Definition | None:
         """The definition called ``name``."""

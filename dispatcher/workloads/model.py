@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.jqrun import Batch
 
 __all__ = [
@@ -106,7 +107,7 @@ class Component:
     """A node of the structure: the root object or a logical view into it."""
 
     name: str
-    kind: tuple[str, str, str] | None  # group, version, kind
+    kind: GroupVersionKind | None
     owner: str | None
     instance_ids: Expr | None
     spec: SpecSource | None
@@ -189,6 +190,11 @@ class Definition:
     def api_version(self) -> str:
         """The apiVersion of the objects this definition describes."""
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def gvk(self) -> GroupVersionKind:
+        """The type of the objects this definition describes."""
+        return GroupVersionKind(self.group, self.version, self.kind)
 
     @property
     def root(self) -> Component:

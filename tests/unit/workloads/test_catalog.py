@@ -17,10 +17,9 @@ def test_builtin_catalog_loads_and_indexes_by_kind() -> None:
     catalog = Catalog.builtin()
     assert catalog is Catalog.builtin()  # loaded once, shared
     assert len(catalog) == len(catalog.definitions) > 0
-    for group, version, kind in catalog.kinds():
-        api_version = f"{group}/{version}" if group else version
-        found = catalog.find(api_version, kind)
-        assert found is not None and found.kind == kind
+    for gvk in catalog.kinds():
+        found = catalog.find(gvk.api_version, gvk.kind)
+        assert found is not None and found.gvk == gvk
 
 
 def test_load_and_merge_later_overrides(tmp_path: Path) -> None:
