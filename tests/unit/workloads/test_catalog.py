@@ -68,3 +68,19 @@ def test_two_definitions_for_one_kind_in_one_load_are_an_error(tmp_path: Path) -
     (tmp_path / "b.yaml").write_text(edit(BATCHSET, lambda d: d["metadata"].update(name="b")))
     with pytest.raises(DefinitionError, match="like definition demo-batchset"):
         Catalog.load([tmp_path])
+
+
+def test_generic_status_is_its_string_in_json_yaml_and_comparisons() -> None:
+    import json
+
+    import yaml
+
+    from dispatcher.workloads.model import GenericStatus
+
+    assert [s.value for s in GenericStatus] == [
+        "pending", "initializing", "running", "degraded", "completed", "failed", "suspended",
+        "unknown"]  # DESIGN.md's list, in its order
+    data = {"status": GenericStatus.RUNNING, "statuses": [GenericStatus.FAILED]}
+    assert json.dumps(data) == '{"status": "running", "statuses": ["failed"]}'
+    assert yaml.safe_dump(data) == "status: running\nstatuses:\n- failed\n"
+    assert GenericStatus.COMPLETED == "completed" and "unknown" in {GenericStatus.UNKNOWN}
