@@ -75,14 +75,13 @@ class ResourceRef:
     namespaced: bool
 
     @property
-    def api_version(self) -> str:
-        """``group/version``, or ``version`` for the core group."""
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
     def gvk(self) -> GroupVersionKind:
         """The kind this resource serves."""
         return GroupVersionKind(self.group, self.version, self.kind)
+
+    @property
+    def api_version(self) -> str:
+        return self.gvk.api_version
 
     def _base(self) -> str:
         return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"

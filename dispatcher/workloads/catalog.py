@@ -52,10 +52,7 @@ class Catalog:
                 definitions.extend(load_file(path))
             except DefinitionError as error:
                 issues.extend(error.issues)
-        issues.extend(_conflicts(definitions))
-        if issues:
-            raise DefinitionError(issues)
-        return cls(definitions)
+        return _checked(definitions, issues)
 
     @classmethod
     def merged(cls, *catalogs: Catalog) -> Catalog:
@@ -116,10 +113,7 @@ def _builtin() -> Catalog:
                                          source=f"definitions/{entry.name}"))
         except DefinitionError as error:
             issues.extend(error.issues)
-    issues.extend(_conflicts(definitions))
-    if issues:
-        raise DefinitionError(issues)
-    return Catalog(definitions)
+    return _checked(definitions, issues)
 
 
 def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
@@ -136,3 +130,12 @@ def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
                         f"({other.source}); one definition per kind"))
         seen[key] = definition
     return issues
+
+
+def _checked(definitions: list[Definition], issues: list[Issue]) -> Catalog:
+    """The catalog of ``definitions``, or DefinitionError with every problem: the load
+    ``issues`` and the kinds two definitions describe."""
+    issues = [*issues, *_conflicts(definitions)]
+    if issues:
+        raise DefinitionError(issues)
+    return Catalog(definitions)

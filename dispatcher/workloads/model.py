@@ -210,7 +210,7 @@ class Definition:
     @property
     def api_version(self) -> str:
         """The apiVersion of the objects this definition describes."""
-        return f"{self.group}/{self.version}" if self.group else self.version
+        return self.gvk.api_version
 
     @property
     def gvk(self) -> GroupVersionKind:
