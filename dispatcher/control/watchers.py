@@ -32,7 +32,7 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
 
-__all__ = ["HubWatchers", "MemberWatchers", "forever"]
+__all__ = ["HubWatchers", "MemberWatchers", "crds_served", "forever"]
 
 log = structlog.get_logger("dispatcher.watch")
 
@@ -47,6 +47,21 @@ CrdServes = tuple[str, str, tuple[str, ...], bool]
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def crds_served(known: Mapping[str, CrdServes], item: watch.Listed | watch.Changed
+                ) -> dict[str, CrdServes]:
+    """What the hub's CRDs serve after one CRD watch item (``known``: before it). Equal to
+    ``known`` when the item changes nothing discovery shows (a status update, a re-list
+    of the same CRDs), so hub discovery is read again only on a real change."""
+    if isinstance(item, watch.Listed):
+        return {_name(o): _crd_serves(o) for o in item.objects}
+    fresh = dict(known)
+    if item.type == "DELETED":
+        fresh.pop(_name(item.object), None)
+    else:
+        fresh[_name(item.object)] = _crd_serves(item.object)
+    return fresh
 
 
 def _crd_serves(crd: Mapping[str, Any]) -> CrdServes:
@@ -98,12 +113,10 @@ class HubWatchers:
         self._records_listed: set[str] = set()
         self._crds_served: dict[str, CrdServes] = {}
         self._crds_changed = Pulse()
-        self.discoveries = 0
-        """How often hub discovery was read (a test counts it)."""
 
     def synced(self) -> bool:
         """Every started watch has listed at least once."""
-        want = {(k, ns) for k in self._watched for ns in self._namespaces}
+        want = {(k.key, ns) for k in self._watched for ns in self._namespaces}
         return set(self._namespaces) <= self._records_listed and want <= self._cache.synced
 
     async def start(self) -> None:
@@ -126,7 +139,6 @@ class HubWatchers:
         deleted ones), and the reconciler says why they are not dispatched. Returns the
         catalog's kinds the hub does not serve (as far as discovery says)."""
         self._hub.discovery.forget()
-        self.discoveries += 1
         missing: set[GroupVersionKind] = set()
         for gvk in self._live.current.kinds():
             key = gvk.key
@@ -149,14 +161,7 @@ class HubWatchers:
 
     async def _crds(self) -> None:
         async for item in watch.informer(self._hub, CRDS):
-            if isinstance(item, watch.Listed):
-                fresh = {_name(o): _crd_serves(o) for o in item.objects}
-            else:
-                fresh = dict(self._crds_served)
-                if item.type == "DELETED":
-                    fresh.pop(_name(item.object), None)
-                else:
-                    fresh[_name(item.object)] = _crd_serves(item.object)
+            fresh = crds_served(self._crds_served, item)
             if fresh != self._crds_served:
                 self._crds_served = fresh
                 self._crds_changed.bump()
