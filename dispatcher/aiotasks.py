@@ -67,13 +67,22 @@ async def cancel_all(tasks: list[asyncio.Task[Any]], *, again_after: float = 0.2
     for task in tasks:
         task.cancel()
     pending = {t for t in tasks if not t.done()}
+    interrupted = False
     while pending:
-        _, pending = await asyncio.wait(pending, timeout=again_after)
+        try:
+            _, pending = await asyncio.wait(pending, timeout=again_after)
+        except asyncio.CancelledError:
+            # Our own owner is stopping us (maybe cancelling again): finish stopping ours
+            # first, so that no task outlives its owner, then end as cancelled.
+            interrupted = True
+            pending = {t for t in pending if not t.done()}
         for task in pending:
             task.cancel()
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     tasks.clear()
+    if interrupted:
+        raise asyncio.CancelledError
 
 
 class Pulse:
