@@ -50,10 +50,11 @@ from dispatcher.control import record as records
 from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
-from dispatcher.fleet.nodes import pod_gpus, quantity_int
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, PODS, ResourceRef
+from dispatcher.workloads.podspec import pod_gpus
+from dispatcher.workloads.quantity import whole_count
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
@@ -316,7 +317,7 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     seen = Observed()
     for name, client in members.items():
         for node in (await watch.list_objects(client, NODES)).objects:
-            gpus = quantity_int(((node.get("status") or {}).get("allocatable") or {})
+            gpus = whole_count(((node.get("status") or {}).get("allocatable") or {})
                                 .get("nvidia.com/gpu", 0))
             if gpus:
                 seen.allocatable[(name, node["metadata"]["name"])] = gpus

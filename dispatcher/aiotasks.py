@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
 
 import structlog
 
-__all__ = ["Pulse", "cancel_all", "guarded", "on_crash"]
+__all__ = ["Pulse", "cancel_all", "guarded", "on_crash", "wait_any"]
 
 log = structlog.get_logger("dispatcher.tasks")
 
@@ -54,14 +54,35 @@ def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]
     return task
 
 
-async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+async def cancel_all(tasks: list[asyncio.Task[Any]], *, again_after: float = 0.2) -> None:
     """Cancel ``tasks``, wait until they have finished and empty the list (their errors are
-    logged by ``guarded`` or handled by their owner)."""
+    logged by ``guarded`` or handled by their owner).
+
+    A task still running ``again_after`` seconds after its cancellation is cancelled again,
+    until it ends: library code may turn a cancellation into an ordinary error (aiohttp's
+    request timeout reports a cancel that lands as its timer fires as TimeoutError), which
+    a retry loop then treats as one more failed attempt. Only the given handles are
+    cancelled, never tasks found by name.
+    """
     for task in tasks:
         task.cancel()
+    pending = {t for t in tasks if not t.done()}
+    interrupted = False
+    while pending:
+        try:
+            _, pending = await asyncio.wait(pending, timeout=again_after)
+        except asyncio.CancelledError:
+            # Our own owner is stopping us (maybe cancelling again): finish stopping ours
+            # first, so that no task outlives its owner, then end as cancelled.
+            interrupted = True
+            pending = {t for t in pending if not t.done()}
+        for task in pending:
+            task.cancel()
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     tasks.clear()
+    if interrupted:
+        raise asyncio.CancelledError
 
 
 class Pulse:
@@ -97,3 +118,17 @@ class Pulse:
         while True:
             seen = await self.wait(seen)
             yield seen
+
+
+async def wait_any(waits: Iterable[tuple[Pulse, int]], *, timeout: float) -> None:  # noqa: ASYNC109
+    """Return once any pulse is past its seen version, or after ``timeout`` seconds."""
+    pairs = list(waits)
+    if any(pulse.version > seen for pulse, seen in pairs):
+        return
+    tasks = [asyncio.ensure_future(pulse.wait(seen)) for pulse, seen in pairs]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,7 +11,6 @@ Relative kubeconfig paths are read relative to the config file; ``~`` is expande
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,8 +354,3 @@ def load(path: str | Path | None, *, overrides: Sequence[str] = (),
     if edit is not None:
         edit(data)
     return parse(data, source=source, base=base)
-
-
-def replace_control(config: Config, **changes: Any) -> Config:
-    """A copy of ``config`` with some control settings changed."""
-    return dataclasses.replace(config, control=dataclasses.replace(config.control, **changes))

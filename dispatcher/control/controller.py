@@ -19,7 +19,7 @@ import structlog
 
 from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control import record as records
-from dispatcher.control.caches import CopyCache, HubCache, kind_key
+from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import delete_if_owned
 from dispatcher.control.definitions import DefinitionWatcher
@@ -32,8 +32,10 @@ from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
+from dispatcher.fleet import reservations
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.bounded import DEFAULT_BOUNDS, Bounds
 from dispatcher.workloads.catalog import Catalog
 
@@ -105,11 +107,11 @@ class Controller:
         """The live catalog was swapped: watch and discover new kinds, and read every
         workload whose definition changed again (a copy's status with the new definition,
         a waiting workload's demand for the next decision)."""
-        before = {(d.api_version, d.kind): id(d) for d in old.definitions}
-        after = {(d.api_version, d.kind): id(d) for d in new.definitions}
+        before = {d.gvk: id(d) for d in old.definitions}
+        after = {d.gvk: id(d) for d in new.definitions}
         changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
         log.info("catalog.changed", definitions=len(new),
-                 kinds=sorted(f"{v} {k}" for v, k in changed))
+                 kinds=sorted(f"{k.api_version} {k.kind}" for k in changed))
         self.reconciler.forget_readings()
         self.fleet.set_kinds(list(after))
         removed = set(before) - set(after)
@@ -117,16 +119,15 @@ class Controller:
         self._tasks.append(guarded(self._follow_catalog(changed, removed, added),
                                    name="catalog-follow"))
 
-    async def _follow_catalog(self, changed: set[tuple[str, str]],
-                              removed: set[tuple[str, str]], added: set[tuple[str, str]]
+    async def _follow_catalog(self, changed: set[GroupVersionKind],
+                              removed: set[GroupVersionKind], added: set[GroupVersionKind]
                               ) -> None:
         await self.hub_watchers.discover()
-        self.fleet.pulse.bump()  # member watchers start copy watches for new kinds
-        keys = {kind_key(v, k) for v, k in changed}
+        self.member_watchers.kinds_changed()  # copy watches for the new kinds
         for member in self.fleet.names():
             for uid, found in self.copies.items(member):
                 obj = found.obj
-                if kind_key(str(obj.get("apiVersion")), str(obj.get("kind"))) not in keys:
+                if GroupVersionKind.of_object(obj) not in changed:
                     continue
                 self.copies.put(member, uid, await member_copy(
                     obj, live=self.live, seen_at=found.seen_at, previous=found))
@@ -135,12 +136,12 @@ class Controller:
             item = self.cache.workload(uid)
             if item is None:
                 continue
-            kind = (str(item.obj.get("apiVersion")), str(item.obj.get("kind")))
-            if kind_key(*kind) not in keys:
+            kind = GroupVersionKind.of_object(item.obj)
+            if kind not in changed:
                 continue
             if kind in removed or kind in added:
                 await self.reconciler.note_definition(uid, present=kind in added,
-                                                      kind=" ".join(kind))
+                                                      kind=f"{kind.api_version} {kind.kind}")
             self.kick(uid)
         self._tasks[:] = [t for t in self._tasks if not t.done()]
 
@@ -200,17 +201,15 @@ class Controller:
 
     def _rebuild_reservations(self) -> None:
         """Reservations of decisions not yet visible as pods, from the Dispatch records."""
-        now = self.clock()
+        held = []
         for raw in self.cache.records():
             record = records.read(raw)
-            res = record.reservation
-            if res is None or record.cluster != res.member or res.expires_at <= now:
+            if record.reservation is None:
                 continue
             if self.cache.workload(record.workload_uid) is None:
                 continue  # the workload is gone; its record only awaits garbage collection
-            held = self.fleet.reservations(res.member)
-            if held is not None:
-                held.add(res)
+            held.append((record.reservation, record.cluster or ""))
+        reservations.restore(held, self.fleet.reservations, now=self.clock())
 
     async def _rounds(self) -> None:
         """Event-driven: when capacity or health changes, retry waiting workloads in order."""
@@ -267,8 +266,7 @@ class Controller:
                                 hint="more stale copies wait for the next pass")
                     return deleted
                 obj = found.obj
-                key = kind_key(str(obj.get("apiVersion")), str(obj.get("kind")))
-                if (member, key) not in self.copies.synced:
+                if (member, GroupVersionKind.of_object(obj).key) not in self.copies.synced:
                     continue
                 reason = await self._stale(uid, member=member, obj=obj)
                 if reason is None:
@@ -306,7 +304,8 @@ class Controller:
             return f"workload moved to {record.cluster}"
         meta = obj.get("metadata") or {}
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
-        if not any(k.startswith(kind_key(api_version, kind)) for k, _ in self.cache.synced):
+        key = GroupVersionKind.of(api_version, kind).key
+        if not any(k.startswith(key) for k, _ in self.cache.synced):
             return None  # the hub kind is not watched (yet): never guess
         with contextlib.suppress(KubeError):
             ref = await self.hub.discovery.resource(api_version, kind)

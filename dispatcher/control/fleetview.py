@@ -1,7 +1,10 @@
 """What the control loop needs from the fleet: the ``FleetView`` seam and its adapter.
 
 ``FleetView`` is all the control loop reads: placement snapshots, a client per connected
-member, its reservations, its health as ``decide`` sees it, and a change pulse.
+member, its discovered workload resources, its reservations, its health as ``decide`` sees
+it, and change pulses: one for any change, one for the member set, and one per member for
+its state (client, health, served kinds), so a loop that follows one member is not woken by
+the others, nor by its capacity.
 ``LiveFleet`` adapts the fleet runtime (``dispatcher.fleet.runtime.Fleet``: MemberCluster
 objects, static members, connections, capacity informers) to it; tests and benchmarks may
 supply any other implementation.
@@ -14,15 +17,15 @@ known yet" and nothing is decided about them.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dispatcher.aiotasks import Pulse, cancel_all, guarded
+from dispatcher.aiotasks import Pulse
 from dispatcher.control.decide import MemberHealth
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet, UnknownMember
 from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.placement.model import MemberSnapshot
 
 __all__ = ["FleetView", "LiveFleet"]
@@ -34,12 +37,28 @@ class FleetView(Protocol):
     pulse: Pulse
     """Bumped whenever capacity, health or the member set changed."""
 
+    members_pulse: Pulse
+    """Bumped when a member is added or removed."""
+
+    def state_pulse(self, member: str) -> Pulse:
+        """Bumped when ``member``'s client, health or served kinds change (not capacity)."""
+        ...
+
     def names(self) -> tuple[str, ...]:
         """Every known member."""
         ...
 
     def snapshots(self) -> Sequence[MemberSnapshot]:
         """One snapshot per member for placement (live capacity, net of reservations)."""
+        ...
+
+    def snapshot(self, member: str) -> MemberSnapshot | None:
+        """One member's snapshot (None if unknown), without building the others."""
+        ...
+
+    def resources(self, member: str) -> Mapping[GroupVersionKind, ResourceRef] | None:
+        """The member's served workload resources by kind, as its connection discovered
+        them; None until discovered (or for an unknown member)."""
         ...
 
     def client(self, member: str) -> KubeClient | None:
@@ -62,43 +81,46 @@ class FleetView(Protocol):
         """Whether two members are one cluster (registered twice)."""
         ...
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
-        """Discover these (apiVersion, kind) pairs on every member (the catalog changed)."""
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
+        """Discover these kinds on every member (the catalog changed)."""
         ...
 
 
 class LiveFleet:
-    """``FleetView`` over the fleet runtime; ``start`` relays its changes to ``pulse``."""
+    """``FleetView`` over the fleet runtime (its pulses are the fleet's own)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self.pulse = Pulse()
-        self._tasks: list[asyncio.Task[None]] = []
+        self.pulse = fleet.signals.any
+        self.members_pulse = fleet.signals.members
 
     async def start(self) -> None:
         await self.fleet.start()
-        self._tasks.append(guarded(self._relay(), name="fleet-relay"))
 
     async def stop(self) -> None:
-        """Stop the relay and the fleet. A member supervisor may swallow one cancellation
-        (a retry loop that treats it as a failed attempt), so cancel until it ends."""
-        await cancel_all(self._tasks)
-        stopping = asyncio.ensure_future(self.fleet.stop())
-        while not stopping.done():
-            await asyncio.wait({stopping}, timeout=0.2)
-            for task in asyncio.all_tasks():
-                if task.get_name().startswith("member/") and not task.done():
-                    task.cancel()
-        await stopping
+        """Stop the fleet: every member connection cancels and awaits its own tasks."""
+        await self.fleet.stop()
 
-    async def _relay(self) -> None:
-        async for _ in self.fleet.changes():
-            self.pulse.bump()
+    def state_pulse(self, member: str) -> Pulse:
+        return self.fleet.signals.state(member)
 
     def names(self) -> tuple[str, ...]:
         return self.fleet.names()
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def snapshot(self, member: str) -> MemberSnapshot | None:
+        try:
+            return self.fleet.snapshot(member)
+        except UnknownMember:
+            return None
+
+    def resources(self, member: str) -> Mapping[GroupVersionKind, ResourceRef] | None:
+        try:
+            conn = self.fleet.connection(member)
+        except UnknownMember:
+            return None
+        return conn.resources if conn.served is not None else None
+
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         self.fleet.set_kinds(kinds)
 
     def snapshots(self) -> Sequence[MemberSnapshot]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from dispatcher.workloads.model import GenericStatus
+
 __all__ = [
     "FINALIZER",
     "HUB_GENERATION_ANNOTATION",
@@ -55,7 +57,7 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
     @classmethod
-    def of_generic(cls, status: str) -> Phase:
+    def of_generic(cls, status: str) -> Phase:  # a GenericStatus, or one read from a record
         """The phase shown for a mirrored generic status (``pending`` -> Submitted)."""
         return _GENERIC.get(status, cls.SUBMITTED)
 
@@ -86,12 +88,12 @@ class PendingReason(StrEnum):
 
 
 _GENERIC: dict[str, Phase] = {
-    "pending": Phase.SUBMITTED,
-    "initializing": Phase.INITIALIZING,
-    "running": Phase.RUNNING,
-    "degraded": Phase.DEGRADED,
-    "completed": Phase.COMPLETED,
-    "failed": Phase.FAILED,
-    "suspended": Phase.SUSPENDED,
-    "unknown": Phase.SUBMITTED,
+    GenericStatus.PENDING: Phase.SUBMITTED,
+    GenericStatus.INITIALIZING: Phase.INITIALIZING,
+    GenericStatus.RUNNING: Phase.RUNNING,
+    GenericStatus.DEGRADED: Phase.DEGRADED,
+    GenericStatus.COMPLETED: Phase.COMPLETED,
+    GenericStatus.FAILED: Phase.FAILED,
+    GenericStatus.SUSPENDED: Phase.SUSPENDED,
+    GenericStatus.UNKNOWN: Phase.SUBMITTED,
 }

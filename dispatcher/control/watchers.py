@@ -3,7 +3,9 @@
 One watcher task per (cluster, resource): it only updates a cache and maps each event to
 hub workload uids (``kick``); the reconnect loop around the tested ``kube.watch.informer``
 stays thin. Hub kinds are the catalog's kinds the hub serves; a CRD watch re-runs
-discovery so kinds installed later are picked up without a restart. Member copies are
+discovery so kinds installed later are picked up without a restart, only when the served
+kinds of the CRDs actually changed (not on their status updates, nor on a re-list that
+finds the same CRDs), and once per burst. Member copies are
 watched by our origin label, per served kind, on each connected member.
 """
 
@@ -12,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from dispatcher.aiotasks import cancel_all, guarded
-from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.aiotasks import Pulse, cancel_all, guarded, wait_any
+from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
@@ -27,15 +30,50 @@ from dispatcher.control.readings import member_copy
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
-from dispatcher.kube.resources import CRDS, DISPATCHES, ResourceRef
+from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
 
-__all__ = ["HubWatchers", "MemberWatchers", "forever"]
+__all__ = ["HubWatchers", "MemberWatchers", "crds_served", "forever"]
 
 log = structlog.get_logger("dispatcher.watch")
 
 Kick = Callable[[str], None]
-def _api_version(group: str, version: str) -> str:
-    return f"{group}/{version}" if group else version
+CRD_DEBOUNCE_S = 0.5
+"""Quiet time after a CRD change before hub discovery is read again."""
+CRD_DISCOVERY_RETRIES = 10
+"""Discovery may lag an Established CRD: read it again (1 s apart) while it does."""
+CrdServes = tuple[str, str, tuple[str, ...], bool]
+"""(group, kind, served versions, Established) of one CRD."""
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def crds_served(known: Mapping[str, CrdServes], item: watch.Listed | watch.Changed
+                ) -> dict[str, CrdServes]:
+    """What the hub's CRDs serve after one CRD watch item (``known``: before it). Equal to
+    ``known`` when the item changes nothing discovery shows (a status update, a re-list
+    of the same CRDs), so hub discovery is read again only on a real change."""
+    if isinstance(item, watch.Listed):
+        return {_name(o): _crd_serves(o) for o in item.objects}
+    fresh = dict(known)
+    if item.type == "DELETED":
+        fresh.pop(_name(item.object), None)
+    else:
+        fresh[_name(item.object)] = _crd_serves(item.object)
+    return fresh
+
+
+def _crd_serves(crd: Mapping[str, Any]) -> CrdServes:
+    """What of a CRD decides discovery: its group, kind, served versions, Established."""
+    spec = crd.get("spec") or {}
+    versions = tuple(sorted(str(v.get("name")) for v in spec.get("versions") or ()
+                            if isinstance(v, Mapping) and v.get("served")))
+    established = any(c.get("type") == "Established" and c.get("status") == "True"
+                      for c in (crd.get("status") or {}).get("conditions") or ()
+                      if isinstance(c, Mapping))
+    return (str(spec.get("group") or ""), str((spec.get("names") or {}).get("kind") or ""),
+            versions, established)
 
 
 async def forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
@@ -70,13 +108,15 @@ class HubWatchers:
         self._namespaces = namespaces or ("",)
         self._selector = label_selector or None
         self._skip = frozenset(skip_namespaces)
-        self._watched: set[str] = set()
+        self._watched: set[GroupVersionKind] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
+        self._crds_served: dict[str, CrdServes] = {}
+        self._crds_changed = Pulse()
 
     def synced(self) -> bool:
         """Every started watch has listed at least once."""
-        want = {(k, ns) for k in self._watched for ns in self._namespaces}
+        want = {(k.key, ns) for k in self._watched for ns in self._namespaces}
         return set(self._namespaces) <= self._records_listed and want <= self._cache.synced
 
     async def start(self) -> None:
@@ -86,38 +126,62 @@ class HubWatchers:
                 name=f"hub:dispatches:{namespace or '*'}"))
         await self.discover()
         self._tasks.append(guarded(forever("crds", self._crds), name="hub:crds"))
+        self._tasks.append(guarded(self._rediscover(), name="hub:discovery"))
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
 
-    async def discover(self) -> None:
+    async def discover(self) -> set[GroupVersionKind]:
         """Start a watch for every catalog kind the hub serves and is not watched yet.
 
         Run again when a CRD appears and when the live catalog gains a kind. A kind that
         leaves the catalog stays watched: its workloads stay cached (never mistaken for
-        deleted ones), and the reconciler says why they are not dispatched."""
+        deleted ones), and the reconciler says why they are not dispatched. Returns the
+        catalog's kinds the hub does not serve (as far as discovery says)."""
         self._hub.discovery.forget()
-        for group, version, kind in self._live.current.kinds():
-            api_version = _api_version(group, version)
-            key = kind_key(api_version, kind)
-            if key in self._watched:
+        missing: set[GroupVersionKind] = set()
+        for gvk in self._live.current.kinds():
+            key = gvk.key
+            if gvk in self._watched:
                 continue
             try:
-                ref = await self._hub.discovery.resource(api_version, kind)
+                ref = await self._hub.discovery.resource(gvk.api_version, gvk.kind)
             except KubeError:
-                continue
+                ref = None
             if ref is None:
+                missing.add(gvk)
                 continue
-            self._watched.add(key)
+            self._watched.add(gvk)
             for namespace in self._namespaces:
                 self._tasks.append(guarded(
                     forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
                     name=f"hub:{key}:{namespace or '*'}"))
             log.info("watch.started", cluster="hub", kind=key)
+        return missing
 
     async def _crds(self) -> None:
-        async for _ in watch.informer(self._hub, CRDS):
-            await self.discover()
+        async for item in watch.informer(self._hub, CRDS):
+            fresh = crds_served(self._crds_served, item)
+            if fresh != self._crds_served:
+                self._crds_served = fresh
+                self._crds_changed.bump()
+
+    async def _rediscover(self) -> None:
+        """Re-read hub discovery after CRD changes, once per burst (installing an operator
+        creates many CRDs, and each becomes Established with a second event)."""
+        seen = self._crds_changed.version
+        while True:
+            await self._crds_changed.wait(seen)
+            await asyncio.sleep(CRD_DEBOUNCE_S)
+            seen = self._crds_changed.version
+            for _ in range(CRD_DISCOVERY_RETRIES):
+                missing = await self.discover()
+                established = {GroupVersionKind(group, version, kind)
+                               for group, kind, versions, ready in self._crds_served.values()
+                               if ready for version in versions}
+                if not missing & established:
+                    break
+                await asyncio.sleep(1.0)
 
     async def _workloads(self, ref: ResourceRef, namespace: str) -> None:
         async for item in watch.informer(self._hub, ref, namespace=namespace or None,
@@ -155,7 +219,13 @@ class HubWatchers:
 
 
 class MemberWatchers:
-    """Our copies on every member, by origin label, for each served catalog kind."""
+    """Our copies on every member, by origin label, for each served catalog kind.
+
+    One loop per member, woken only by that member's state pulse (client, health, served
+    kinds) or a catalog change: a Pod event on one member costs the other members' loops
+    nothing. The kinds a member serves are read from its fleet connection, which discovered
+    them; they are not discovered a second time here.
+    """
 
     def __init__(self, *, fleet: FleetView, live: LiveCatalog, copies: CopyCache, kick: Kick,
                  hub_id: str, monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -165,10 +235,17 @@ class MemberWatchers:
         self._kick = kick
         self._hub_id = hub_id
         self._monotonic = monotonic
+        self._catalog = Pulse()
         self._tasks: list[asyncio.Task[None]] = []
+        self.wakeups: Counter[str] = Counter()
+        """Per member, how often its loop woke (a test counts the work of one event)."""
 
     async def start(self) -> None:
         self._tasks.append(guarded(self._members(), name="copies:members"))
+
+    def kinds_changed(self) -> None:
+        """The live catalog changed: every member loop looks for kinds to watch."""
+        self._catalog.bump()
 
     async def _members(self) -> None:
         """One copy watcher per fleet member, following the member set: members registered
@@ -183,7 +260,7 @@ class MemberWatchers:
                     running[name] = guarded(self._member(name), name=f"copies:{name}")
                 for name in sorted(running.keys() - names):
                     await cancel_all([running.pop(name)])
-                seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+                seen = await self._fleet.members_pulse.wait(seen, timeout=5.0)
         finally:
             await cancel_all(list(running.values()))
 
@@ -193,50 +270,48 @@ class MemberWatchers:
     async def _member(self, name: str) -> None:
         """Wait for a client, watch every served kind (kinds the member starts serving later
         are added as the fleet discovers them); start over when the member is lost."""
-        seen = -1
+        seen = (-1, -1)
         while True:
             client = self._fleet.client(name)
             if client is None:
-                seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+                seen = await self._wake(name, seen)
                 continue
             tasks: list[asyncio.Task[None]] = []
             watched: set[tuple[str, str]] = set()
             try:
                 while self._fleet.client(name) is client:
-                    await self._start_kinds(name, client, watched, tasks)
-                    seen = await self._fleet.pulse.wait(seen, timeout=5.0)
+                    self._start_kinds(name, client, watched, tasks)
+                    seen = await self._wake(name, seen)
             finally:
                 await cancel_all(tasks)
                 self._copies.unsync(name)
 
-    def _served(self, name: str) -> frozenset[tuple[str, str]] | None:
-        for snap in self._fleet.snapshots():
-            if snap.name == name:
-                return snap.served_kinds
-        return None
+    async def _wake(self, name: str, seen: tuple[int, int]) -> tuple[int, int]:
+        """Wait for this member's state pulse or a catalog change (at most 5 s)."""
+        state = self._fleet.state_pulse(name)
+        await wait_any(((state, seen[0]), (self._catalog, seen[1])), timeout=5.0)
+        self.wakeups[name] += 1
+        return state.version, self._catalog.version
 
-    async def _start_kinds(self, name: str, client: KubeClient,
-                           watched: set[tuple[str, str]], tasks: list[asyncio.Task[None]]
-                           ) -> None:
-        """Start a copy watch for each catalog kind the member serves and is not watched."""
-        served = self._served(name)
-        for group, version, kind in self._live.current.kinds():
-            if (group, kind) in watched:
+    def _start_kinds(self, name: str, client: KubeClient, watched: set[tuple[str, str]],
+                     tasks: list[asyncio.Task[None]]) -> None:
+        """Start a copy watch for each catalog kind the member serves and is not watched.
+
+        ``watched`` holds (group, kind): one watch per kind whatever the version, as the
+        apiserver serves every version of a kind from the same objects."""
+        resources = self._fleet.resources(name)
+        if resources is None:
+            return  # not discovered yet: its state pulse moves when it is
+        for gvk in self._live.current.kinds():
+            ref = resources.get(gvk)
+            if ref is None or (gvk.group, gvk.kind) in watched:
                 continue
-            if watched and (served is None or (group, kind) not in served):
-                continue  # after the first pass, only what the fleet saw appear
-            try:
-                ref = await client.discovery.resource(_api_version(group, version), kind,
-                                                      refresh=bool(watched))
-            except KubeError:
-                continue
-            if ref is not None:
-                watched.add((group, kind))
-                tasks.append(guarded(self._kind(name, client, ref),
-                                     name=f"copies:{name}:{ref.kind}"))
+            watched.add((gvk.group, gvk.kind))
+            tasks.append(guarded(self._kind(name, client, ref),
+                                 name=f"copies:{name}:{ref.kind}"))
 
     async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
-        key = kind_key(ref.api_version, ref.kind)
+        key = ref.gvk.key
 
         def lost() -> None:
             self._copies.unsync(member, key)

@@ -24,8 +24,9 @@ from dispatcher.devfleet import workload_crds
 from dispatcher.devfleet.controlplane import KWOK_NODE_ANNOTATION
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.devfleet.workload_crds import CRD_PATH, install_crds
-from dispatcher.fleet.fleetfile import GPU_RESOURCE, MemberSpec, node_manifests
+from dispatcher.fleet.fleetfile import MemberSpec, node_manifests
 from dispatcher.sources import source_path
+from dispatcher.workloads.podspec import GPU_RESOURCE
 
 __all__ = ["crds_dir", "install_crds", "member_nodes", "provision_hub", "provision_member",
            "wait_nodes_ready"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -35,9 +35,10 @@ from dispatcher.fleet.kubeconfigs import KubeconfigProblem, skips_tls_verify
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
+from dispatcher.fleet.signals import Change
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NODES, PODS, split_api_version
+from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
 
 __all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
            "NotConnected", "backoff"]
@@ -72,13 +73,15 @@ class _SessionEnded(Exception):
 class MemberConnection:
     """The live link to one member. ``start()`` it, ``stop()`` it; read its attributes.
 
-    ``on_change`` is called (synchronously, from the event loop) whenever capacity, health,
-    version or served kinds change; it must be cheap (the runtime bumps a counter).
+    ``on_change`` is called (synchronously, from the event loop) with what changed:
+    ``Change.CAPACITY`` for node and pod events, ``Change.STATE`` for the client, health,
+    version, served kinds or spec; it must be cheap (the runtime bumps this member's
+    pulses).
     """
 
     def __init__(self, *, spec: MemberSpec, load: KubeconfigLoader, settings: FleetSettings,
-                 clock: Clock, kinds: Sequence[tuple[str, str]],
-                 on_change: Callable[[], None]) -> None:
+                 clock: Clock, kinds: Sequence[GroupVersionKind],
+                 on_change: Callable[[Change], None]) -> None:
         self.spec = spec
         self.capacity = ClusterCapacity()
         self.reservations = MemberReservations(member=spec.name, capacity=self.capacity)
@@ -88,8 +91,11 @@ class MemberConnection:
         # uid of the member's kube-system namespace: the same cluster registered twice
         # shows up as two members with one id (None: not readable)
         self.cluster_id: str | None = None
-        self.served: frozenset[tuple[str, str]] | None = None
-        """(apiVersion, kind) pairs of the catalog the member serves; None until known."""
+        self.served: frozenset[GroupVersionKind] | None = None
+        """The catalog's kinds the member serves; None until known."""
+        self.resources: Mapping[GroupVersionKind, ResourceRef] = {}
+        """The discovered resource of each served kind: discovered once, here, for everyone
+        (the copy watches read it too)."""
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
@@ -102,6 +108,7 @@ class MemberConnection:
         self._reload = asyncio.Event()
         self._rediscover_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._listed: set[str] = set()
         self._unreachable_after = timedelta(seconds=settings.unreachable_after_s)
         self._log = log.bind(member=spec.name)
@@ -124,13 +131,7 @@ class MemberConnection:
     def connected(self) -> bool:
         return self._client is not None
 
-    def served_groups(self) -> frozenset[tuple[str, str]] | None:
-        """Served kinds as (API group, kind), the form ``MemberSnapshot`` takes."""
-        if self.served is None:
-            return None
-        return frozenset((split_api_version(v)[0], k) for v, k in self.served)
-
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """Discover these workload kinds from now on (the live catalog changed): at once,
         not at the next discovery interval, so a new kind is placeable within seconds."""
         if tuple(kinds) != self._kinds:
@@ -143,7 +144,11 @@ class MemberConnection:
             self._task = guarded(self._supervise(), name=f"member/{self.name}")
 
     async def stop(self) -> None:
-        """Stop watching and close the client."""
+        """Stop watching and close the client; returns once the supervisor and its session
+        tasks have ended. The stopping flag ends the supervisor even when library code turns
+        the cancellation into an ordinary error (aiohttp's request timeout reports a cancel
+        that lands as its timer fires as TimeoutError), which would otherwise be retried."""
+        self._stopping = True
         task, self._task = self._task, None
         if task is not None:
             await cancel_all([task])
@@ -156,7 +161,7 @@ class MemberConnection:
     def update_spec(self, spec: MemberSpec) -> None:
         """New labels, cordon or allowed namespaces (same credentials source)."""
         self.spec = spec
-        self._notify()
+        self._notify(Change.STATE)
 
     def expire(self) -> None:
         """Re-evaluate Reachable against the clock (called while waiting)."""
@@ -167,24 +172,30 @@ class MemberConnection:
             first = self.health.first_loss
             self._log.warning("member.unreachable", reason=str(self.health.reason),
                               since=first.isoformat() if first is not None else None)
-            self._notify()
+            self._notify(Change.STATE)
 
     # -- supervisor ----------------------------------------------------------------------
 
     async def _supervise(self) -> None:
-        """Reconnect forever; a session that had been healthy starts a fresh backoff."""
-        while True:
+        """Reconnect until stopped; a session that had been healthy starts a fresh backoff."""
+        while not self._stopping:
             retrying = tenacity.AsyncRetrying(
                 wait=backoff(self._settings),
                 sleep=self._backoff_sleep,
                 # Never CancelledError: tenacity would swallow the cancellation and retry.
                 retry=tenacity.retry_if_exception(
                     lambda exc: isinstance(exc, Exception)
-                    and not isinstance(exc, _SessionEnded)))
-            with contextlib.suppress(_SessionEnded):
+                    and not isinstance(exc, _SessionEnded) and not self._stopping))
+            try:
                 async for attempt in retrying:
                     with attempt:
                         await self._session()
+            except _SessionEnded:
+                continue
+            except Exception:
+                if not self._stopping:
+                    raise
+        raise asyncio.CancelledError  # stopped: end as the cancelled task it is
 
     async def _backoff_sleep(self, seconds: float) -> None:
         """Sleep between attempts; wake early on reload; turn unreachable on time."""
@@ -258,7 +269,7 @@ class MemberConnection:
         event = "member.recovered" if recovered else "member.connected"
         self._log.info(event, server=client.server, version=version)
         await self._discover(client)
-        self._notify()
+        self._notify(Change.STATE)
 
     async def _cluster_id(self, client: KubeClient) -> str | None:
         try:
@@ -275,14 +286,16 @@ class MemberConnection:
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)
         client.discovery.forget()
-        served = set()
-        for api_version, kind in self._kinds:
-            if await client.discovery.resource(api_version, kind) is not None:
-                served.add((api_version, kind))
-        if frozenset(served) != self.served:
-            self.served = frozenset(served)
-            self._log.info("member.kinds", served=len(served), catalog=len(self._kinds))
-            self._notify()
+        found: dict[GroupVersionKind, ResourceRef] = {}
+        for gvk in self._kinds:
+            ref = await client.discovery.resource(gvk.api_version, gvk.kind)
+            if ref is not None:
+                found[gvk] = ref
+        self.resources = found
+        if frozenset(found) != self.served:
+            self.served = frozenset(found)
+            self._log.info("member.kinds", served=len(found), catalog=len(self._kinds))
+            self._notify(Change.STATE)
 
     async def _watch(self, client: KubeClient) -> bool:
         """Run the session's loops until one fails or a reload comes; True once Ready."""
@@ -325,13 +338,16 @@ class MemberConnection:
                 async with asyncio.timeout(self._settings.resync_period_s), \
                         contextlib.aclosing(stream):
                     async for item in stream:
+                        change = Change.CAPACITY
                         if isinstance(item, watch.Listed):
-                            self._relist(what, item.objects)
+                            if self._relist(what, item.objects):
+                                change |= Change.STATE
                         else:
                             self._apply(what, item)
-                        self._notify()
+                        self._notify(change)
 
-    def _relist(self, what: str, objects: list[dict[str, Any]]) -> None:
+    def _relist(self, what: str, objects: list[dict[str, Any]]) -> bool:
+        """Replace nodes or pods; True when this made the member Ready (both listed)."""
         if what == "nodes":
             self.capacity.relist_nodes(objects)
         else:
@@ -343,6 +359,8 @@ class MemberConnection:
             self.health = healthmod.synced(self.health, now=self._clock())
             self._log.info("member.ready", nodes=self.capacity.node_count,
                            free=self.capacity.free)
+            return True
+        return False
 
     def _apply(self, what: str, change: watch.Changed) -> None:
         obj = change.object
@@ -388,4 +406,4 @@ class MemberConnection:
                      "SecretMissing": "member.secret_missing"}.get(problem.reason, lost)
             self._log.warning(event, reason=str(problem.reason), message=problem.message,
                               reachable=self.health.reachable)
-        self._notify()
+        self._notify(Change.STATE)

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
 __all__ = [
     "FleetFileError",
     "FleetSpec",
@@ -43,8 +45,6 @@ __all__ = [
     "parse_fleet",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 

@@ -13,91 +13,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE, pod_gpus
+from dispatcher.workloads.quantity import whole_count
+
 __all__ = [
-    "GPU_PRODUCT_LABEL",
-    "GPU_RESOURCE",
     "HARD_EFFECTS",
     "HOSTNAME_LABEL",
     "NodeFacts",
     "TaintTuple",
     "node_facts",
     "pod_binding",
-    "pod_gpus",
     "pod_key",
-    "quantity_int",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Taint effects that keep a pod that does not tolerate them off a node.
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 TaintTuple = tuple[str, str, str]  # (key, value, effect)
-
-_SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
-def quantity_int(value: Any) -> int:
-    """A whole-number resource quantity (``"8"``, ``8``, ``"1k"``); 0 for anything unusable.
-
-    Extended resources such as ``nvidia.com/gpu`` are integers by API validation, so the
-    fractional and exponent forms of general quantities are not needed here; garbage reads as
-    0 rather than breaking a watch.
-    """
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(value, 0)
-    if not isinstance(value, str):
-        return 0
-    text = value.strip()
-    for suffix in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"):
-        if text.endswith(suffix):
-            number, scale = text[: -len(suffix)], _SUFFIXES[suffix]
-            break
-    else:
-        number, scale = text, 1
-    try:
-        return max(int(number) * scale, 0)
-    except ValueError:
-        return 0
-
-
-def _container_gpus(container: Any) -> int:
-    """``nvidia.com/gpu`` limits, else requests (for extended resources they must be equal)."""
-    if not isinstance(container, Mapping):
-        return 0
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        return 0
-    for section in ("limits", "requests"):
-        values = resources.get(section) or {}
-        if isinstance(values, Mapping) and GPU_RESOURCE in values:
-            return quantity_int(values[GPU_RESOURCE])
-    return 0
-
-
-def pod_gpus(spec: Mapping[str, Any]) -> int:
-    """GPUs a pod spec holds on its node, as the scheduler counts them.
-
-    max(sum over containers, max over init containers), with restartable init containers
-    (sidecars, ``restartPolicy: Always``) added to the running sum, as kube-scheduler does:
-    a regular init container runs next to the sidecars started before it.
-    """
-    sidecars = 0
-    init_peak = 0
-    for container in spec.get("initContainers") or ():
-        gpus = _container_gpus(container)
-        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
-            sidecars += gpus
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + gpus)
-    main = sum(_container_gpus(c) for c in spec.get("containers") or ())
-    return max(main + sidecars, init_peak)
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -165,8 +99,8 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     product = raw_labels.get(GPU_PRODUCT_LABEL)
     return NodeFacts(
         name=name,
-        capacity=quantity_int((status.get("capacity") or {}).get(GPU_RESOURCE, 0)),
-        allocatable=quantity_int((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)),
+        capacity=whole_count((status.get("capacity") or {}).get(GPU_RESOURCE, 0)),
+        allocatable=whole_count((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)),
         product=None if product is None else sys.intern(str(product)),
         ready=_ready(status),
         unschedulable=bool(spec.get("unschedulable")),

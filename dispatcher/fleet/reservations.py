@@ -40,20 +40,20 @@ The shrink rule, for a bound pod of workload W holding g GPUs on node N:
    the other reservation stays where it was until its pods appear or it is released.
 
 When every planned GPU is observed, the reservation ends. Records are plain data: the
-controller persists the *planned* reservation on the Dispatch object and ``rebuild``s after a
-restart; rule 1 then shrinks it again by the pods already bound.
+controller persists the *planned* reservation on the Dispatch object and ``restore``s it after
+a restart; rule 1 then shrinks it again by the pods already bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.nodes import pod_binding, pod_key
 
-__all__ = ["OWNER_LABEL", "MemberReservations", "Reservation", "pod_owner"]
+__all__ = ["OWNER_LABEL", "MemberReservations", "Reservation", "pod_owner", "restore"]
 
 OWNER_LABEL = "dispatcher.io/hub-uid"
 """Pod label naming the hub workload uid (``control.names.HUB_UID_LABEL``; a test pins it)."""
@@ -246,14 +246,28 @@ class MemberReservations:
         due = [uid for uid, r in self._held.items() if r.expires_at <= now]
         return tuple(r for uid in sorted(due) if (r := self.release(uid)) is not None)
 
-    def rebuild(self, records: Iterable[Reservation], *, now: float) -> None:
-        """Replace everything with ``records`` (from Dispatch objects), skipping expired ones;
-        pods already bound are taken off again (rule 1)."""
-        for uid in list(self._held):
-            self.release(uid)
-        for record in records:
-            if record.member == self.member and record.expires_at > now:
-                self.add(record)
+
+def restore(held: Iterable[tuple[Reservation, str]],
+            book: Callable[[str], MemberReservations | None], *, now: float) -> int:
+    """Re-add the reservations Dispatch records still hold; returns how many were added.
+
+    The one lifecycle rule for persisted reservations, shared by the controller after a
+    restart and by ``dispatcher explain``'s live view (so both see the same free GPUs):
+    ``held`` gives each record's reservation with the member its decision names now. A
+    reservation counts only while that decision still names the reserved member (a
+    re-dispatch elsewhere voids it) and until it expires; ``book(member)`` is that
+    member's reservations (None: not a member any more). Pods already bound are taken off
+    again (rule 1), so a restart never counts them twice.
+    """
+    added = 0
+    for reservation, cluster in held:
+        if cluster != reservation.member or reservation.expires_at <= now:
+            continue
+        target = book(reservation.member)
+        if target is not None:
+            target.add(reservation)
+            added += 1
+    return added
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

@@ -4,9 +4,13 @@ The controller creates one ``Fleet`` and reads it; nothing else opens member cli
 
     hub MemberClusters (watch) --+                 +--> members(), snapshots() for placement
     static members (settings) ---+--> Fleet ------ +--> client(member) to submit and mirror
-    hub kubeconfig Secrets ------+    one          +--> changes(): wake on capacity/health
-                                      MemberConnection    change (event-driven)
-                                      per member   +--> MemberCluster status (bounded rate)
+    hub kubeconfig Secrets ------+    one          +--> signals: per member and category
+                                      MemberConnection    (capacity / state), the member set,
+                                      per member          and any change (event-driven)
+                                                   +--> MemberCluster status (bounded rate)
+
+A change of one member costs the others nothing: each connection reports to its own
+pulses (``fleet.signals``), and ``snapshot(name)`` reads one member without the rest.
 
 A MemberCluster whose credentials source changes (Secret reference, context) gets a new
 connection; one whose labels, cordon or allowed namespaces change keeps its connection. A
@@ -20,30 +24,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import structlog
 import tenacity
 
 from dispatcher.aiotasks import Pulse, cancel_all, guarded
+from dispatcher.fleet import credentials
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet import members as membersmod
 from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.capacity import CapacitySummary
 from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
 from dispatcher.fleet.health import Health, Reason
-from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret, read_file
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
+from dispatcher.fleet.signals import FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, ResourceRef
+from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, GroupVersionKind, ResourceRef
 
 __all__ = ["Fleet", "MemberState", "NotConnected", "UnknownMember", "utc_now"]
 
@@ -72,20 +77,20 @@ class MemberState:
     health: Health
     kubernetes_version: str | None
     capacity: CapacitySummary
-    served_kinds: frozenset[tuple[str, str]] | None
-    """(apiVersion, kind) pairs of the catalog the member serves; None until discovered."""
+    served_kinds: frozenset[GroupVersionKind] | None
+    """The catalog's kinds the member serves; None until discovered."""
 
 
 class Fleet:
     """All member connections. ``async with Fleet(...) as fleet:`` or start()/stop().
 
     ``hub`` may be None for a fleet of static members only. ``kinds`` lists the catalog's
-    workload kinds as (apiVersion, kind), discovered on every member. ``clock`` returns an
+    workload kinds, discovered on every member. ``clock`` returns an
     aware datetime; it stamps lastSeen, conditions and loss times.
     """
 
     def __init__(self, *, hub: KubeClient | None, settings: FleetSettings,
-                 kinds: Sequence[tuple[str, str]] = (), clock: Clock = utc_now) -> None:
+                 kinds: Sequence[GroupVersionKind] = (), clock: Clock = utc_now) -> None:
         self._hub = hub
         self._settings = settings
         self._kinds = tuple(kinds)
@@ -94,9 +99,11 @@ class Fleet:
         self._objects: dict[str, Mapping[str, Any]] = {}
         self._written: dict[str, tuple[dict[str, Any], datetime]] = {}
         self._secret_versions: dict[tuple[str, str], str] = {}
-        self.pulse = Pulse()
+        self.signals = FleetSignals()
+        self.pulse: Pulse = self.signals.any
         """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -105,7 +112,8 @@ class Fleet:
         # Kubeconfig file versions as of now, before any connection reads them: a change
         # after this point always triggers a reconnect (a baseline taken later could
         # swallow an edit made between the first read and the first check).
-        baseline = {m.name: _mtime(m.kubeconfig) for m in self._settings.static_members}
+        baseline = {m.name: credentials.file_version(m.kubeconfig)
+                    for m in self._settings.static_members}
         for member in self._settings.static_members:
             self._add(membersmod.from_static(member))
         if self._settings.static_members:
@@ -121,7 +129,9 @@ class Fleet:
             ]
 
     async def stop(self) -> None:
-        """Stop every task and connection."""
+        """Stop every task and connection; bounded (see ``MemberConnection.stop``), and
+        nothing of the fleet's is left running when it returns."""
+        self._stopping = True
         await cancel_all(self._tasks)
         self._tasks.clear()
         connections = list(self._connections.values())
@@ -135,7 +145,7 @@ class Fleet:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def set_kinds(self, kinds: Sequence[tuple[str, str]]) -> None:
+    def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """The catalog's workload kinds changed (hub definitions): every member discovers
         the new set now, and members added later use it."""
         self._kinds = tuple(kinds)
@@ -171,17 +181,18 @@ class Fleet:
 
     def snapshots(self) -> list[MemberSnapshot]:
         """What placement reads: live capacity (net of reservations), health, metadata."""
-        out = []
-        for name in sorted(self._connections):
-            conn = self._connections[name]
-            health = self.health(name)
-            out.append(MemberSnapshot(
-                name=name, capacity=conn.capacity, labels=conn.spec.labels,
-                ready=health.ready,
-                not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
-                cordoned=conn.spec.cordoned, served_kinds=conn.served_groups(),
-                allowed_namespaces=conn.spec.allowed_namespaces))
-        return out
+        return [self.snapshot(name) for name in sorted(self._connections)]
+
+    def snapshot(self, member: str) -> MemberSnapshot:
+        """One member's snapshot (UnknownMember if none), without building the others."""
+        conn = self.connection(member)
+        health = self.health(member)
+        return MemberSnapshot(
+            name=member, capacity=conn.capacity, labels=conn.spec.labels,
+            ready=health.ready,
+            not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
+            cordoned=conn.spec.cordoned, served_kinds=conn.served,
+            allowed_namespaces=conn.spec.allowed_namespaces)
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""
@@ -239,38 +250,14 @@ class Fleet:
 
     # -- membership ----------------------------------------------------------------------
 
-    def _loader(self, spec: MemberSpec) -> Callable[[], Awaitable[tuple[dict[str, Any], str]]]:
-        if spec.path is not None:
-            path = Path(spec.path)
-
-            async def from_file() -> tuple[dict[str, Any], str]:
-                return await asyncio.to_thread(read_file, path)
-
-            return from_file
-        ref = spec.secret
-        hub = self._hub
-        if ref is None or hub is None:
-            raise ValueError(f"member {spec.name} has neither a Secret nor a file")
-
-        async def from_hub_secret() -> tuple[dict[str, Any], str]:
-            try:
-                secret = await hub.request("GET", SECRETS.item(ref.name, ref.namespace))
-            except errors.NotFound:
-                raise KubeconfigProblem(f"Secret {ref.namespace}/{ref.name} not found on the hub",
-                                        reason="SecretMissing") from None
-            version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
-            return from_secret(secret, key=ref.key), version
-
-        return from_hub_secret
-
     def _add(self, spec: MemberSpec) -> None:
-        conn = MemberConnection(spec=spec, load=self._loader(spec), settings=self._settings,
-                                clock=self._clock, kinds=self._kinds,
-                                on_change=self.pulse.bump)
+        conn = MemberConnection(spec=spec, load=credentials.loader(spec, self._hub),
+                                settings=self._settings, clock=self._clock, kinds=self._kinds,
+                                on_change=functools.partial(self.signals.changed, spec.name))
         self._connections[spec.name] = conn
         conn.start()
         log.info("member.added", member=spec.name, static=spec.static)
-        self.pulse.bump()
+        self.signals.joined_or_left(spec.name)
 
     async def _remove(self, name: str) -> None:
         conn = self._connections.pop(name, None)
@@ -279,7 +266,7 @@ class Fleet:
         if conn is not None:
             await conn.stop()
             log.info("member.removed", member=name)
-            self.pulse.bump()
+            self.signals.joined_or_left(name)
 
     async def _upsert(self, obj: Mapping[str, Any]) -> None:
         try:
@@ -360,7 +347,8 @@ class Fleet:
                 if conn.spec.path is None:
                     continue
                 # None when unreadable: the next connect attempt reports it.
-                version = await asyncio.to_thread(_mtime, conn.spec.path)
+                version = await asyncio.to_thread(credentials.file_version,
+                                                  conn.spec.path)
                 if conn.name in seen and seen[conn.name] != version:
                     log.info("member.credentials_changed", member=conn.name,
                              file=conn.spec.path)
@@ -381,27 +369,36 @@ class Fleet:
                         message=str(exc).splitlines()[0][:300] if exc else "",
                         retry_in=round(state.upcoming_sleep, 1))
 
-        async for attempt in tenacity.AsyncRetrying(
-                wait=backoff(self._settings),
-                # Any error but cancellation (which tenacity would otherwise swallow).
-                retry=tenacity.retry_if_exception_type(Exception),
-                before_sleep=report):
-            with attempt:
-                async for item in watch.informer(hub, ref, namespace=namespace,
-                                                 timeout_seconds=self._settings.watch_timeout_s):
-                    await handle(item)
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                    wait=backoff(self._settings),
+                    # Any error but cancellation (which tenacity would otherwise swallow), and
+                    # none once stopping (a cancellation a library turned into an error).
+                    retry=tenacity.retry_if_exception(
+                        lambda exc: isinstance(exc, Exception) and not self._stopping),
+                    before_sleep=report):
+                with attempt:
+                    async for item in watch.informer(
+                            hub, ref, namespace=namespace,
+                            timeout_seconds=self._settings.watch_timeout_s):
+                        await handle(item)
+        except Exception:
+            if self._stopping:  # a cancellation a library turned into an error
+                raise asyncio.CancelledError from None
+            raise
 
     # -- status --------------------------------------------------------------------------
 
     async def _write_statuses(self) -> None:
         """Write changed MemberCluster statuses, at most once per ``status_min_interval``."""
         seen = -1
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.status_heartbeat_s):
                     seen = await self.pulse.wait(seen)
             await self.write_statuses_once()
             await asyncio.sleep(self._settings.status_min_interval_s)
+        raise asyncio.CancelledError  # stopped (the cancellation itself was lost)
 
     async def write_statuses_once(self) -> int:
         """One pass over all MemberCluster members; returns the number of writes."""
@@ -439,13 +436,3 @@ class Fleet:
             self._written[name] = (desired, now)
             writes += 1
         return writes
-
-
-def _mtime(path: str | None) -> int | None:
-    """A file's modification time in ns, None when absent (or no file)."""
-    if path is None:
-        return None
-    try:
-        return Path(path).stat().st_mtime_ns
-    except OSError:
-        return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["MemberSnapshot"]
 
@@ -23,8 +24,8 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 class MemberSnapshot:
     """One member as placement sees it.
 
-    ``served_kinds`` holds (API group, kind) pairs the member serves (core group ""); None
-    means not known (offline fleet files), which filters nothing. ``capacity`` is read
+    ``served_kinds`` holds the kinds the member serves; None means not known (offline fleet
+    files), which filters nothing. ``capacity`` is read
     synchronously during a decision and must already have reservations applied (see
     ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
     (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
@@ -38,5 +39,5 @@ class MemberSnapshot:
     ready: bool = True
     not_ready_reason: str = ""
     cordoned: bool = False
-    served_kinds: frozenset[tuple[str, str]] | None = None
+    served_kinds: frozenset[GroupVersionKind] | None = None
     allowed_namespaces: tuple[str, ...] = ()

@@ -16,6 +16,7 @@ from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.health import Health
+from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "format_time",
            "member_status", "needs_write", "parse_time", "row"]
@@ -86,7 +87,7 @@ def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: da
 
 
 def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
-                  kinds: Iterable[tuple[str, str]] | None,
+                  kinds: Iterable[GroupVersionKind] | None,
                   previous: Mapping[str, Any], now: datetime,
                   tls_verified: bool = True) -> dict[str, Any]:
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
@@ -102,8 +103,8 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
     if version:
         status["kubernetesVersion"] = version
     if kinds is not None:
-        status["workloadKinds"] = [{"apiVersion": api_version, "kind": kind}
-                                   for api_version, kind in sorted(kinds)]
+        status["workloadKinds"] = [{"apiVersion": k.api_version, "kind": k.kind}
+                                   for k in sorted(kinds, key=GroupVersionKind.sort_key)]
     if capacity is not None:
         status["capacity"] = capacity_status(capacity)
     return status

@@ -7,21 +7,61 @@ served yields ``None`` (the member does not serve that workload type), never a g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.kube.errors import NotFound
 
 if TYPE_CHECKING:
     from dispatcher.kube.client import KubeClient
 
-__all__ = ["Discovery", "ResourceRef", "split_api_version"]
+__all__ = ["Discovery", "GroupVersionKind", "ResourceRef", "split_api_version"]
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
     """``"apps/v1"`` -> ``("apps", "v1")``; ``"v1"`` -> ``("", "v1")``."""
     group, _, version = api_version.rpartition("/")
     return group, version
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVersionKind:
+    """The identity of an object type: API group ("" for core), version and kind.
+
+    The one spelling of a kind wherever it is compared or used as a key (catalog kinds,
+    kinds a member serves, watched kinds); ``key`` is its serialised form for logs and
+    string-keyed sets, and ``api_version`` the form objects carry.
+    """
+
+    group: str
+    version: str
+    kind: str
+
+    @classmethod
+    def of(cls, api_version: str, kind: str) -> GroupVersionKind:
+        """From an object's ``apiVersion`` and ``kind``."""
+        group, version = split_api_version(api_version)
+        return cls(group, version, kind)
+
+    @classmethod
+    def of_object(cls, obj: Mapping[str, Any]) -> GroupVersionKind:
+        """The type of a raw object (missing fields read as "")."""
+        return cls.of(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or ``version`` for the core group."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """``apiVersion/kind``: the serialised form (logs, cache sync keys)."""
+        return f"{self.api_version}/{self.kind}"
+
+    def sort_key(self) -> tuple[str, str]:
+        """(apiVersion, kind): the order lists of kinds are written in."""
+        return self.api_version, self.kind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,9 +75,13 @@ class ResourceRef:
     namespaced: bool
 
     @property
+    def gvk(self) -> GroupVersionKind:
+        """The kind this resource serves."""
+        return GroupVersionKind(self.group, self.version, self.kind)
+
+    @property
     def api_version(self) -> str:
-        """``group/version``, or ``version`` for the core group."""
-        return f"{self.group}/{self.version}" if self.group else self.version
+        return self.gvk.api_version
 
     def _base(self) -> str:
         return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"

@@ -79,7 +79,7 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
     if member.cordoned:
         return "cordoned"
     if (request.kind and member.served_kinds is not None
-            and (request.group, request.kind) not in member.served_kinds):
+            and request.gvk not in member.served_kinds):
         group = f" ({request.group})" if request.group else ""
         return f"kind {request.kind}{group} not served"
     return None

@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.fleet.capacity import ClusterCapacity, NodeClass
-from dispatcher.fleet.nodes import GPU_RESOURCE
 from dispatcher.placement.model import NodeGrant
 from dispatcher.workloads.demand import Demand, Toleration
+from dispatcher.workloads.podspec import GPU_RESOURCE
 
 __all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups",
            "surely_fits"]
@@ -53,10 +53,6 @@ class PodGroup:
     gangs: tuple[str, ...]
     # A string key for the class eligibility memo (hashing a str is cached by Python).
     requirement: str
-
-    def describe(self) -> str:
-        product = f" of {self.product}" if self.product else ""
-        return f"{self.count} pod(s) x {self.gpus} GPU(s){product}"
 
 
 # Pods requesting GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints: the apiserver's

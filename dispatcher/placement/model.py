@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatcher.fleet.snapshot import MemberSnapshot
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.demand import Demand
 
 __all__ = [
@@ -73,6 +74,10 @@ class PlacementRequest:
     @property
     def group(self) -> str:
         return self.api_version.rpartition("/")[0] if "/" in self.api_version else ""
+
+    @property
+    def gvk(self) -> GroupVersionKind:
+        return GroupVersionKind.of(self.api_version, self.kind)
 
     @classmethod
     def from_annotations(cls, *, demand: Demand, api_version: str, kind: str,

@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,6 @@ from dispatcher.workloads.errors import WorkloadError
 __all__ = ["hub_kubeconfig_path", "load_catalog", "run"]
 
 log = structlog.get_logger("dispatcher")
-
-FLEET_STOP_TIMEOUT_S = 5.0
-
 
 def hub_kubeconfig_path(config: Config) -> Path:
     """The hub kubeconfig: the config's, else $KUBECONFIG (first entry), else ~/.kube/config."""
@@ -92,14 +88,13 @@ async def run(config: Config) -> int:
 
     remove_crash_hook = on_crash(crash)
     metrics = Metrics.create()
-    kinds = [(d.api_version, d.kind) for d in catalog.definitions]
+    kinds = [d.gvk for d in catalog.definitions]
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
                             metrics=metrics)
     elector: LeaderElector | None = None
     cleanup = None
     code = 0
-    stuck = False
     try:
         if settings.server.port:
             cleanup = await serve(metrics=metrics, address=settings.server.address,
@@ -126,11 +121,7 @@ async def run(config: Config) -> int:
         try:
             await controller.run(stop)
         finally:
-            try:
-                await asyncio.wait_for(fleet.stop(), FLEET_STOP_TIMEOUT_S)
-            except TimeoutError:
-                log.warning("fleet.stop_timeout", seconds=FLEET_STOP_TIMEOUT_S)
-                stuck = True
+            await fleet.stop()  # bounded: each connection cancels and awaits its own tasks
         if elector is not None and elector.lost.is_set():
             code = 1
         elif crashed:
@@ -149,7 +140,4 @@ async def run(config: Config) -> int:
                 loop.remove_signal_handler(sig)
         await hub.close()
     log.info("controller.stopped", code=code)
-    if stuck:  # a task that ignores cancellation would hang asyncio.run's shutdown
-        sys.stdout.flush()
-        os._exit(code)
     return code

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import yaml
 
 from dispatcher.config import Config
 from dispatcher.control import record as records
+from dispatcher.fleet import reservations
+from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
@@ -60,6 +63,13 @@ async def hub_workload(hub: KubeClient, catalog: Catalog, *, namespace: str, ref
     raise ValueError(f"the hub does not serve {matches[0].kind} ({matches[0].api_version})")
 
 
+def _book(fleet: Fleet) -> Callable[[str], MemberReservations | None]:
+    """A member's reservations, None for a name the fleet does not have (any more)."""
+    def book(member: str) -> MemberReservations | None:
+        return fleet.reservations(member) if member in fleet.names() else None
+    return book
+
+
 async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
                          wait_ready_s: float = 15.0, exclude_uid: str = ""
                          ) -> list[MemberSnapshot]:
@@ -70,7 +80,7 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
     of ``exclude_uid`` (the workload being explained, if already placed) is left out.
     """
     fleet = Fleet(hub=hub, settings=config.fleet,
-                  kinds=[(d.api_version, d.kind) for d in catalog.definitions])
+                  kinds=[d.gvk for d in catalog.definitions])
     await fleet.start()
     try:
         loop = asyncio.get_running_loop()
@@ -85,23 +95,14 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
                                               max(deadline - loop.time(), 0.01))
             except TimeoutError:
                 break
-        now = time.time()
         listed = await watch.list_objects(hub, DISPATCHES)
-        for obj in listed.objects:
-            rec = records.read(obj)
-            res = rec.reservation
-            if res is not None and rec.cluster == res.member and res.expires_at > now \
-                    and res.member in fleet.names() and rec.workload_uid != exclude_uid:
-                fleet.reservations(res.member).add(res)
+        held = [(rec.reservation, rec.cluster or "")
+                for rec in map(records.read, listed.objects)
+                if rec.reservation is not None and rec.workload_uid != exclude_uid]
+        reservations.restore(held, _book(fleet), now=time.time())
         return [MemberSnapshot(name=m.name, capacity=m.capacity.snapshot(), labels=m.labels,
                                ready=m.ready, not_ready_reason=m.not_ready_reason,
                                cordoned=m.cordoned, served_kinds=m.served_kinds)
                 for m in fleet.snapshots()]
     finally:
-        stopping = asyncio.ensure_future(fleet.stop())
-        while not stopping.done():  # see LiveFleet.stop: cancel until the supervisors end
-            await asyncio.wait({stopping}, timeout=0.2)
-            for task in asyncio.all_tasks():
-                if task.get_name().startswith("member/") and not task.done():
-                    task.cancel()
-        await stopping
+        await fleet.stop()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.fleetfile import GPU_RESOURCE, FleetSpec
+from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.placement.engine import POLICIES, decide
 from dispatcher.placement.model import (
     MemberSnapshot,
@@ -31,6 +31,7 @@ from dispatcher.sim.stream import Resolver
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.podspec import GPU_RESOURCE
 
 __all__ = ["CoreBackend", "policies", "resolver"]
 

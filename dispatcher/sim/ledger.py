@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, GPU_RESOURCE, FleetSpec, node_manifests
+from dispatcher.fleet.fleetfile import FleetSpec, node_manifests
 from dispatcher.workloads.demand import PodShape
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 __all__ = ["Ledger", "NodeClass", "OverAllocationError"]
 
@@ -97,10 +98,6 @@ class Ledger:
     def node_used(self, node: str) -> int:
         """GPUs held on one node."""
         return self._node_used[node]
-
-    def node_capacity(self, node: str) -> int:
-        """GPUs one node has."""
-        return self.classes[self._node_class[node]].gpus
 
     def _move(self, node: str, delta: int) -> str:
         cls_index = self._node_class.get(node)

@@ -14,13 +14,14 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.definitions import expand_paths, load_file, load_text
 from dispatcher.workloads.errors import DefinitionError, Issue, NoDefinitionError
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Limits
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.resolve import Resolution, resolve_with
 
-__all__ = ["Catalog", "load_builtin"]
+__all__ = ["Catalog"]
 
 
 class Catalog:
@@ -51,10 +52,7 @@ class Catalog:
                 definitions.extend(load_file(path))
             except DefinitionError as error:
                 issues.extend(error.issues)
-        issues.extend(_conflicts(definitions))
-        if issues:
-            raise DefinitionError(issues)
-        return cls(definitions)
+        return _checked(definitions, issues)
 
     @classmethod
     def merged(cls, *catalogs: Catalog) -> Catalog:
@@ -71,9 +69,9 @@ class Catalog:
         """Every definition, in load order."""
         return tuple(self._by_name.values())
 
-    def kinds(self) -> tuple[tuple[str, str, str], ...]:
-        """(group, version, kind) of every described object type."""
-        return tuple((d.group, d.version, d.kind) for d in self._by_name.values())
+    def kinds(self) -> tuple[GroupVersionKind, ...]:
+        """Every described object type."""
+        return tuple(d.gvk for d in self._by_name.values())
 
     def get(self, name: str) -> Definition | None:
         """The definition called ``name``."""
@@ -115,10 +113,7 @@ def _builtin() -> Catalog:
                                          source=f"definitions/{entry.name}"))
         except DefinitionError as error:
             issues.extend(error.issues)
-    issues.extend(_conflicts(definitions))
-    if issues:
-        raise DefinitionError(issues)
-    return Catalog(definitions)
+    return _checked(definitions, issues)
 
 
 def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
@@ -137,6 +132,10 @@ def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
     return issues
 
 
-def load_builtin() -> Catalog:
-    """The built-in catalog (same as ``Catalog.builtin()``)."""
-    return Catalog.builtin()
+def _checked(definitions: list[Definition], issues: list[Issue]) -> Catalog:
+    """The catalog of ``definitions``, or DefinitionError with every problem: the load
+    ``issues`` and the kinds two definitions describe."""
+    issues = [*issues, *_conflicts(definitions)]
+    if issues:
+        raise DefinitionError(issues)
+    return Catalog(definitions)

@@ -7,9 +7,13 @@ and its slot in the definition's compiled batch (for evaluation).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import yaml
+
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.jqrun import Batch
 
 __all__ = [
@@ -23,25 +27,43 @@ __all__ = [
     "Expr",
     "GangGroup",
     "GangScheduling",
+    "GenericStatus",
     "Matcher",
     "Scale",
     "SpecSource",
     "StatusRules",
 ]
 
-# statusMappings key -> generic status (DESIGN.md names)
-GENERIC_OF_KEY: dict[str, str] = {
-    "resuming": "initializing", "suspending": "suspended", "suspended": "suspended",
-    "running": "running", "failed": "failed", "completed": "completed",
-    "initializing": "initializing", "pending": "pending", "degraded": "degraded",
+
+class GenericStatus(enum.StrEnum):
+    """The generic statuses of DESIGN.md. String-valued: a member equals its name as a
+    string, so JSON, logs, Dispatch records and comparisons with stored values are
+    unchanged (the YAML representer below keeps ``-o yaml`` output plain too)."""
+
+    PENDING = "pending"
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    DEGRADED = "degraded"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+    UNKNOWN = "unknown"
+
+
+yaml.SafeDumper.add_representer(
+    GenericStatus, lambda dumper, status: dumper.represent_str(status.value))
+
+# statusMappings key -> generic status
+GENERIC_OF_KEY: dict[str, GenericStatus] = {
+    "resuming": GenericStatus.INITIALIZING, "suspending": GenericStatus.SUSPENDED,
+    "suspended": GenericStatus.SUSPENDED, "running": GenericStatus.RUNNING,
+    "failed": GenericStatus.FAILED, "completed": GenericStatus.COMPLETED,
+    "initializing": GenericStatus.INITIALIZING, "pending": GenericStatus.PENDING,
+    "degraded": GenericStatus.DEGRADED,
 }
 DEFAULT_PRECEDENCE: tuple[str, ...] = (
     "resuming", "suspending", "suspended", "running", "failed", "completed",
     "initializing", "pending", "degraded",
-)
-GENERIC_STATUSES: tuple[str, ...] = (
-    "pending", "initializing", "running", "degraded", "completed", "failed", "suspended",
-    "unknown",
 )
 
 # fragmentedPodSpecDefinition fields (upstream + dispatcher extensions at the end)
@@ -106,7 +128,7 @@ class Component:
     """A node of the structure: the root object or a logical view into it."""
 
     name: str
-    kind: tuple[str, str, str] | None  # group, version, kind
+    kind: GroupVersionKind | None
     owner: str | None
     instance_ids: Expr | None
     spec: SpecSource | None
@@ -188,7 +210,12 @@ class Definition:
     @property
     def api_version(self) -> str:
         """The apiVersion of the objects this definition describes."""
-        return f"{self.group}/{self.version}" if self.group else self.version
+        return self.gvk.api_version
+
+    @property
+    def gvk(self) -> GroupVersionKind:
+        """The type of the objects this definition describes."""
+        return GroupVersionKind(self.group, self.version, self.kind)
 
     @property
     def root(self) -> Component:

@@ -9,7 +9,7 @@ Raises ValueError with a field path for anything of the wrong type.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -17,14 +17,16 @@ from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from dispatcher.workloads.demand import TaintEffect, Toleration
-from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity
+from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity, whole_count
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
-__all__ = ["GPU", "GPU_PRODUCT", "PodNeeds", "pod_needs"]
+__all__ = ["GPU_PRODUCT_LABEL", "GPU_RESOURCE", "PodNeeds", "effective", "pod_gpus", "pod_needs"]
 
-GPU = "nvidia.com/gpu"
-GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource every GPU count in the dispatcher is about (defined only here)."""
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""The node label (and node selector key) naming the GPU model."""
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
 
@@ -74,14 +76,14 @@ def _pod_needs(spec: Any) -> PodNeeds:
         raise ValueError(f"pod spec must be an object, not {_type(spec)}")
     containers = _containers(spec.get("containers"), "containers")
     inits = _containers(spec.get("initContainers"), "initContainers")
-    gpus = _effective(containers, inits, resource=GPU, prefer="limits")
-    cpu = _effective(containers, inits, resource="cpu", prefer="requests")
-    memory = _effective(containers, inits, resource="memory", prefer="requests")
+    gpus = effective(containers, inits, _strict(GPU_RESOURCE, "limits"))
+    cpu = effective(containers, inits, _strict("cpu", "requests"))
+    memory = effective(containers, inits, _strict("memory", "requests"))
     if not isinstance(gpus, int) and gpus.denominator != 1:
-        raise ValueError(f"{GPU} must be a whole number, not {float(gpus):g}")
+        raise ValueError(f"{GPU_RESOURCE} must be a whole number, not {float(gpus):g}")
     selector = _string_map(spec.get("nodeSelector"), "nodeSelector")
-    product = selector.get(GPU_PRODUCT) or _affinity_product(spec.get("affinity"))
-    others = {k: v for k, v in selector.items() if k != GPU_PRODUCT}
+    product = selector.get(GPU_PRODUCT_LABEL) or _affinity_product(spec.get("affinity"))
+    others = {k: v for k, v in selector.items() if k != GPU_PRODUCT_LABEL}
     return PodNeeds(
         gpus=int(gpus), gpu_product=product,
         cpu=format_cpu(cpu) if cpu else None,
@@ -129,24 +131,62 @@ def _amount(container: Mapping[str, Any], *, resource: str, prefer: str, where: 
     return 0
 
 
-def _effective(containers: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[str, Any]],
-               *, resource: str, prefer: str) -> Fraction | int:
-    """The kubelet's effective request: containers + sidecars vs. the largest init step."""
+Amount = Callable[[Mapping[str, Any], str], Fraction | int]
+"""One container's amount of a resource; the second argument is its field path."""
+
+
+def _strict(resource: str, prefer: str) -> Amount:
+    def amount(container: Mapping[str, Any], where: str) -> Fraction | int:
+        return _amount(container, resource=resource, prefer=prefer, where=where)
+    return amount
+
+
+def effective(containers: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[str, Any]],
+              amount: Amount) -> Fraction | int:
+    """The kubelet's effective request: containers + sidecars vs. the largest init step.
+
+    The one rule for a pod's resources: the workload resolver (``pod_needs``) and the
+    fleet's accounting of bound pods (``pod_gpus``) both use it, so a workload is never
+    sized by one rule and charged by another.
+    """
     total: Fraction | int = 0
     for i, container in enumerate(containers):
-        total += _amount(container, resource=resource, prefer=prefer, where=f"containers[{i}]")
+        total += amount(container, f"containers[{i}]")
     if not inits:
         return total
     sidecars: Fraction | int = 0
     peak: Fraction | int = 0
     for i, init in enumerate(inits):
-        amount = _amount(init, resource=resource, prefer=prefer, where=f"initContainers[{i}]")
+        step = amount(init, f"initContainers[{i}]")
         if init.get("restartPolicy") == "Always":
-            sidecars += amount
+            sidecars += step
             peak = max(peak, sidecars)
         else:
-            peak = max(peak, sidecars + amount)
+            peak = max(peak, sidecars + step)
     return max(total + sidecars, peak)
+
+
+def _container_gpus(container: Mapping[str, Any], where: str) -> int:
+    """``nvidia.com/gpu`` limits, else requests, as a whole count; 0 when unusable."""
+    resources = container.get("resources")
+    if not isinstance(resources, _MAP):
+        return 0
+    for block in ("limits", "requests"):
+        values = resources.get(block)
+        if isinstance(values, _MAP) and GPU_RESOURCE in values:
+            return whole_count(values[GPU_RESOURCE])
+    return 0
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs a live pod holds on its node, by the same rule as ``pod_needs``.
+
+    Never raises: a Pod the apiserver accepted is valid, and a value this code cannot read
+    counts as 0 rather than breaking the member's pod watch.
+    """
+    containers = [c for c in spec.get("containers") or () if isinstance(c, _MAP)]
+    inits = [c for c in spec.get("initContainers") or () if isinstance(c, _MAP)]
+    return int(effective(containers, inits, _container_gpus))
 
 
 def _string_map(value: Any, where: str) -> dict[str, str]:
@@ -178,7 +218,7 @@ def _affinity_product(affinity: Any) -> str | None:
         if not isinstance(expressions, list):
             expressions = []  # absent or malformed: pins nothing
         pinned = [e.get("values") for e in expressions
-                  if isinstance(e, _MAP) and e.get("key") == GPU_PRODUCT
+                  if isinstance(e, _MAP) and e.get("key") == GPU_PRODUCT_LABEL
                   and e.get("operator") == "In"]
         if len(pinned) != 1 or not isinstance(pinned[0], list) or len(pinned[0]) != 1 \
                 or not isinstance(pinned[0][0], str):

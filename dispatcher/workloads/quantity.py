@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["format_cpu", "format_memory", "parse_quantity"]
+__all__ = ["format_cpu", "format_memory", "parse_quantity", "whole_count"]
 
 _SUFFIX = {
     "": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
@@ -42,6 +42,21 @@ def parse_quantity(value: object) -> Fraction | int:
         raise ValueError(f"not a quantity: {value!r}")
     number, suffix = match.groups()
     return Fraction(number) * _SUFFIX[suffix]
+
+
+def whole_count(value: object) -> int:
+    """A quantity read as a whole, non-negative count (GPUs on a node, in a container).
+
+    For live objects the apiserver already validated: an unusable value reads as 0 rather
+    than breaking a watch, and a fractional one is rounded down (half a GPU cannot be
+    allocated). Every quantity form parses (``"1e3"`` is 1000, ``"1.0"`` is 1, ``"500m"``
+    is 0, ``"1k"`` is 1000).
+    """
+    try:
+        number = parse_quantity(value)
+    except ValueError:
+        return 0
+    return max(int(number), 0)
 
 
 def format_cpu(value: Fraction | int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.errors import Issue
 from dispatcher.workloads.jqrun import Batch
 from dispatcher.workloads.model import (
@@ -122,10 +123,10 @@ class DocReader(StatusReader):
             self._issue("spec", f"paths do not compile together: {' '.join(str(error).split())}"
                         " (a comment ending in a backslash?)")
             return None
-        kind = root.kind or ("", "", "")
+        kind = root.kind or GroupVersionKind("", "", "")
         return Definition(
             name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
-            group=kind[0], version=kind[1], kind=kind[2], components=tuple(components),
+            group=kind.group, version=kind.version, kind=kind.kind, components=tuple(components),
             status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
             full_batch=full_batch, server_set=server_set,
             document=dict(doc))
@@ -138,7 +139,8 @@ class DocReader(StatusReader):
             self._issue(f"{field}.name", "component name is empty")
         kind = self._gvk(raw.get("kind"), f"{field}.kind")
         if root:
-            if kind is None or not kind[1] or not kind[2] or (not kind[0] and kind[2] != "Pod"):
+            if kind is None or not kind.version or not kind.kind \
+                    or (not kind.group and kind.kind != "Pod"):
                 self._issue(f"{field}.kind",
                             "root component must have full kind (group, version, kind)")
             if "ownerRef" in raw:
@@ -164,13 +166,13 @@ class DocReader(StatusReader):
         return Component(name=name, kind=kind, owner=owner, instance_ids=instance_ids,
                          spec=spec, scale=scale)
 
-    def _gvk(self, value: Any, field: str) -> tuple[str, str, str] | None:
+    def _gvk(self, value: Any, field: str) -> GroupVersionKind | None:
         raw = self._mapping(value, field, allowed=frozenset({"group", "version", "kind"}))
         if raw is None:
             return None
         parts = [self._string(raw.get(k), f"{field}.{k}") or "" for k in
                  ("group", "version", "kind")]
-        return parts[0], parts[1], parts[2]
+        return GroupVersionKind(parts[0], parts[1], parts[2])
 
     def _spec(self, value: Any, field: str, *, name: str) -> SpecSource | None:
         raw = self._mapping(value, field, allowed=_SPECDEF)

@@ -17,7 +17,7 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
-from dispatcher.workloads.model import Component, Definition, Expr
+from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
 from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
@@ -67,12 +67,12 @@ class Resolution:
     reading: StatusReading
 
     @property
-    def status(self) -> str:
+    def status(self) -> GenericStatus:
         """The generic status (first matched by precedence, else ``unknown``)."""
         return self.reading.status
 
     @property
-    def statuses(self) -> tuple[str, ...]:
+    def statuses(self) -> tuple[GenericStatus, ...]:
         """Every matched generic status, in precedence order."""
         return self.reading.statuses
 

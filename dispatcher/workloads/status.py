@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.workloads.jqrun import JqFailure
-from dispatcher.workloads.model import GENERIC_OF_KEY, Condition, Expr, Matcher, StatusRules
+from dispatcher.workloads.model import (
+    GENERIC_OF_KEY,
+    Condition,
+    Expr,
+    GenericStatus,
+    Matcher,
+    StatusRules,
+)
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
@@ -38,10 +45,10 @@ class StatusReading:
 
     phase: str | None
     conditions: tuple[ConditionValue, ...]
-    statuses: tuple[str, ...]
+    statuses: tuple[GenericStatus, ...]
 
     @property
-    def status(self) -> str:
+    def status(self) -> GenericStatus:
         """The winning generic status."""
         return self.statuses[0]
 
@@ -49,11 +56,11 @@ class StatusReading:
 def read_status(rules: StatusRules | None, results: Results, *, fail: Fail) -> StatusReading:
     """Evaluate the status rules on batch ``results``; ``fail`` builds the error to raise."""
     if rules is None:
-        return StatusReading(phase=None, conditions=(), statuses=("unknown",))
+        return StatusReading(phase=None, conditions=(), statuses=(GenericStatus.UNKNOWN,))
     phase = _phase(rules.phase, results, fail=fail)
     conditions = _conditions(rules, results, fail=fail)
     by_type = {c.type: c for c in conditions}  # a later entry of a type overwrites
-    matched: list[str] = []
+    matched: list[GenericStatus] = []
     for key, matchers in rules.mappings:
         generic = GENERIC_OF_KEY[key]
         if generic in matched:
@@ -62,7 +69,7 @@ def read_status(rules: StatusRules | None, results: Results, *, fail: Fail) -> S
                for m in matchers):
             matched.append(generic)
     return StatusReading(phase=phase, conditions=conditions,
-                         statuses=tuple(matched) or ("unknown",))
+                         statuses=tuple(matched) or (GenericStatus.UNKNOWN,))
 
 
 def _first(expr: Expr, results: Results, *, fail: Fail) -> tuple[bool, Any]:

@@ -44,6 +44,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from dispatcher.workloads.demand import Demand, Gang, PodShape, TaintEffect, Toleration
+from dispatcher.workloads.model import GenericStatus
 
 __all__ = [
     "EVENT_DELETED",
@@ -62,7 +63,7 @@ EVENT_RESOLVED = "workload.resolved"
 EVENT_FINISHED = "workload.finished"
 EVENT_DELETED = "workload.deleted"
 EVENT_MIRRORED = "status.mirrored"
-_FINAL_STATUSES = frozenset({"completed", "failed"})
+_FINAL_STATUSES = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
 
 _OPERATORS: dict[str, Literal["Exists", "Equal"]] = {"Exists": "Exists", "Equal": "Equal"}
 _EFFECTS: dict[str, TaintEffect] = {"": "", "NoSchedule": "NoSchedule",

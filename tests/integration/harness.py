@@ -78,7 +78,7 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     fleet = LiveFleet(Fleet(hub=None, settings=FleetSettings(
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
         unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
-        kinds=[(d.api_version, d.kind) for d in catalog.definitions]))
+        kinds=[d.gvk for d in catalog.definitions]))
     settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}",
                                namespaces=(namespace, *others),
                                create_namespaces=create_namespaces,

@@ -23,6 +23,7 @@ from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube import errors, resources
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.placement.engine import decide
 from dispatcher.placement.model import PlacementRequest
 from dispatcher.workloads.demand import Demand, Gang, PodShape, Toleration
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.integration
 MEMBER = "member-1"
 FAST = {"probe_interval_s": 0.5, "unreachable_after_s": 3.0, "request_timeout_s": 2.0,
         "reconnect_initial_s": 0.2, "reconnect_max_s": 1.0, "status_min_interval_s": 0.2}
-KINDS = (("jobset.x-k8s.io/v1alpha2", "JobSet"), ("example.invalid/v1", "Nothing"))
+KINDS = (GroupVersionKind.of("jobset.x-k8s.io/v1alpha2", "JobSet"),
+         GroupVersionKind.of("example.invalid/v1", "Nothing"))
 
 
 async def until(fleet: Fleet, check: Callable[[], bool], *, within: float = 30.0) -> None:
@@ -113,11 +115,12 @@ def free(fleet: Fleet, node: str) -> tuple[int, int]:
 async def test_version_kinds_and_labels_are_reported(fleet: Fleet) -> None:
     state = fleet.members()[MEMBER]
     assert state.kubernetes_version and state.kubernetes_version.startswith("v1.")
-    assert state.served_kinds == frozenset({("jobset.x-k8s.io/v1alpha2", "JobSet")})
+    assert state.served_kinds == frozenset({GroupVersionKind.of("jobset.x-k8s.io/v1alpha2",
+                                                                "JobSet")})
     assert dict(state.labels) == {"region": "us-east"}
     assert state.client is not None
     snapshot = fleet.snapshots()[0]
-    assert snapshot.served_kinds == frozenset({("jobset.x-k8s.io", "JobSet")})
+    assert snapshot.served_kinds == state.served_kinds
     assert snapshot.ready
 
 

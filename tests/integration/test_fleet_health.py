@@ -31,6 +31,7 @@ from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube import errors, resources
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.resources import GroupVersionKind
 
 pytestmark = pytest.mark.integration
 
@@ -259,3 +260,31 @@ def test_clusters_add_then_list_then_remove(dev_fleet: FleetState,
                                                                 "dispatcher-system"))
 
     asyncio.run(gone())
+
+
+async def test_stop_of_a_connected_fleet_is_bounded_and_leaves_no_tasks(
+        dev_fleet: FleetState) -> None:
+    """Eight connections to the two real members (each registered four times), all Ready,
+    with their informers, probes and discovery loops running: stop() returns within a bound
+    and no task of the fleet is left pending (no task is cancelled by name)."""
+    current = asyncio.current_task()
+    before = {t for t in asyncio.all_tasks() if t is not current}
+    members = tuple(StaticMember(name=f"{cluster}-{i}",
+                                 kubeconfig=dev_fleet.cluster(cluster).kubeconfig)
+                    for cluster in ("member-1", "member-2") for i in range(4))
+    fleet = Fleet(hub=None, settings=FleetSettings(static_members=members, **FAST),
+                  kinds=[GroupVersionKind.of("batch/v1", "Job")])
+    await fleet.start()
+    try:
+        # fleet.health() says DuplicateCluster for the second name of a cluster; each
+        # connection's own health is Ready once its informers listed.
+        await until(fleet, lambda: all(fleet.connection(m.name).health.ready
+                                       for m in members))
+    finally:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with asyncio.timeout(5.0):
+            await fleet.stop()
+    assert loop.time() - started < 5.0
+    left = {t for t in asyncio.all_tasks() if t is not current and not t.done()} - before
+    assert left == set(), [t.get_name() for t in left]

@@ -24,11 +24,12 @@ import pytest
 from dispatcher.devfleet import provision
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import KWOK_NODE_ANNOTATION, ControlPlanes, is_alive
-from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, GPU_RESOURCE, FleetSpec, NodePool
+from dispatcher.fleet.fleetfile import FleetSpec, NodePool
 from dispatcher.fleet.fleetfile import MemberSpec as Member
 from dispatcher.kube import errors, resources, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import ResourceRef
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 Connect = Callable[[str], Coroutine[Any, Any, KubeClient]]
 T = TypeVar("T")

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, FleetSpec
+from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.kube import resources
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL
 from tests.integration.test_real_members import (
     MEMBER,
     condition,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from structlog.testing import capture_logs
@@ -101,3 +102,30 @@ async def test_pulse_wakes_waiters_and_coalesces() -> None:
     pulse.bump()
     assert await nxt == 3
     await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_cancel_all_waits_for_its_tasks_even_when_cancelled_again() -> None:
+    """An owner stopped while stopping its own tasks (its parent cancels it again) still
+    waits until they have ended: no task outlives its owner."""
+    children: list[asyncio.Task[None]] = []
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            # A cleanup that takes a few steps and swallows cancels, as a library may.
+            for _ in range(3):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0.05)
+
+    async def owner() -> None:
+        children.append(asyncio.create_task(slow_to_stop()))
+        await asyncio.sleep(0)
+        await cancel_all(list(children), again_after=0.01)
+
+    task = asyncio.create_task(owner())
+    await asyncio.sleep(0.01)
+    with capture_logs():
+        await cancel_all([task], again_after=0.01)
+    assert task.cancelled()
+    assert children and all(c.done() for c in children)

@@ -56,7 +56,7 @@ def connection(loader: Loader, settings: FleetSettings = SLOW_RETRY, *,
                pulse: Pulse | None = None) -> MemberConnection:
     return MemberConnection(spec=MemberSpec(name="m", path="/unused"), load=loader,
                             settings=settings, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC),
-                            kinds=(), on_change=(pulse or Pulse()).bump)
+                            kinds=(), on_change=lambda _: (pulse or Pulse()).bump())
 
 
 async def wait_calls(loader: Loader, count: int) -> None:

@@ -7,7 +7,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.fleet.nodes import node_facts, pod_binding, pod_gpus, quantity_int
+from dispatcher.fleet.nodes import node_facts, pod_binding
+from dispatcher.workloads.podspec import pod_gpus, pod_needs
+from dispatcher.workloads.quantity import whole_count
 
 from .objects import node, pod
 
@@ -68,11 +70,45 @@ def test_node_without_ready_condition_is_not_ready() -> None:
 
 @given(st.integers(min_value=0, max_value=10**6))
 def test_quantity_round_trips_integers(value: int) -> None:
-    assert quantity_int(str(value)) == value
-    assert quantity_int(value) == value
+    assert whole_count(str(value)) == value
+    assert whole_count(value) == value
 
 
 @given(st.one_of(st.text(max_size=8), st.none(), st.floats(), st.booleans(),
                  st.lists(st.integers())))
 def test_quantity_never_raises(value: object) -> None:
-    assert quantity_int(value) >= 0
+    assert whole_count(value) >= 0
+
+
+def test_whole_count_reads_every_quantity_form() -> None:
+    # The old fleet parser read these as 0: a node advertising "1e3" GPUs had none.
+    assert whole_count("1e3") == 1000
+    assert whole_count("1.0") == 1
+    assert whole_count("500m") == 0  # half a GPU cannot be allocated
+    assert whole_count("1500m") == 1
+    assert whole_count("2k") == 2000
+    assert whole_count("-4") == 0
+    assert whole_count("garbage") == 0
+
+
+def test_node_with_exponent_quantity_has_its_gpus() -> None:
+    raw = node("n1", 8)
+    raw["status"]["allocatable"]["nvidia.com/gpu"] = "1e1"
+    raw["status"]["capacity"]["nvidia.com/gpu"] = "10.0"
+    facts = node_facts(raw)
+    assert (facts.allocatable, facts.capacity) == (10, 10)
+
+
+_counts = st.one_of(st.none(), st.integers(min_value=0, max_value=16))
+
+
+@given(st.lists(st.tuples(_counts, st.booleans()), max_size=4),
+       st.lists(st.tuples(_counts, st.booleans()), max_size=4))
+def test_fleet_charges_a_pod_what_the_resolver_sized_it(
+        mains: list[tuple[int | None, bool]], inits: list[tuple[int | None, bool]]) -> None:
+    """One effective-GPU rule: the fleet's accounting of a bound pod and the workload
+    resolver's demand agree on every pod shape (sidecars, init steps, requests only)."""
+    spec = {
+        "containers": [_c(g, section="requests" if r else "limits") for g, r in mains],
+        "initContainers": [_c(g, restart="Always" if r else None) for g, r in inits]}
+    assert pod_gpus(spec) == pod_needs(spec).gpus

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.reservations import OWNER_LABEL, MemberReservations, Reservation
+from dispatcher.fleet.reservations import OWNER_LABEL, MemberReservations, Reservation, restore
 
 from .objects import node, pod
 
@@ -89,7 +89,7 @@ def test_off_plan_pod_swaps_with_the_reservation_it_displaced() -> None:
 def test_rebuilt_reservation_accounts_for_pods_already_bound() -> None:
     cap, book = _cluster()
     _bind(cap, book, "p1", "w1", node_name="n1", gpus=4)  # bound before the controller (re)started
-    book.rebuild([_res("w1", (("n1", 8), ("n2", 4)))], now=0.0)
+    restore([(_res("w1", (("n1", 8), ("n2", 4))), "m1")], lambda _: book, now=0.0)
     assert book.get("w1") == _res("w1", (("n1", 4), ("n2", 4)))
     assert cap.free == 16 - 4 - 8
 
@@ -114,13 +114,16 @@ def test_replacing_a_workloads_reservation_does_not_double_count() -> None:
     assert cap.free == 14
 
 
-def test_rebuild_from_records_skips_expired_and_other_members() -> None:
+def test_restore_from_records_skips_expired_moved_and_unknown_members() -> None:
     cap, book = _cluster()
-    book.add(_res("stale", (("n1", 8),)))
     records = [_res("w1", (("n1", 4),), expires=50.0), _res("gone", (("n2", 4),), expires=5.0),
+               _res("moved", (("n2", 2),), expires=50.0),
                Reservation(workload_uid="w2", member="m2", nodes=(("n2", 8),), expires_at=50.0)]
     round_tripped = [Reservation.from_dict(r.to_dict()) for r in records]
-    book.rebuild(round_tripped, now=10.0)
+    clusters = ["m1", "m1", "elsewhere", "m2"]  # the member each record's decision names now
+    added = restore(zip(round_tripped, clusters, strict=True),
+                    lambda m: book if m == "m1" else None, now=10.0)
+    assert added == 1
     assert [r.workload_uid for r in book.records()] == ["w1"]
     assert cap.free == 12
 

@@ -16,6 +16,7 @@ import pytest
 
 from dispatcher.fleet import health, status
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.kube.resources import GroupVersionKind
 
 from .objects import node, pod
 
@@ -74,7 +75,8 @@ def test_member_status_leaves_unknown_fields_out() -> None:
     assert set(out) == {"conditions"}
     full = status.member_status(
         health=ready(), capacity=capacity(), version="v1.35.4",
-        kinds={("ray.io/v1", "RayJob"), ("jobset.x-k8s.io/v1alpha2", "JobSet")},
+        kinds={GroupVersionKind.of("ray.io/v1", "RayJob"),
+               GroupVersionKind.of("jobset.x-k8s.io/v1alpha2", "JobSet")},
         previous={}, now=T0)
     assert full["lastSeen"] == "2026-01-01T12:00:00Z"
     assert full["kubernetesVersion"] == "v1.35.4"
@@ -112,7 +114,7 @@ def test_rows() -> None:
     full = {"metadata": {"name": "east"}, "spec": {"cordoned": True},
             "status": status.member_status(health=ready(), capacity=capacity(),
                                            version="v1.35.4",
-                                           kinds={("ray.io/v1", "RayJob")},
+                                           kinds={GroupVersionKind.of("ray.io/v1", "RayJob")},
                                            previous={}, now=T0)}
     assert status.row(full, now=now, wide=True) == [
         "east", "True,Cordoned", 3, 20, 11, 6, f"{H100}:11/16,NVIDIA-L40S:0/4", 1, "42s",

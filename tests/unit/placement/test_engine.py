@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.nodes import HARD_EFFECTS
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.placement.engine import decide
 from dispatcher.placement.fit import pack, pod_groups
 from dispatcher.placement.model import (
@@ -90,7 +91,8 @@ def test_member_state_reasons() -> None:
         MemberSnapshot(name="down", capacity=cap, ready=False, not_ready_reason="timeout"),
         MemberSnapshot(name="drained", capacity=cap, cordoned=True),
         MemberSnapshot(name="noray", capacity=cap,
-                       served_kinds=frozenset({("jobset.x-k8s.io", "JobSet")})),
+                       served_kinds=frozenset({GroupVersionKind.of("jobset.x-k8s.io/v1alpha2",
+                                                                         "JobSet")})),
     ]
     decision = decide(members, _request(api_version="ray.io/v1", kind="RayJob"))
     assert decision.chosen is None and decision.assignment == ()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.workloads.catalog import Catalog, load_builtin
+from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import DefinitionError, NoDefinitionError
 from dispatcher.workloads.resolve import demand_of, resolve, status_of
 
@@ -15,12 +15,11 @@ from .shapes import BATCHSET, BATCHSET_OBJ, TRAINRUN, edit
 
 def test_builtin_catalog_loads_and_indexes_by_kind() -> None:
     catalog = Catalog.builtin()
-    assert catalog is load_builtin()
+    assert catalog is Catalog.builtin()  # loaded once, shared
     assert len(catalog) == len(catalog.definitions) > 0
-    for group, version, kind in catalog.kinds():
-        api_version = f"{group}/{version}" if group else version
-        found = catalog.find(api_version, kind)
-        assert found is not None and found.kind == kind
+    for gvk in catalog.kinds():
+        found = catalog.find(gvk.api_version, gvk.kind)
+        assert found is not None and found.gvk == gvk
 
 
 def test_load_and_merge_later_overrides(tmp_path: Path) -> None:
@@ -69,3 +68,19 @@ def test_two_definitions_for_one_kind_in_one_load_are_an_error(tmp_path: Path) -
     (tmp_path / "b.yaml").write_text(edit(BATCHSET, lambda d: d["metadata"].update(name="b")))
     with pytest.raises(DefinitionError, match="like definition demo-batchset"):
         Catalog.load([tmp_path])
+
+
+def test_generic_status_is_its_string_in_json_yaml_and_comparisons() -> None:
+    import json
+
+    import yaml
+
+    from dispatcher.workloads.model import GenericStatus
+
+    assert [s.value for s in GenericStatus] == [
+        "pending", "initializing", "running", "degraded", "completed", "failed", "suspended",
+        "unknown"]  # DESIGN.md's list, in its order
+    data = {"status": GenericStatus.RUNNING, "statuses": [GenericStatus.FAILED]}
+    assert json.dumps(data) == '{"status": "running", "statuses": ["failed"]}'
+    assert yaml.safe_dump(data) == "status: running\nstatuses:\n- failed\n"
+    assert GenericStatus.COMPLETED == "completed" and "unknown" in {GenericStatus.UNKNOWN}

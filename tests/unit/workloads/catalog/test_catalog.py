@@ -137,8 +137,7 @@ def test_every_catalog_kind_has_samples_and_frames(catalog: Catalog) -> None:
         sampled[key] += 1
         if _frames(sample):
             framed.add(key)
-    kinds = {(f"{group}/{version}" if group else version, kind)
-             for group, version, kind in catalog.kinds()}
+    kinds = {(gvk.api_version, gvk.kind) for gvk in catalog.kinds()}
     assert kinds, "empty catalog"
     assert kinds - set(sampled) == set(), "catalog kinds without samples"
     assert {k for k in kinds if sampled[k] < 2} == set(), "kinds with fewer than two samples"
