@@ -73,10 +73,6 @@ class FleetView(Protocol):
         """Reachability, with the first-loss time kept across failed reconnects."""
         ...
 
-    def allowed_namespaces(self, member: str) -> tuple[str, ...]:
-        """Hub namespaces whose workloads may go to ``member`` (empty: any)."""
-        ...
-
     def same_cluster(self, a: str, b: str) -> bool:
         """Whether two members are one cluster (registered twice)."""
         ...
@@ -144,12 +140,6 @@ class LiveFleet:
             lost = health.first_loss.timestamp() if health.first_loss else None
             return MemberHealth(reachable=False, lost_since=lost)
         return MemberHealth(reachable=True)
-
-    def allowed_namespaces(self, member: str) -> tuple[str, ...]:
-        try:
-            return self.fleet.connection(member).spec.allowed_namespaces
-        except UnknownMember:
-            return ()
 
     def same_cluster(self, a: str, b: str) -> bool:
         return self.fleet.same_cluster(a, b)

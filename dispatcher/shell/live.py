@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +101,8 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
                 for rec in map(records.read, listed.objects)
                 if rec.reservation is not None and rec.workload_uid != exclude_uid]
         reservations.restore(held, _book(fleet), now=time.time())
-        return [MemberSnapshot(name=m.name, capacity=m.capacity.snapshot(), labels=m.labels,
-                               ready=m.ready, not_ready_reason=m.not_ready_reason,
-                               cordoned=m.cordoned, served_kinds=m.served_kinds)
-                for m in fleet.snapshots()]
+        # the controller's own snapshots (allow-lists and all), with capacity copies that
+        # outlive the fleet
+        return [replace(m, capacity=m.capacity.snapshot()) for m in fleet.snapshots()]
     finally:
         await fleet.stop()

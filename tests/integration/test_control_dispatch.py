@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,19 @@ async def test_live_view_counts_in_flight_reservations(harness: Harness,
         return without[member] - with_it[member] == held
 
     await eventually(counted, what=f"the {held} reserved GPUs counted on {member}")
+
+    # the controller's own snapshot builder: an allow-list in the config reaches explain
+    fenced = replace(config, fleet=replace(config.fleet, static_members=tuple(
+        replace(m, allowed_namespaces=("elsewhere",)) if m.name == member else m
+        for m in statics)))
+    snapshots = {m.name: m for m in await live.live_snapshots(fenced, hub=h.hub,
+                                                               catalog=catalog)}
+    assert snapshots[member].allowed_namespaces == ("elsewhere",)
+    from dispatcher.commands.explain import explain_demand
+    decision = explain_demand(catalog.resolve(obj).demand, members=list(snapshots.values()),
+                              api_version=obj["apiVersion"], kind=obj["kind"],
+                              namespace=h.namespace)
+    assert f"namespace {h.namespace} not allowed" in decision.verdict(member).reason
 
 
 async def test_stuck_copy_moves_then_fails_after_bounded_attempts(dev_fleet: FleetState) -> None:

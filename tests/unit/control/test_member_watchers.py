@@ -65,9 +65,6 @@ class CountingFleet:
     def health(self, member: str) -> MemberHealth:
         return MemberHealth(reachable=True)
 
-    def allowed_namespaces(self, member: str) -> tuple[str, ...]:
-        return ()
-
     def same_cluster(self, a: str, b: str) -> bool:
         return a == b
 
