@@ -84,6 +84,7 @@ class Resolution:
             "statuses": list(self.statuses), "pods": self.demand.pods,
             "gpus": self.demand.gpus,
             "gangs": [{"name": g.name, "pods": g.pods, "minPods": g.min_pods, "gpus": g.gpus,
+                       "independent": g.independent,
                        "podShapes": [{"count": s.count, "gpus": s.gpus,
                                       "gpuProduct": s.gpu_product, "cpu": s.cpu,
                                       "memory": s.memory} for s in g.pod_shapes]}
@@ -268,16 +269,8 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
         instances = _instances(comp, values)
         views.append(ComponentView(name=comp.name, instances=instances))
         members.extend(instances)
-
-    def min_pods(expr: Expr) -> int | None:
-        found = values.all(expr)
-        if len(found) != 1:
-            raise values.fail(expr, f"a gang minimum must be exactly one result, got "
-                                    f"{len(found)}")
-        return values.number(expr, found[0])
-
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,
-                        min_pods=min_pods)
+                        values=values)
     return tuple(views), Demand(gangs=gangs)
 
 

@@ -17,7 +17,7 @@ from dispatcher.fleet.nodes import HARD_EFFECTS
 from dispatcher.placement.engine import decide
 from dispatcher.placement.fit import pack, pod_groups
 from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
-from dispatcher.workloads.demand import Demand, Toleration
+from dispatcher.workloads.demand import Demand, Gang, Toleration
 
 from .builders import cluster, demand, shape
 from .objects import node, pod
@@ -254,3 +254,27 @@ def test_memoised_verdicts_equal_fresh_ones(specs: list[list[dict[str, Any]]],
                     [pod(f"busy-{i}", s["used"], node_name=f"n{i}")
                      for i, s in enumerate(spec) if s["used"]])
                 assert rebuilt.free == live[member % len(specs)].free
+
+
+def test_whole_workload_fits_on_one_member_whatever_its_units() -> None:
+    """Independent pods and several gangs are still placed together: a member that could
+    run each unit alone but not all of them at once is infeasible (issue #15 part 6).
+
+    "two": 2 nodes x 8 free GPUs = 16; "four": 4 x 8 = 32. The workload: a gang of 2 pods
+    x 8 GPUs plus 1 independent pod x 8 GPUs = 24 GPUs, so only "four" takes it."""
+    two = cluster(*({"name": f"t{i}", "gpus": 8, "product": H100} for i in range(2)))
+    four = cluster(*({"name": f"f{i}", "gpus": 8, "product": H100} for i in range(4)))
+    members = [MemberSnapshot(name="two", capacity=two),
+               MemberSnapshot(name="four", capacity=four)]
+    units = Demand(gangs=(
+        Gang(name="ray", pods=2, min_pods=2, pod_shapes=(shape(2, 8, product=H100),)),
+        Gang(name="submitter", pods=1, min_pods=1, pod_shapes=(shape(1, 8, product=H100),),
+             independent=True)))
+    decision = decide(members, PlacementRequest(demand=units))
+    assert decision.chosen == "four"
+    assert decision.verdict("two").reason is not None
+    assert decision.verdict("two").reason.startswith("16 GPUs free")
+    assert sum(g.gpus for g in decision.assignment) == 24
+    # the same pods as one gang get the same answer and the same nodes
+    whole = decide(members, PlacementRequest(demand=demand([shape(3, 8, product=H100)])))
+    assert (whole.chosen, whole.assignment) == (decision.chosen, decision.assignment)
