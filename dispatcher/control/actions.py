@@ -197,7 +197,7 @@ async def _update_copy(rec: Reconciler, uid: str, snap: Snapshot, action: Action
     client = rec.fleet.client(action.member)
     if found is None or client is None:
         return False
-    wanted = rec.copy_body(snap.workload)
+    wanted = await rec.copy_body(snap.workload)
     patch: dict[str, Any] = {}
     spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
     if spec:

@@ -9,12 +9,13 @@ the caches, so the next ``decide`` sees it. Placement and its reservation happen
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -55,9 +56,13 @@ from dispatcher.placement.model import (
 from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import TemplateError, WorkloadError
-from dispatcher.workloads.mutate import pod_templates
+from dispatcher.workloads.model import Definition
+from dispatcher.workloads.mutate import PodTemplate, pod_templates
+from dispatcher.workloads.paths import in_process
 from dispatcher.workloads.resolve import Resolution
 from dispatcher.workloads.trace import resolved_event
+
+_T = TypeVar("_T")
 
 __all__ = ["Reconciler", "member_copy", "restrict"]
 
@@ -515,14 +520,13 @@ class Reconciler:
         client = self.fleet.client(cluster)
         if client is None:
             return False
-        definition = self.catalog.find(str(workload["apiVersion"]), str(workload["kind"]))
         namespace = str(workload["metadata"].get("namespace") or "default")
         try:
-            body = self.copy_body(workload)
-            pods = admission.dry_run_pods(
-                pod_templates(body, definition) if definition is not None
-                and self.settings.admission_check else [], namespace=namespace)
+            body, templates = await self._off_loop(workload, self._copy_and_templates)
+            pods = admission.dry_run_pods(templates, namespace=namespace)
         except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
@@ -621,12 +625,34 @@ class Reconciler:
         self.copies.drop(cluster, uid)
         return deleted
 
-    def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
+    async def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
         """The member copy of ``workload`` (stamped, mutated)."""
-        return build_copy(workload, hub_id=self.settings.hub_id,
-                          definition=self.catalog.find(str(workload["apiVersion"]),
-                                                       str(workload["kind"])),
-                          mutations=self.settings.pod_mutations)
+        return await self._off_loop(workload, self._copy_of)
+
+    def _copy_of(self, workload: Mapping[str, Any], definition: Definition | None
+                 ) -> dict[str, Any]:
+        locate = self.live.evaluator.locator(definition) if definition is not None \
+            else in_process
+        return build_copy(workload, hub_id=self.settings.hub_id, definition=definition,
+                          mutations=self.settings.pod_mutations, locate=locate)
+
+    def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None
+                            ) -> tuple[dict[str, Any], list[PodTemplate]]:
+        body = self._copy_of(workload, definition)
+        if definition is None or not self.settings.admission_check:
+            return body, []
+        return body, pod_templates(body, definition,
+                                   locate=self.live.evaluator.locator(definition))
+
+    async def _off_loop(self, workload: Mapping[str, Any],
+                        build: Callable[[Mapping[str, Any], Definition | None], _T]) -> _T:
+        """``build(workload, definition)``: on a thread when the definition is untrusted,
+        whose path expressions run in the bounded workers (a wait of up to the deadline
+        must not hold the event loop)."""
+        definition = self.catalog.find(str(workload["apiVersion"]), str(workload["kind"]))
+        if definition is None or self.live.trusted(definition):
+            return build(workload, definition)
+        return await asyncio.to_thread(build, workload, definition)
 
     async def cached_copy(self, obj: Mapping[str, Any]) -> MemberCopy:
         """``obj`` as the copy cache holds it (generic status read now)."""

@@ -48,6 +48,7 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Batch, JqFailure, Limits
 from dispatcher.workloads.model import Definition
+from dispatcher.workloads.paths import Location, Locator, in_process
 from dispatcher.workloads.resolve import (
     Resolution,
     demand_from,
@@ -162,6 +163,21 @@ class Evaluator:
             return self.status(obj)
         return await asyncio.to_thread(self.status, obj)
 
+    # -- locations (copy building: mutate, server-set removal, pod templates) -------------
+
+    def locator(self, definition: Definition) -> Locator:
+        """How to evaluate ``definition``'s path expressions on an object: in-process when
+        trusted, else in the bounded workers (same bounds and quarantine as ``resolve``:
+        a jq ``path()`` of a read path runs the whole expression)."""
+        if self.is_trusted(definition):
+            return in_process
+
+        def locate(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
+            programs = [f"path({expression}\n)" for expression in expressions]
+            results = self._bounded(definition, programs, text, name="")
+            return [r.message if isinstance(r, JqFailure) else r for r in results]
+        return locate
+
     def close(self) -> None:
         """Stop the worker processes."""
         self._pool.close()
@@ -185,19 +201,24 @@ class Evaluator:
                  "status": definition.status_batch}[section]
         if self.is_trusted(definition):
             return definition, text, batch.run(text)
-        name = _name(obj)
+        return definition, text, self._bounded(definition, batch.expressions, text,
+                                               name=_name(obj))
+
+    def _bounded(self, definition: Definition, expressions: Sequence[str], text: str, *,
+                 name: str) -> Results:
+        """``expressions`` of an untrusted ``definition`` on ``text`` in a worker; a bound
+        hit quarantines the definition."""
         known = self._quarantined.get(id(definition))
         if known is not None:
             raise DefinitionQuarantined(definition=definition.name, bound=known.bound,
                                         detail=known.detail, name=name)
         try:
-            results = self._pool.run(batch.expressions, text)
+            return self._pool.run(expressions, text)
         except _BoundHit as hit:
             self._quarantined[id(definition)] = hit
             self._keep.append(definition)
             raise DefinitionQuarantined(definition=definition.name, bound=hit.bound,
                                         detail=hit.detail, name=name) from None
-        return definition, text, results
 
 
 def _name(obj: Any) -> str:
