@@ -36,6 +36,7 @@ from dispatcher.placement.model import (
     Verdict,
 )
 from dispatcher.placement.selector import Selector, SelectorError, parse_selector
+from dispatcher.workloads.demand import Demand
 
 __all__ = ["POLICIES", "decide", "eligible"]
 
@@ -219,14 +220,25 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
     ranked.extend(skipped)
     ranked.extend(sorted(rejected, key=lambda v: v.member))
     return Decision(policy=request.policy, pods=demand.pods, gpus=gpus,
-                    gangs=len(demand.gangs), verdicts=tuple(ranked), chosen=chosen,
+                    gangs=sum(1 for g in demand.gangs if not g.independent),
+                    verdicts=tuple(ranked), chosen=chosen,
                     assignment=assignment, summary=_summary(ranked, chosen, request))
+
+
+def _units(demand: Demand) -> str:
+    """``in 2 gang(s)``, ``as 3 independent pod(s)`` or both: how the framework will start
+    the pods (all of them are placed together either way)."""
+    gangs = sum(1 for g in demand.gangs if not g.independent)
+    solo = sum(g.pods for g in demand.gangs if g.independent)
+    parts = ([f"in {gangs} gang(s)"] if gangs or not solo else []) \
+        + ([f"{'and' if gangs else 'as'} {solo} independent pod(s)"] if solo else [])
+    return " ".join(parts)
 
 
 def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest) -> str:
     """One line for the Pending condition message and logs."""
-    demand = request.demand
-    what = f"{demand.pods} pod(s) / {demand.gpus} GPU(s) in {len(demand.gangs)} gang(s)"
+    what = f"{request.demand.pods} pod(s) / {request.demand.gpus} GPU(s) " \
+           f"{_units(request.demand)}"
     if chosen is not None:
         best = ranked[0]
         feasible = sum(1 for v in ranked if v.feasible)
