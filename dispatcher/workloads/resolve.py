@@ -321,11 +321,13 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
     return tuple(out)
 
 
-# container fields a pod spec must give, by spec pattern (template.check_pod_spec). The
-# image is checked for its type only: the project's placement, control and simulation
-# tests describe image-less templates; requiring it is a follow-up across those tests.
-_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name",), "podspec": (),
-                                         "fragmented": (), "": ()}
+# container fields a pod spec must give, by spec pattern (template.check_pod_spec): a
+# PodTemplateSpec becomes Pods as written (name and image, or the apiserver refuses the
+# Pod); an inline pod spec (Knative, KServe, Grove) gets names from the framework but
+# never an image; a spec assembled from fragments may get both from the framework (KServe
+# `.model`: the ServingRuntime's image).
+_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name", "image"),
+                                         "podspec": ("image",), "fragmented": (), "": ()}
 # where the pod spec is below the path's result
 _SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
 
