@@ -167,9 +167,8 @@ def _listed(path: Expr, members: Sequence[Member], values: GangValues) -> list[G
             raise values.fail(path, f"gang {name}: independent must be true or false")
         parts: list[tuple[Member, int]] = []
         for raw in _items(path, values, item.get("members"), f"gang {name} members"):
-            key = (raw.get("component"), raw.get("id") or "") if isinstance(raw, Mapping) \
-                else None
-            member = by_key.get(key) if key is not None else None  # type: ignore[arg-type]
+            member = by_key.get((str(raw.get("component")), str(raw.get("id") or ""))) \
+                if isinstance(raw, Mapping) else None
             if member is None:
                 raise values.fail(path, f"gang {name}: {raw!r} is not a pod-creating "
                                         "instance (component and id)")
