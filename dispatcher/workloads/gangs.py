@@ -203,6 +203,8 @@ def _listed(path: Expr, members: Sequence[Member], values: GangValues) -> list[G
 def _unit_name(template: str, index: tuple[int, ...]) -> str:
     """``template`` with ``{k}`` replaced by the k-th index (no ``str.format``: a name is
     untrusted text)."""
+    if not index:
+        return template
     return _PLACEHOLDER.sub(lambda match: str(index[int(match.group(1))]), template)
 
 
@@ -213,6 +215,8 @@ def _items(path: Expr, values: GangValues, value: Any, what: str) -> list[Any]:
 
 
 def _count(path: Expr, values: GangValues, value: Any, what: str) -> int:
+    if type(value) is int and value >= 0:  # the usual case, without the checks below
+        return value
     number = values.number(path, value)
     if number is None or number < 0:
         raise values.fail(path, f"{what} must be a whole number >= 0, not {value!r}")
