@@ -214,6 +214,9 @@ class Evaluator:
                                         detail=known.detail, name=name)
         try:
             return self._pool.run(expressions, text)
+        except _NotStarted as error:
+            raise EvaluationError(str(error), expression="*", field="(every path)",
+                                  name=name, definition=definition.name) from None
         except _BoundHit as hit:
             self._quarantined[id(definition)] = hit
             self._keep.append(definition)
@@ -225,6 +228,20 @@ def _name(obj: Any) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+class _NotStarted(Exception):
+    """A worker process did not start in time (a loaded host, not the definition's fault):
+    the evaluation fails, the definition is not quarantined, a later call tries again."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the evaluation worker did not start within {seconds:g} s")
+
+
+# How long a new worker may take to start (spawn, imports) before its first task: on a
+# loaded host this took seconds, and counting it against a definition's deadline
+# quarantined well-behaved definitions.
+_STARTUP_SECONDS = 60.0
 
 
 class _BoundHit(Exception):
@@ -248,7 +265,7 @@ class _Pool:
         worker = self._take()
         try:
             results = worker.call(expressions, text)
-        except _BoundHit:
+        except (_BoundHit, _NotStarted):
             worker.kill()
             with self._lock:
                 self._started -= 1
@@ -293,8 +310,11 @@ class _Worker:
                                  bounds.max_result_bytes), daemon=True)
         self.process.start()
         child.close()
+        self._started = False
 
     def call(self, expressions: Sequence[str], text: str) -> Results:
+        if not self._started:
+            self._wait_started()
         try:
             self.conn.send((tuple(expressions), text))
             ready = self.conn.poll(self.bounds.deadline_seconds)
@@ -313,6 +333,17 @@ class _Worker:
         results: Results = [JqFailure(item["jqfailure"]) if isinstance(item, dict)
                             and set(item) == {"jqfailure"} else item for item in payload]
         return results
+
+    def _wait_started(self) -> None:
+        """Wait for the worker's ready message, outside any definition's deadline."""
+        try:
+            ready = self.conn.poll(_STARTUP_SECONDS)
+            message = self.conn.recv() if ready else None
+        except (EOFError, ConnectionError, OSError):
+            message = None
+        if message != ("ready", None):
+            raise _NotStarted(_STARTUP_SECONDS)
+        self._started = True
 
     def _died(self) -> _BoundHit:
         self.process.join(timeout=5)
@@ -342,6 +373,7 @@ def _serve(conn: Connection, memory_mb: int, cpu_seconds: int, max_bytes: int) -
     """Worker loop: evaluate batches until the pipe closes (runs in the child)."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    conn.send(("ready", None))
     batches: dict[tuple[str, ...], Batch] = {}
     while True:
         try:
