@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if wide:
             columns += ["namespace", "min pods", "shapes"]
         table(columns=columns, rows=[_row(r, wide=wide) for r in results])
+        units = [row for r in results for row in _unit_rows(r, wide=wide)]
+        if units:
+            print()
+            table(columns=["object", "gang", "unit", "pods", "min pods", "gpus"]
+                  + (["shapes"] if wide else []), rows=units)
     return code
 
 
@@ -142,12 +147,29 @@ def object_label(obj: Any, index: int) -> str:
 
 
 def _row(result: Resolution, *, wide: bool) -> list[Any]:
+    """One object: GANGS counts real gangs (independent pods are listed, not counted)."""
     gangs = result.demand.gangs
     row: list[Any] = [result.kind, result.name, result.definition_name, result.status,
-                      result.demand.pods, result.demand.gpus, len(gangs)]
+                      result.demand.pods, result.demand.gpus,
+                      sum(1 for g in gangs if not g.independent)]
     if wide:
         shapes = sorted({f"{s.gpus}x{s.gpu_product or 'any'}" for g in gangs
                          for s in g.pod_shapes})
         row += [result.namespace, ",".join(str(g.min_pods) for g in gangs) or "-",
                 ",".join(shapes) or "-"]
     return row
+
+
+def _unit_rows(result: Resolution, *, wide: bool) -> list[list[Any]]:
+    """One row per unit of an object: UNIT ``gang`` (started together, MIN PODS its
+    minimum) or ``pods`` (independent pods, each a unit of its own)."""
+    rows = []
+    for gang in result.demand.gangs:
+        row: list[Any] = [f"{result.kind}/{result.name}", gang.name,
+                          "pods" if gang.independent else "gang", gang.pods, gang.min_pods,
+                          gang.gpus]
+        if wide:
+            row.append(",".join(f"{s.count}x{s.gpus}x{s.gpu_product or 'any'}"
+                                for s in gang.pod_shapes) or "-")
+        rows.append(row)
+    return rows

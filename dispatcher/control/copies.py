@@ -30,7 +30,7 @@ from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
-from dispatcher.workloads.paths import strip_server_set
+from dispatcher.workloads.paths import Locator, in_process, strip_server_set
 
 __all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "object_key",
            "owner_state", "stamped", "written_generation"]
@@ -125,7 +125,8 @@ def owner_state(obj: Mapping[str, Any] | None, *, hub_id: str, hub_uid: str) -> 
 
 
 def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definition | None,
-               mutations: PodMutations = PodMutations()) -> dict[str, Any]:
+               mutations: PodMutations = PodMutations(),
+               locate: Locator = in_process) -> dict[str, Any]:
     """The object to create on the member (the input is not modified).
 
     What the hub's apiserver or controllers set and the member sets for itself is left
@@ -134,7 +135,8 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     selector and its template labels).
     Pods of the copy get the hub uid label too, so the member's pods can be matched to the
     workload (reservations shrink as they appear). Raises MutationError when a configured
-    mutation cannot be written through the definition.
+    mutation cannot be written through the definition. ``locate`` evaluates the
+    definition's paths (``bounded.Evaluator.locator``: bounded for untrusted definitions).
     """
     meta = workload.get("metadata") or {}
     uid = str(meta.get("uid") or "")
@@ -155,12 +157,12 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     out["metadata"] = new_meta
     if definition is None:
         return out
-    strip_server_set(out, definition)
+    strip_server_set(out, definition, locate=locate)
     pod_labels = {**mutations.labels, HUB_UID_LABEL: uid}
     return mutate_pods(out, definition, labels=pod_labels,
                        annotations=dict(mutations.annotations) or None,
                        scheduler_name=mutations.scheduler_name,
-                       priority_class_name=mutations.priority_class_name)
+                       priority_class_name=mutations.priority_class_name, locate=locate)
 
 
 def _strip_nested_stamps(node: Any) -> None:

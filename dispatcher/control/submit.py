@@ -8,10 +8,11 @@ comes back as a ``Rejection``; a transient failure raises for the worker's back-
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -34,12 +35,17 @@ from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import NAMESPACES, PODS, ResourceRef
+from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.errors import WorkloadError
-from dispatcher.workloads.mutate import pod_templates
+from dispatcher.workloads.model import Definition
+from dispatcher.workloads.mutate import PodTemplate, pod_templates
+from dispatcher.workloads.paths import in_process
 
 __all__ = ["CopyUpdate", "MemberWrites"]
 
 log = structlog.get_logger("dispatcher")
+
+_T = TypeVar("_T")
 
 _FOREIGN_RECHECK_S = 30.0
 
@@ -100,14 +106,13 @@ class MemberWrites:
         client = self.fleet.client(cluster)
         if client is None:
             return False
-        definition = self.live.current.find(str(workload["apiVersion"]), str(workload["kind"]))
         namespace = str(workload["metadata"].get("namespace") or "default")
         try:
-            body = self.copy_body(workload)
-            pods = admission.dry_run_pods(
-                pod_templates(body, definition) if definition is not None
-                and self.settings.admission_check else [], namespace=namespace)
+            body, templates = await self._off_loop(workload, self._copy_and_templates)
+            pods = admission.dry_run_pods(templates, namespace=namespace)
         except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
@@ -210,12 +215,35 @@ class MemberWrites:
         self.copies.drop(cluster, uid)
         return deleted
 
-    def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
+    async def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
         """The member copy of ``workload`` (stamped, mutated)."""
-        return build_copy(workload, hub_id=self.settings.hub_id,
-                          definition=self.live.current.find(str(workload["apiVersion"]),
-                                                       str(workload["kind"])),
-                          mutations=self.settings.pod_mutations)
+        return await self._off_loop(workload, self._copy_of)
+
+    def _copy_of(self, workload: Mapping[str, Any], definition: Definition | None
+                 ) -> dict[str, Any]:
+        locate = self.live.evaluator.locator(definition) if definition is not None \
+            else in_process
+        return build_copy(workload, hub_id=self.settings.hub_id, definition=definition,
+                          mutations=self.settings.pod_mutations, locate=locate)
+
+    def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None
+                            ) -> tuple[dict[str, Any], list[PodTemplate]]:
+        body = self._copy_of(workload, definition)
+        if definition is None or not self.settings.admission_check:
+            return body, []
+        return body, pod_templates(body, definition,
+                                   locate=self.live.evaluator.locator(definition))
+
+    async def _off_loop(self, workload: Mapping[str, Any],
+                        build: Callable[[Mapping[str, Any], Definition | None], _T]) -> _T:
+        """``build(workload, definition)``: on a thread when the definition is untrusted,
+        whose path expressions run in the bounded workers (a wait of up to the deadline
+        must not hold the event loop)."""
+        definition = self.live.current.find(str(workload["apiVersion"]),
+                                            str(workload["kind"]))
+        if definition is None or self.live.trusted(definition):
+            return build(workload, definition)
+        return await asyncio.to_thread(build, workload, definition)
 
     async def reading(self, obj: Mapping[str, Any]) -> MemberCopy:
         """``obj`` as the copy cache holds it (generic status read now)."""
@@ -229,7 +257,7 @@ class MemberWrites:
         client = self.fleet.client(cluster)
         if found is None or client is None:
             return None
-        wanted = self.copy_body(workload)
+        wanted = await self.copy_body(workload)
         patch: dict[str, Any] = {}
         spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
         if spec:

@@ -386,8 +386,8 @@ def _decision(request: PlacementRequest,
     rejected.sort(key=_member)
     ranked.extend(rejected)
     return Decision(policy=request.policy, pods=demand.pods, gpus=demand.gpus,
-                    gangs=len(demand.gangs), verdicts=tuple(ranked), chosen=chosen,
-                    assignment=assignment,
+                    gangs=sum(1 for g in demand.gangs if not g.independent),
+                    verdicts=tuple(ranked), chosen=chosen, assignment=assignment,
                     summary=_summary(ranked, chosen, request, feasible=len(feasible),
                                      unchecked=len(skipped)))
 
@@ -396,11 +396,21 @@ _rank = operator.itemgetter(0)
 _member = operator.attrgetter("member")
 
 
+def _units(demand: Demand) -> str:
+    """``in 2 gang(s)``, ``as 3 independent pod(s)`` or both: how the framework will start
+    the pods (all of them are placed together either way)."""
+    gangs = sum(1 for g in demand.gangs if not g.independent)
+    solo = sum(g.pods for g in demand.gangs if g.independent)
+    parts = ([f"in {gangs} gang(s)"] if gangs or not solo else []) \
+        + ([f"{'and' if gangs else 'as'} {solo} independent pod(s)"] if solo else [])
+    return " ".join(parts)
+
+
 def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest, *,
              feasible: int, unchecked: int) -> str:
     """One line for the Pending condition message and logs."""
-    demand = request.demand
-    what = f"{demand.pods} pod(s) / {demand.gpus} GPU(s) in {len(demand.gangs)} gang(s)"
+    what = f"{request.demand.pods} pod(s) / {request.demand.gpus} GPU(s) " \
+           f"{_units(request.demand)}"
     if chosen is not None:
         best = ranked[0]
         more = f", {unchecked} not evaluated" if unchecked else ""

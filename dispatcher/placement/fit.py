@@ -50,7 +50,7 @@ class PodGroup:
     product: str | None
     selector: tuple[tuple[str, str], ...]
     tolerations: tuple[Toleration, ...]
-    gangs: tuple[str, ...]
+    gangs: tuple[str, ...]  # "gang NAME" / "pods NAME" (independent) holding such pods
     # A string key for the class eligibility memo (hashing a str is cached by Python).
     requirement: str
 
@@ -78,8 +78,9 @@ def pod_groups(demand: Demand) -> tuple[PodGroup, ...]:
                         tuple(sorted(shape.node_selector.items())), tolerations)
             counts[key] = counts.get(key, 0) + shape.count
             names = gangs.setdefault(key, [])
-            if gang.name not in names:
-                names.append(gang.name)
+            label = f"pods {gang.name}" if gang.independent else f"gang {gang.name}"
+            if label not in names:
+                names.append(label)
     groups = [
         PodGroup(gpus=gpus, count=counts[key], product=product, selector=selector,
                  tolerations=tolerations, gangs=tuple(gangs[key]),
@@ -395,7 +396,7 @@ def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str
                     f"a pod needs {group.gpus}: fits 0 times{suffix}")
         if room < group.count:
             return (f"{free} GPUs free{where}, room for {room} of {group.count} pods of "
-                    f"{group.gpus} GPUs (gang {', '.join(group.gangs)}): fits 0 times{suffix}")
+                    f"{group.gpus} GPUs ({', '.join(group.gangs)}): fits 0 times{suffix}")
     gpus = sum(g.gpus * g.count for g in groups)
     pods = sum(g.count for g in groups)
     return (f"{capacity.free} GPUs free, largest free block on one node is "

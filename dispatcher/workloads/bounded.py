@@ -48,6 +48,7 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Batch, JqFailure, Limits
 from dispatcher.workloads.model import Definition
+from dispatcher.workloads.paths import Location, Locator, in_process
 from dispatcher.workloads.resolve import (
     Resolution,
     demand_from,
@@ -162,6 +163,21 @@ class Evaluator:
             return self.status(obj)
         return await asyncio.to_thread(self.status, obj)
 
+    # -- locations (copy building: mutate, server-set removal, pod templates) -------------
+
+    def locator(self, definition: Definition) -> Locator:
+        """How to evaluate ``definition``'s path expressions on an object: in-process when
+        trusted, else in the bounded workers (same bounds and quarantine as ``resolve``:
+        a jq ``path()`` of a read path runs the whole expression)."""
+        if self.is_trusted(definition):
+            return in_process
+
+        def locate(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
+            programs = [f"path({expression}\n)" for expression in expressions]
+            results = self._bounded(definition, programs, text, name="")
+            return [r.message if isinstance(r, JqFailure) else r for r in results]
+        return locate
+
     def close(self) -> None:
         """Stop the worker processes."""
         self._pool.close()
@@ -185,25 +201,47 @@ class Evaluator:
                  "status": definition.status_batch}[section]
         if self.is_trusted(definition):
             return definition, text, batch.run(text)
-        name = _name(obj)
+        return definition, text, self._bounded(definition, batch.expressions, text,
+                                               name=_name(obj))
+
+    def _bounded(self, definition: Definition, expressions: Sequence[str], text: str, *,
+                 name: str) -> Results:
+        """``expressions`` of an untrusted ``definition`` on ``text`` in a worker; a bound
+        hit quarantines the definition."""
         known = self._quarantined.get(id(definition))
         if known is not None:
             raise DefinitionQuarantined(definition=definition.name, bound=known.bound,
                                         detail=known.detail, name=name)
         try:
-            results = self._pool.run(batch.expressions, text)
+            return self._pool.run(expressions, text)
+        except _NotStarted as error:
+            raise EvaluationError(str(error), expression="*", field="(every path)",
+                                  name=name, definition=definition.name) from None
         except _BoundHit as hit:
             self._quarantined[id(definition)] = hit
             self._keep.append(definition)
             raise DefinitionQuarantined(definition=definition.name, bound=hit.bound,
                                         detail=hit.detail, name=name) from None
-        return definition, text, results
 
 
 def _name(obj: Any) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+class _NotStarted(Exception):
+    """A worker process did not start in time (a loaded host, not the definition's fault):
+    the evaluation fails, the definition is not quarantined, a later call tries again."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the evaluation worker did not start within {seconds:g} s")
+
+
+# How long a new worker may take to start (spawn, imports) before its first task: on a
+# loaded host this took seconds, and counting it against a definition's deadline
+# quarantined well-behaved definitions.
+_STARTUP_SECONDS = 60.0
 
 
 class _BoundHit(Exception):
@@ -227,7 +265,7 @@ class _Pool:
         worker = self._take()
         try:
             results = worker.call(expressions, text)
-        except _BoundHit:
+        except (_BoundHit, _NotStarted):
             worker.kill()
             with self._lock:
                 self._started -= 1
@@ -272,8 +310,11 @@ class _Worker:
                                  bounds.max_result_bytes), daemon=True)
         self.process.start()
         child.close()
+        self._started = False
 
     def call(self, expressions: Sequence[str], text: str) -> Results:
+        if not self._started:
+            self._wait_started()
         try:
             self.conn.send((tuple(expressions), text))
             ready = self.conn.poll(self.bounds.deadline_seconds)
@@ -292,6 +333,17 @@ class _Worker:
         results: Results = [JqFailure(item["jqfailure"]) if isinstance(item, dict)
                             and set(item) == {"jqfailure"} else item for item in payload]
         return results
+
+    def _wait_started(self) -> None:
+        """Wait for the worker's ready message, outside any definition's deadline."""
+        try:
+            ready = self.conn.poll(_STARTUP_SECONDS)
+            message = self.conn.recv() if ready else None
+        except (EOFError, ConnectionError, OSError):
+            message = None
+        if message != ("ready", None):
+            raise _NotStarted(_STARTUP_SECONDS)
+        self._started = True
 
     def _died(self) -> _BoundHit:
         self.process.join(timeout=5)
@@ -321,6 +373,7 @@ def _serve(conn: Connection, memory_mb: int, cpu_seconds: int, max_bytes: int) -
     """Worker loop: evaluate batches until the pipe closes (runs in the child)."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    conn.send(("ready", None))
     batches: dict[tuple[str, ...], Batch] = {}
     while True:
         try:

@@ -68,16 +68,21 @@ class PodShape:
 
 @dataclass(frozen=True, kw_only=True)
 class Gang:
-    """Pods that must run together: all ``pods`` are placed at once on one cluster.
+    """One scheduling unit of a workload as its framework defines it, or a set of them.
 
-    ``min_pods`` is the gang minimum the framework's own gang scheduler would use (for
-    elastic jobs it can be below ``pods``); placement still places every pod.
+    A gang (``independent`` False) is pods the framework's gang scheduler starts together:
+    ``min_pods`` is its minimum (for elastic jobs below ``pods``). ``independent`` True
+    stands for ``pods`` units of one pod each (a Deployment's replicas, a RayJob's
+    submitter): no co-scheduling, so ``min_pods`` is 1; one entry instead of one per pod
+    keeps a 1000-replica Deployment's Dispatch status small. Placement ignores the split:
+    every pod of every unit of a workload is placed at once on one cluster.
     """
 
     name: str
     pods: int
     min_pods: int
     pod_shapes: tuple[PodShape, ...]
+    independent: bool = False
 
     @property
     def gpus(self) -> int:

@@ -20,12 +20,14 @@ __all__ = [
     "DEFAULT_PRECEDENCE",
     "DEMAND_FRAGMENTS",
     "FRAGMENT_FIELDS",
+    "GANG_PER",
     "GENERIC_OF_KEY",
     "Component",
     "Condition",
     "Definition",
     "Expr",
     "GangGroup",
+    "GangPer",
     "GangScheduling",
     "GenericStatus",
     "Matcher",
@@ -169,22 +171,36 @@ class StatusRules:
     mappings: tuple[tuple[str, tuple[Matcher, ...]], ...] = ()
 
 
+GangPer = Literal["workload", "instance", "replica", "pod"]
+GANG_PER: tuple[GangPer, ...] = ("workload", "instance", "replica", "pod")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GangGroup:
-    """One gang rule: a ``podGroups`` entry or the ``podGroup``."""
+    """One gang rule: a ``podGroups`` entry or the ``podGroup``.
+
+    ``per_path`` (``gangPerPath``) chooses ``per`` from the object, for a framework whose
+    unit depends on the spec (a NIMService is gang-scheduled only when multi-node).
+    """
 
     name: str
     members: tuple[str, ...]
-    per: Literal["workload", "instance", "replica"] = "workload"
+    per: GangPer = "workload"
     min_pods: Expr | None = None
+    per_path: Expr | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class GangScheduling:
-    """``optimizationInstructions.gangScheduling`` in either upstream form."""
+    """``optimizationInstructions.gangScheduling``: an upstream form, or ``gangsPath``.
 
-    form: Literal["podGroup", "podGroups"]
+    ``gangsPath`` (form ``gangsPath``, ``groups`` empty) lists the units explicitly, for a
+    framework that builds them from data (a Grove PodCliqueSet's PodGangs per scaling group).
+    """
+
+    form: Literal["podGroup", "podGroups", "gangsPath"]
     groups: tuple[GangGroup, ...]
+    path: Expr | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -5,6 +5,10 @@ annotations, and may pin scheduler, node selector, tolerations or priority class
 pod template. Locations come from jq ``path(...)`` of the definition's read paths, so only
 real path expressions can be written (``.a // 1`` or ``to_entries`` cannot: a
 MutationError names the component and path). The input object is never modified.
+
+The ``path(...)`` evaluation goes through a ``Locator``: in-process for the trusted
+catalog, the bounded worker pool (``bounded.Evaluator.locator``) for any other definition,
+all of one object's paths in one call.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
-from dispatcher.workloads.paths import Location, expr_locations, value_at
+from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
 
 __all__ = ["PodTemplate", "mutate_pods", "pod_templates"]
 
@@ -43,7 +47,8 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                 node_selector: Mapping[str, str] | None = None,
                 tolerations: Sequence[Toleration | Mapping[str, Any]] | None = None,
                 priority_class_name: str | None = None,
-                components: Iterable[str] | None = None) -> dict[str, Any]:
+                components: Iterable[str] | None = None,
+                locate: Locator = in_process) -> dict[str, Any]:
     """A copy of ``obj`` with the given fields set on the pods of every instance.
 
     Maps (labels, annotations, nodeSelector) are merged over what the template has;
@@ -66,12 +71,15 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
         text = canonical_text(obj)
     except ValueError as error:
         raise MutationError(f"cannot read the object: {error}") from None
-    for comp in targets:
-        for key, value in wanted.items():
-            expr, suffix = _where(definition, comp, key=key)
-            for location in _locations(expr, text, definition=definition, comp=comp):
-                _apply(out, [*location, *suffix], key=key, value=value,
-                       where=f"component {comp.name}: {expr.field}")
+    plan = [(comp, key, value, *_where(definition, comp, key=key))
+            for comp in targets for key, value in wanted.items()]
+    found = expr_locations([expr for *_, expr, _ in plan], text, locate=locate, verb="written",
+                           where=lambda i: f"definition {definition.name}: component "
+                                           f"{plan[i][0].name}")
+    for (comp, key, value, expr, suffix), each in zip(plan, found, strict=True):
+        for location in each:
+            _apply(out, [*location, *suffix], key=key, value=value,
+                   where=f"component {comp.name}: {expr.field}")
     return out
 
 
@@ -84,7 +92,8 @@ class PodTemplate:
     spec: Mapping[str, Any]
 
 
-def pod_templates(obj: Mapping[str, Any], definition: Definition) -> list[PodTemplate]:
+def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
+                  locate: Locator = in_process) -> list[PodTemplate]:
     """Every pod template of ``obj`` (template and pod-spec components; fragmented ones
     describe no whole pod and are left out), in definition order."""
     try:
@@ -92,12 +101,16 @@ def pod_templates(obj: Mapping[str, Any], definition: Definition) -> list[PodTem
     except ValueError as error:
         raise MutationError(f"cannot read the object: {error}") from None
     out: list[PodTemplate] = []
-    for comp in _targets(definition, None):
+    comps = [c for c in _targets(definition, None) if c.spec is not None
+             and c.spec.pattern != "fragmented" and c.spec.path is not None]
+    found = expr_locations([c.spec.path for c in comps if c.spec and c.spec.path], text,
+                           locate=locate, verb="written",
+                           where=lambda i: f"definition {definition.name}: component "
+                                           f"{comps[i].name}")
+    for comp, each in zip(comps, found, strict=True):
         spec = comp.spec
         assert spec is not None
-        if spec.pattern == "fragmented" or spec.path is None:
-            continue
-        for location in _locations(spec.path, text, definition=definition, comp=comp):
+        for location in each:
             found = value_at(obj, location)
             if not isinstance(found, Mapping):
                 continue
@@ -146,12 +159,6 @@ def _where(definition: Definition, comp: Component, *, key: str
     if expr is None:
         raise MutationError(f"{problem}: fragmentedPodSpecDefinition has no {fragment}")
     return expr, ()
-
-
-def _locations(expr: Expr, text: str, *, definition: Definition, comp: Component
-               ) -> list[Location]:
-    return expr_locations(expr, text, verb="written",
-                          where=f"definition {definition.name}: component {comp.name}")
 
 
 def _apply(root: dict[str, Any], path: Sequence[str | int], *, key: str, value: Any,

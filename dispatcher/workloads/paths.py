@@ -9,7 +9,7 @@ the member's apiserver fills in its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -19,10 +19,15 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
 
-__all__ = ["Location", "expr_locations", "locations", "path_problem", "strip_server_set",
-           "value_at"]
+__all__ = ["Location", "Locator", "expr_locations", "in_process", "locations", "path_problem",
+           "strip_server_set", "value_at"]
 
 Location = list[str | int]
+# Many expressions' locations in one object (JSON text): per expression its locations, or
+# jq's message when it is not a path expression for this object. ``in_process`` runs jq
+# here (the trusted catalog); ``bounded.Evaluator.locator`` runs an untrusted definition's
+# expressions in its bounded workers, since a path expression can be as costly as any.
+Locator = Callable[[Sequence[str], str], list[list[Location] | str]]
 
 
 @lru_cache(maxsize=2048)
@@ -35,6 +40,17 @@ def locations(expr_text: str, obj_text: str) -> list[Location]:
     when it is not a path expression for this object."""
     found: list[Location] = _path_program(expr_text).input_text(obj_text).first()
     return found
+
+
+def in_process(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
+    """The ``Locator`` of trusted definitions: jq ``path()`` in this process."""
+    out: list[list[Location] | str] = []
+    for expression in expressions:
+        try:
+            out.append(locations(expression, text))
+        except ValueError as error:
+            out.append(" ".join(str(error).split()))
+    return out
 
 
 def value_at(root: Any, location: Sequence[str | int]) -> Any:
@@ -56,7 +72,8 @@ def path_problem(expr_text: str) -> str:
     return ""
 
 
-def strip_server_set(obj: dict[str, Any], definition: Definition) -> None:
+def strip_server_set(obj: dict[str, Any], definition: Definition, *,
+                     locate: Locator = in_process) -> None:
     """Remove, in place, every location of ``definition.server_set`` that ``obj`` holds.
 
     Locations are computed on the object before any removal and removed deepest-last-index
@@ -69,21 +86,27 @@ def strip_server_set(obj: dict[str, Any], definition: Definition) -> None:
     except ValueError as error:
         raise MutationError(f"cannot read the object: {error}") from None
     found: list[Location] = []
-    for expr in definition.server_set:
-        found.extend(expr_locations(expr, text, where=f"definition {definition.name}",
-                                    verb="removed"))
+    for each in expr_locations(definition.server_set, text, locate=locate,
+                               where=lambda _: f"definition {definition.name}",
+                               verb="removed"):
+        found.extend(each)
     for location in sorted(found, key=_order, reverse=True):
         _remove(obj, location)
 
 
-def expr_locations(expr: Expr, text: str, *, where: str, verb: str) -> list[Location]:
-    """``locations`` of a definition's expression; a MutationError names ``where`` (the
-    definition, the component) and what could not be done (``verb``) when jq refuses."""
-    try:
-        return locations(expr.text, text)
-    except ValueError as error:
-        raise MutationError(f"{where}: {expr.field} ({expr.text!r}) cannot be {verb}: "
-                            f"{' '.join(str(error).split())}") from None
+def expr_locations(exprs: Sequence[Expr], text: str, *, locate: Locator,
+                   where: Callable[[int], str], verb: str) -> list[list[Location]]:
+    """The locations of a definition's expressions, in one ``locate`` call; a MutationError
+    names ``where(i)`` (the definition, the component) and what could not be done
+    (``verb``) when jq refuses the i-th."""
+    found = locate([e.text for e in exprs], text) if exprs else []
+    out: list[list[Location]] = []
+    for index, (expr, each) in enumerate(zip(exprs, found, strict=True)):
+        if isinstance(each, str):
+            raise MutationError(f"{where(index)}: {expr.field} ({expr.text!r}) cannot be "
+                                f"{verb}: {each}")
+        out.append(each)
+    return out
 
 
 def _order(location: Sequence[str | int]) -> list[tuple[int, int, str]]:

@@ -17,6 +17,7 @@ from dispatcher.workloads.jqrun import Batch
 from dispatcher.workloads.model import (
     DEMAND_FRAGMENTS,
     FRAGMENT_FIELDS,
+    GANG_PER,
     Component,
     Definition,
     Expr,
@@ -46,7 +47,6 @@ _SPECDEF = frozenset({"podTemplateSpecPath", "podSpecPath", "metadataPath",
 _SCALE = {"replicasPath": "replicas", "minReplicasPath": "min_replicas",
           "maxReplicasPath": "max_replicas", "podsPerReplicaPath": "pods_per_replica"}
 _SELECTOR = frozenset({"componentTypeSelector", "componentInstanceSelector", "replicaSelector"})
-_GANG_PER = ("workload", "instance", "replica")
 
 
 class DocReader(StatusReader):
@@ -258,11 +258,16 @@ class DocReader(StatusReader):
     # -- gangs -----------------------------------------------------------------------------
 
     def _gangs(self, value: Any, field: str, *, names: set[str]) -> GangScheduling | None:
-        raw = self._mapping(value, field, allowed=frozenset({"podGroups", "podGroup"}))
+        raw = self._mapping(value, field,
+                            allowed=frozenset({"podGroups", "podGroup", "gangsPath"}))
         if raw is None:
             return None
-        if raw.get("podGroups") is not None and raw.get("podGroup") is not None:
-            self._issue(field, "use podGroups or podGroup, not both")
+        forms = [k for k in ("podGroups", "podGroup", "gangsPath") if raw.get(k) is not None]
+        if len(forms) > 1:
+            self._issue(field, f"use one of podGroups, podGroup, gangsPath, not {forms}")
+        if raw.get("gangsPath") is not None:
+            path = self._expr(raw["gangsPath"], f"{field}.gangsPath")
+            return GangScheduling(form="gangsPath", groups=(), path=path) if path else None
         if raw.get("podGroup") is not None:
             where = f"{field}.podGroup"
             group = self._mapping(raw["podGroup"], where, allowed=frozenset(
@@ -284,7 +289,7 @@ class DocReader(StatusReader):
         for i, entry in enumerate(self._list(raw.get("podGroups"), f"{field}.podGroups")):
             where = f"{field}.podGroups[{i}]"
             item = self._mapping(entry, where, required=True, allowed=frozenset(
-                {"name", "members", "minPodsPath", "gangPer"})) or {}
+                {"name", "members", "minPodsPath", "gangPer", "gangPerPath"})) or {}
             name = self._string(item.get("name"), f"{where}.name", required=True) or ""
             if name in seen:
                 self._issue(f"{where}.name", f"pod group {name} is not unique")
@@ -300,15 +305,18 @@ class DocReader(StatusReader):
                         self._pod_side(path, f"{mfield}.{key}[{k}]")
                 if member:
                     members.append(member)
-            per = item.get("gangPer", "workload")
-            if per not in _GANG_PER:
-                self._issue(f"{where}.gangPer", f"must be one of {', '.join(_GANG_PER)}")
+            per = next((p for p in GANG_PER if p == item.get("gangPer", "workload")), None)
+            if per is None:
+                self._issue(f"{where}.gangPer", f"must be one of {', '.join(GANG_PER)}")
                 per = "workload"
+            per_path = self._expr(item.get("gangPerPath"), f"{where}.gangPerPath")
+            if per_path is not None and "gangPer" in item:
+                self._issue(f"{where}.gangPerPath", "use gangPer or gangPerPath, not both")
             min_pods = self._expr(item.get("minPodsPath"), f"{where}.minPodsPath")
-            if min_pods is not None and per != "workload":
+            if min_pods is not None and (per != "workload" or per_path is not None):
                 self._issue(f"{where}.minPodsPath", "only allowed with gangPer: workload")
             groups.append(GangGroup(name=name, members=tuple(members), per=per,
-                                    min_pods=min_pods))
+                                    min_pods=min_pods, per_path=per_path))
         return GangScheduling(form="podGroups", groups=tuple(groups))
 
     def _member(self, item: Mapping[str, Any], field: str, *, names: set[str],

@@ -84,6 +84,7 @@ class Resolution:
             "statuses": list(self.statuses), "pods": self.demand.pods,
             "gpus": self.demand.gpus,
             "gangs": [{"name": g.name, "pods": g.pods, "minPods": g.min_pods, "gpus": g.gpus,
+                       "independent": g.independent,
                        "podShapes": [{"count": s.count, "gpus": s.gpus,
                                       "gpuProduct": s.gpu_product, "cpu": s.cpu,
                                       "memory": s.memory} for s in g.pod_shapes]}
@@ -268,16 +269,8 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
         instances = _instances(comp, values)
         views.append(ComponentView(name=comp.name, instances=instances))
         members.extend(instances)
-
-    def min_pods(expr: Expr) -> int | None:
-        found = values.all(expr)
-        if len(found) != 1:
-            raise values.fail(expr, f"a gang minimum must be exactly one result, got "
-                                    f"{len(found)}")
-        return values.number(expr, found[0])
-
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,
-                        min_pods=min_pods)
+                        values=values)
     return tuple(views), Demand(gangs=gangs)
 
 
@@ -328,11 +321,13 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
     return tuple(out)
 
 
-# container fields a pod spec must give, by spec pattern (template.check_pod_spec). The
-# image is checked for its type only: the project's placement, control and simulation
-# tests describe image-less templates; requiring it is a follow-up across those tests.
-_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name",), "podspec": (),
-                                         "fragmented": (), "": ()}
+# container fields a pod spec must give, by spec pattern (template.check_pod_spec): a
+# PodTemplateSpec becomes Pods as written (name and image, or the apiserver refuses the
+# Pod); an inline pod spec (Knative, KServe, Grove) gets names from the framework but
+# never an image; a spec assembled from fragments may get both from the framework (KServe
+# `.model`: the ServingRuntime's image).
+_REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name", "image"),
+                                         "podspec": ("image",), "fragmented": (), "": ()}
 # where the pod spec is below the path's result
 _SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
 

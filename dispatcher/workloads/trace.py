@@ -12,6 +12,7 @@ policy. The format, one JSON object per line (other events and non-JSON lines ar
      "definition": "jobset",                # the catalog definition that resolved it
      "pods": 3, "gpus": 12,                 # totals, as in `dispatcher inspect -o json`
      "gangs": [{"name": "train", "pods": 3, "minPods": 3, "gpus": 12,
+                "independent": false,               # optional: true = one-pod units
                 "podShapes": [{"count": 3, "gpus": 4,
                                "gpuProduct": "NVIDIA-H100-80GB-HBM3",
                                "cpu": "16", "memory": "128Gi",
@@ -108,7 +109,8 @@ def gangs_json(demand: Demand) -> list[dict[str, Any]]:
                                         "effect": t.effect} for t in shape.tolerations]
             shapes.append(item)
         gangs.append({"name": gang.name, "pods": gang.pods, "minPods": gang.min_pods,
-                      "gpus": gang.gpus, "podShapes": shapes})
+                      "gpus": gang.gpus, "independent": gang.independent,
+                      "podShapes": shapes})
     return gangs
 
 
@@ -189,10 +191,14 @@ def demand_from_gangs(gangs: Any, *, where: str = "<gangs>") -> Demand:
         declared = gang.get("pods", pods)
         if declared != pods:
             raise _fail(where, f"{key}.pods", f"{declared!r} but its podShapes count {pods}")
+        independent = gang.get("independent", False)
+        if not isinstance(independent, bool):
+            raise _fail(where, f"{key}.independent", f"expected true or false, got "
+                                                     f"{independent!r}")
         result.append(Gang(name=str(gang.get("name") or f"gang-{i}"), pods=pods,
                            min_pods=_int(gang.get("minPods", pods), where=where,
                                          key=f"{key}.minPods"),
-                           pod_shapes=tuple(shapes)))
+                           pod_shapes=tuple(shapes), independent=independent))
     return Demand(gangs=tuple(result))
 
 

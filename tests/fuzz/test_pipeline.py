@@ -83,7 +83,8 @@ def _place(workload: Any, notes: dict[str, str]) -> None:
 BAD_AFFINITY = {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": "j", "namespace": "n"},
                 "spec": {"template": {"spec": {
-                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                    "containers": [{"name": "c", "image": "i",
+                                    "resources": {"limits": {"nvidia.com/gpu": 1}}}],
                     "affinity": {"nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [{"matchExpressions": 1}]}}}}}}}

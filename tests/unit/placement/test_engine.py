@@ -24,7 +24,7 @@ from dispatcher.placement.model import (
     PlacementError,
     PlacementRequest,
 )
-from dispatcher.workloads.demand import Demand, Toleration
+from dispatcher.workloads.demand import Demand, Gang, Toleration
 
 from .builders import cluster, demand, shape
 from .objects import node, pod
@@ -366,3 +366,43 @@ def test_memo_answers_per_member_name_and_policy() -> None:
                MemberSnapshot(name="a-loose", capacity=loose)]
     decide(members, request)  # most-free: fills both members' memos
     assert decide(members, replace(request, policy="best-fit")).chosen == "z-snug"
+
+
+def test_whole_workload_fits_on_one_member_whatever_its_units() -> None:
+    """Independent pods and several gangs are still placed together: a member that could
+    run each unit alone but not all of them at once is infeasible (issue #15 part 6).
+
+    "two": 2 nodes x 8 free GPUs = 16; "four": 4 x 8 = 32. The workload: a gang of 2 pods
+    x 8 GPUs plus 1 independent pod x 8 GPUs = 24 GPUs, so only "four" takes it."""
+    two = cluster(*({"name": f"t{i}", "gpus": 8, "product": H100} for i in range(2)))
+    four = cluster(*({"name": f"f{i}", "gpus": 8, "product": H100} for i in range(4)))
+    members = [MemberSnapshot(name="two", capacity=two),
+               MemberSnapshot(name="four", capacity=four)]
+    units = Demand(gangs=(
+        Gang(name="ray", pods=2, min_pods=2, pod_shapes=(shape(2, 8, product=H100),)),
+        Gang(name="submitter", pods=1, min_pods=1, pod_shapes=(shape(1, 8, product=H100),),
+             independent=True)))
+    decision = decide(members, PlacementRequest(demand=units))
+    assert decision.chosen == "four"
+    assert decision.gangs == 1
+    assert decision.summary.startswith(
+        "placed 3 pod(s) / 24 GPU(s) in 1 gang(s) and 1 independent pod(s) on four")
+    assert decision.verdict("two").reason is not None
+    assert decision.verdict("two").reason.startswith("16 GPUs free")
+    assert sum(g.gpus for g in decision.assignment) == 24
+    # the same pods as one gang get the same answer and the same nodes
+    whole = decide(members, PlacementRequest(demand=demand([shape(3, 8, product=H100)])))
+    assert (whole.chosen, whole.assignment) == (decision.chosen, decision.assignment)
+
+
+def test_misfit_names_gangs_and_independent_pods() -> None:
+    """2 nodes x 8 GPUs; 3 independent pods of 8 GPUs: room for 2 of 3."""
+    two = cluster(*({"name": f"t{i}", "gpus": 8} for i in range(2)))
+    units = Demand(gangs=(Gang(name="web", pods=3, min_pods=1, pod_shapes=(shape(3, 8),),
+                               independent=True),))
+    decision = decide([MemberSnapshot(name="two", capacity=two)],
+                      PlacementRequest(demand=units))
+    assert decision.chosen is None and decision.gangs == 0
+    assert decision.summary.startswith("no member can take 3 pod(s) / 24 GPU(s) as 3 "
+                                       "independent pod(s): ")
+    assert "room for 2 of 3 pods of 8 GPUs (pods web): fits 0 times" in decision.summary

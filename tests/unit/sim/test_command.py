@@ -17,7 +17,7 @@ from tests.unit.sim.helpers import demand
 ROOT = Path(__file__).resolve().parents[3]
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": [
-           {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}
+           {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}
 
 
 def scenario_file(tmp_path: Path, **changes: Any) -> Path:

@@ -13,7 +13,7 @@ from dispatcher.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
        "spec": {"template": {"spec": {"containers": [
-           {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+           {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
 FLEET = {"members": [{"name": "a", "nodePools": [{"name": "p", "count": 2, "gpus": 8}]}]}
 
 

@@ -37,7 +37,7 @@ def test_event_has_the_inspect_shape_and_round_trips() -> None:
     assert event["event"] == "workload.resolved"
     assert (event["pods"], event["gpus"]) == (4, 24)
     assert event["gangs"][1] == {
-        "name": "workers", "pods": 3, "minPods": 2, "gpus": 24,
+        "name": "workers", "pods": 3, "minPods": 2, "gpus": 24, "independent": False,
         "podShapes": [{"count": 3, "gpus": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3",
                        "cpu": "64", "memory": "512Gi", "nodeSelector": {"pool": "a"},
                        "tolerations": [{"key": "dedicated", "operator": "Equal",

@@ -15,7 +15,9 @@ import pytest
 from dispatcher.workloads.bounded import Bounds, DefinitionQuarantined, Evaluator
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
-from dispatcher.workloads.errors import DefinitionError, EvaluationError
+from dispatcher.workloads.errors import DefinitionError, EvaluationError, MutationError
+from dispatcher.workloads.mutate import mutate_pods, pod_templates
+from dispatcher.workloads.paths import in_process, strip_server_set
 
 from .shapes import BATCHSET, BATCHSET_OBJ, edit
 
@@ -93,3 +95,96 @@ def test_cpu_hog_is_stopped_by_the_deadline_or_the_cpu_limit(bounds: Bounds,
             pytest.raises(DefinitionQuarantined) as caught:
         evaluator.resolve(BATCHSET_OBJ)
     assert caught.value.bound == bound
+
+
+# Copy building (docs/definitions.md §6, §3.5): the jq ``path()`` of an untrusted
+# definition's paths runs in the bounded workers too. On ``null`` these expressions
+# iterate nothing (the load-time path check stays cheap); on BATCHSET_OBJ (two jobs) one
+# runs 2 x 10^8 iterations, the other doubles an array 52 times.
+SLOW_ON_DATA = ("reduce (.spec.jobs[]? | " + " | ".join(
+    f"(1,2,3,4,5,6,7,8,9,10) as $v{i}" for i in range(8)) + " | 1) as $x (0; . + 1)")
+DOUBLING_ON_DATA = ("reduce (" + ", ".join([".spec.jobs[]?"] * 26)
+                    + ") as $x ([1]; . + .) | length")
+
+
+def _server_set(condition: str) -> str:
+    return edit(BATCHSET, lambda d: d["spec"].update(copyDefinition={"serverSetPaths": [
+        f"select(({condition}) > -1) | .spec.generated"]}))
+
+
+def _template_path(condition: str) -> str:
+    def change(doc: dict[str, object]) -> None:
+        child = doc["spec"]["structureDefinition"]["childComponents"][0]  # type: ignore[index]
+        child["specDefinition"]["podTemplateSpecPath"] = (
+            f". as $root | .spec.jobs[] | select(($root | {condition}) > -1)"
+            " | .template.spec.template")
+    return edit(BATCHSET, change)
+
+
+@pytest.mark.parametrize(("text", "bounds", "bound"), [
+    (_server_set(SLOW_ON_DATA), Bounds(deadline_seconds=0.5, cpu_seconds=60, workers=1),
+     "time"),
+    (_server_set(DOUBLING_ON_DATA), BOUNDS, "memory"),
+    (_template_path(DOUBLING_ON_DATA), BOUNDS, "memory")])
+def test_hostile_path_in_copy_building_is_bounded_and_quarantined(
+        text: str, bounds: Bounds, bound: str) -> None:
+    """build_copy (server-set removal, then pod mutation) through the evaluator's locator:
+    the hostile expression ends in its worker; this process goes on."""
+    from dispatcher.control.copies import build_copy
+
+    hostile = load_text(text, source="hostile.yaml")[0]
+    catalog = Catalog.merged(Catalog.builtin(), Catalog([hostile]))
+    with Evaluator.for_catalog(catalog, bounds=bounds) as evaluator:
+        with pytest.raises(DefinitionQuarantined) as caught:
+            build_copy(BATCHSET_OBJ, hub_id="hub", definition=hostile,
+                       locate=evaluator.locator(hostile))
+        assert caught.value.bound == bound
+        assert "demo-batchset" in evaluator.quarantined()
+        with pytest.raises(DefinitionQuarantined):  # at once, no second evaluation
+            mutate_pods(BATCHSET_OBJ, hostile, labels={"a": "b"},
+                        locate=evaluator.locator(hostile))
+        job_def = catalog.find("batch/v1", "Job")
+        assert job_def is not None and evaluator.locator(job_def) is in_process
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+        out = mutate_pods(job, job_def, labels={"a": "b"})
+        assert out["spec"]["template"]["metadata"]["labels"] == {"a": "b"}
+
+
+def test_untrusted_copy_building_in_workers_equals_in_process() -> None:
+    """A well-behaved untrusted definition: the bounded locator writes the same copy, and
+    a path that cannot be written is the same MutationError."""
+    definition = load_text(_server_set("1"), source="ok.yaml")[0]
+    obj = copy.deepcopy(BATCHSET_OBJ)
+    obj["spec"]["generated"] = "by the hub"
+    with Evaluator.for_catalog(Catalog([definition]), bounds=BOUNDS) as evaluator:
+        locate = evaluator.locator(definition)
+        assert locate is not in_process
+        kwargs: dict[str, object] = {"labels": {"x": "y"}, "scheduler_name": "kai"}
+        bounded = mutate_pods(obj, definition, locate=locate, **kwargs)  # type: ignore[arg-type]
+        assert bounded == mutate_pods(obj, definition, **kwargs)  # type: ignore[arg-type]
+        assert [t.metadata for t in pod_templates(bounded, definition, locate=locate)] == [
+            {"labels": {"x": "y"}}, {"labels": {"x": "y"}}]
+        stripped = copy.deepcopy(obj)
+        strip_server_set(stripped, definition, locate=locate)
+        assert "generated" not in stripped["spec"]
+        broken = edit(BATCHSET, lambda d: d["spec"]["structureDefinition"]["childComponents"][0]
+                      ["specDefinition"].update(podTemplateSpecPath=".spec.jobs[] | "
+                                                "(.template.spec.template | tostring)"))
+        bad = load_text(broken, source="bad.yaml")[0]
+        with pytest.raises(MutationError, match="cannot be written") as bounded_error:
+            mutate_pods(obj, bad, labels={"x": "y"}, locate=evaluator.locator(bad))
+        with pytest.raises(MutationError) as local_error:
+            mutate_pods(obj, bad, labels={"x": "y"})
+        assert str(bounded_error.value) == str(local_error.value)
+
+
+def test_worker_start_is_not_counted_against_the_deadline() -> None:
+    """Spawning a worker (a Python process importing the evaluator) takes far more than
+    50 ms; only the evaluation, microseconds here, is the definition's to answer for. On a
+    loaded host the start once took seconds and quarantined well-behaved definitions."""
+    catalog = Catalog(load_text(BATCHSET, source="ok.yaml"))
+    quick = Bounds(deadline_seconds=0.05, cpu_seconds=5, memory_mb=256, workers=1)
+    with Evaluator.for_catalog(catalog, bounds=quick) as evaluator:
+        assert evaluator.resolve(BATCHSET_OBJ).demand.pods == 7
+        assert evaluator.quarantined() == {}

@@ -50,9 +50,38 @@ def test_inspect_table_and_stdin(defs: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
         {"kind": "List", "items": [BATCHSET_OBJ]})))
     assert main(["inspect", "-", "--definitions", str(defs)]) == 0
-    header, row = capsys.readouterr().out.strip().splitlines()
+    header, row, blank, unit_header, unit = capsys.readouterr().out.strip().splitlines()
     assert header.split() == ["KIND", "NAME", "DEFINITION", "STATUS", "PODS", "GPUS", "GANGS"]
     assert row.split() == ["BatchSet", "train", "demo-batchset", "running", "7", "52", "1"]
+    assert blank == ""
+    assert unit_header.split() == ["OBJECT", "GANG", "UNIT", "PODS", "MIN", "PODS", "GPUS"]
+    assert unit.split() == ["BatchSet/train", "train", "gang", "7", "7", "52"]
+
+
+def test_inspect_lists_every_unit_and_counts_only_gangs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A definition with a per-replica gang and independent pods (BatchSet: leader 1 pod x
+    4 GPUs, workers 2 replicas x 3 pods x 8 GPUs)."""
+    defs = tmp_path / "units.yaml"
+    defs.write_text(BATCHSET + """  optimizationInstructions:
+    gangScheduling:
+      gangsPath: >-
+        {name: "lead", independent: true, members: [{component: "job", id: "leader", pods: 1}]},
+        {name: "w-{0}", counts: [2], members: [{component: "job", id: "workers", pods: 3}]}
+""")
+    path = _write(tmp_path, "a.yaml", BATCHSET_OBJ)
+    assert main(["inspect", str(path), "--definitions", str(defs), "-o", "wide"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].split()[:7] == ["BatchSet", "train", "demo-batchset", "running", "7",
+                                    "52", "2"]
+    assert [line.split() for line in lines[4:]] == [
+        ["BatchSet/train", "lead", "pods", "1", "1", "4", "1x4xNVIDIA-H100-80GB-HBM3"],
+        ["BatchSet/train", "w-0", "gang", "3", "3", "24", "3x8xany"],
+        ["BatchSet/train", "w-1", "gang", "3", "3", "24", "3x8xany"]]
+    assert main(["inspect", str(path), "--definitions", str(defs), "-o", "json"]) == 0
+    gangs = json.loads(capsys.readouterr().out)["gangs"]
+    assert [(g["name"], g["independent"], g["minPods"]) for g in gangs] == [
+        ("lead", True, 1), ("w-0", False, 3), ("w-1", False, 3)]
 
 
 def test_inspect_without_definition_exits_2_naming_kind_and_definitions(

@@ -181,7 +181,8 @@ def test_huge_objects_finish_with_a_result_or_a_clear_error(name: str) -> None:
     """Big lists everywhere a definition iterates: bounded by the result cap or the size cap."""
     definition = Catalog.builtin().get(name)
     assert definition is not None
-    item = {"name": "x", "replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}},
+    item = {"name": "x", "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
             "type": "Ready", "status": "True"}
     for size in (500, 100_000):
         obj = {"apiVersion": definition.api_version, "kind": definition.kind,

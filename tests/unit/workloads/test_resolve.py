@@ -177,6 +177,8 @@ def test_bad_pod_spec_types_are_clear_errors() -> None:
 
 @pytest.mark.parametrize(("container", "where", "reason"), [
     ({"image": "i"}, "containers[0].name", "is required"),
+    ({"name": "c"}, "containers[0].image", "is required"),
+    ({"name": "c", "image": ""}, "containers[0].image", "is required"),
     ({"name": "c", "image": 7}, "containers[0].image", "must be a string, not number 7"),
     ({"name": 3, "image": "i"}, "containers[0].name", "must be a string, not number 3"),
     ({"name": "c", "image": "i", "command": ["run", 8]}, "containers[0].command[1]",
@@ -303,3 +305,30 @@ def test_fragmented_map_instances_align_in_key_order() -> None:
         {"id": "worker", "replicas": 2, "pods": 4, "gpusPerPod": 8}]
     assert (out["pods"], out["gpus"], out["status"]) == (5, 32, "running")
     assert out["gangs"][0]["podShapes"][0]["cpu"] == "2"
+
+
+def _catalog_sample(kind: str, case: str) -> dict[str, Any]:
+    path = Path(__file__).parent / "catalog" / kind / f"{case}.yaml"
+    obj = yaml.safe_load(path.read_text())
+    assert isinstance(obj, dict)
+    return obj
+
+
+def test_missing_image_by_spec_pattern() -> None:
+    """A Pod needs an image: a template (Job) or inline pod spec (Knative) without one is
+    refused naming the path; a KServe ``.model`` predictor (fragmented) gets its image from
+    the ServingRuntime and resolves."""
+    catalog = Catalog.builtin()
+    job = _catalog_sample("job", "typical")
+    del job["spec"]["template"]["spec"]["containers"][0]["image"]
+    with pytest.raises(TemplateError, match="is required") as caught:
+        catalog.resolve(job)
+    assert caught.value.path == "spec.template.spec.containers[0].image"
+    knative = _catalog_sample("knative-service", "typical")
+    del knative["spec"]["template"]["spec"]["containers"][0]["image"]
+    with pytest.raises(TemplateError) as caught:
+        catalog.resolve(knative)
+    assert caught.value.path == "spec.template.spec.containers[0].image"
+    kserve = _catalog_sample("inferenceservice", "typical")
+    assert "image" not in kserve["spec"]["predictor"]["model"]
+    assert catalog.resolve(kserve).demand.pods == 1

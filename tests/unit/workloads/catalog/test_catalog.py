@@ -70,7 +70,9 @@ def _shapes(shapes: list[Mapping[str, Any]]) -> Counter[tuple[Any, ...]]:
 
 
 def _gangs(gangs: list[Mapping[str, Any]]) -> dict[str, tuple[Any, ...]]:
-    return {g["name"]: (g["pods"], g["minPods"], g["gpus"], _shapes(g["podShapes"]))
+    """Units by name; an expectation without ``independent`` means a gang."""
+    return {g["name"]: (g["pods"], g["minPods"], g["gpus"], g.get("independent", False),
+                        _shapes(g["podShapes"]))
             for g in gangs}
 
 
