@@ -165,7 +165,8 @@ def _adopting(entry: Entry, resolution: Resolution, member: str, *, policy: str
               ) -> Placement:
     demand = resolution.demand
     return Placement(entry=entry, queue=QueueStep.LEAVE, decision=Decision(
-        policy=policy, pods=demand.pods, gpus=demand.gpus, gangs=len(demand.gangs),
+        policy=policy, pods=demand.pods, gpus=demand.gpus,
+        gangs=sum(1 for g in demand.gangs if not g.independent),
         verdicts=(Verdict(member=member, feasible=True, free=0,
                           reason="a copy of this workload is there"),),
         chosen=member, assignment=(), summary=f"adopting the copy already on {member}"))
