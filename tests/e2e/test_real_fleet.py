@@ -262,6 +262,8 @@ async def test_kill9_mid_burst_on_the_real_fleet_loses_and_duplicates_nothing(
     real_controller.kill9()
     await creating
     before = len(await copies(clients, ns, hub_id))
+    # 42 GPUs asked, 36 untainted: some workloads cannot have had a copy at the kill
+    assert 5 <= before < len(bodies), f"{before} copies at the kill"
     await start(real_controller)
     wanted = sorted((b["kind"], b["metadata"]["name"]) for b in bodies)
 
