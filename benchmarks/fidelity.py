@@ -5,25 +5,31 @@ kube-apiserver, kube-controller-manager, kube-scheduler and kwok), ``dispatcher 
 own process (``submit.createNamespaces``, the shipped defaults otherwise), and this process
 acting as users:
 
-1. streams a seeded mix of batch/v1 Jobs at the hub (Poisson arrivals, ``--rate`` per second
-   for ``--seconds``): 1-16 pods (parallelism = completions) of 1, 2, 4 or 8 GPUs, some with a
+1. streams a seeded mix of batch/v1 Jobs and JobSets at the hub (Poisson arrivals,
+   ``--rate`` per second for ``--seconds``): 1-16 pods of 1, 2, 4 or 8 GPUs, some with a
    ``nvidia.com/gpu.product`` nodeSelector, some tolerating the fleet's tainted pool; each pod
    runs ``--run-s`` seconds (randomised +-50 %, kwok's ``pod-complete`` delay annotation),
-   so the fleet saturates and freed GPUs are reused. JobSets are not streamed: this branch
-   has no JobSet operator on the members (only its CRD), so a JobSet would never get pods.
+   so the fleet saturates and freed GPUs are reused. A share ``--jobsets`` of the workloads
+   (drawn from a second generator seeded from ``--seed``, so ``--jobsets 0`` streams exactly
+   the Jobs-only mix of earlier runs) are JobSets of the same size: a ``leader`` Job of one
+   pod and a ``workers`` replicated Job of the other pods (two Jobs when their count is even),
+   every pod with GPUs, one gang for the dispatcher; the members' JobSet operator (webhooks
+   on) makes their Jobs, kube-controller-manager their pods.
 2. watches the members' pods (by the hub-uid label the dispatcher stamps on pod templates),
-   the copies and the hub's Dispatch objects (the node plan each reservation recorded);
+   the copies (Jobs and JobSets) and the hub's Dispatch objects (the node plan each
+   reservation recorded);
 3. after the stream, waits up to ``--drain-s`` for the backlog to be dispatched and running.
 
 Measured (one JSON line): ``dispatched`` (a copy appeared on a member), ``fully_scheduled``
-(dispatched Jobs whose pods all reached Running), ``pods_left_pending`` (pods unbound for
+(dispatched workloads whose pods all reached Running), ``pods_left_pending`` (pods unbound for
 more than 10 s on the member the dispatcher chose), ``overcommitted_gpus`` (sum over nodes of
 the largest max(0, GPUs of Running pods - allocatable) seen: must be 0), ``p50_running_s`` /
 ``p99_running_s`` (hub create -> all pods Running), ``gpu_utilization`` (mean share of the
 fleet's GPUs held by Running pods while some created Job was still waiting to be dispatched:
 saturation), plus ``off_plan_pods`` (pods the scheduler bound to a node the plan did not give
 their Job: the dispatcher's node-level plan and kube-scheduler's pod-by-pod choice differ),
-``seed`` and ``machine``.
+``by_kind`` (workloads, dispatched, fully scheduled and p50/p99 per kind), ``seed`` and
+``machine``.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ from dispatcher.workloads.quantity import whole_count
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
+JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
+                      plural="jobsets", namespaced=True)
+KINDS = {"Job": JOBS, "JobSet": JOBSETS}
 HUB_ID = "fidelity-hub"
 UID_LABEL = "dispatcher.io/hub-uid"
 PENDING_LIMIT_S = 10.0
@@ -68,7 +77,7 @@ PRODUCT = "nvidia.com/gpu.product"
 
 @dataclass(frozen=True)
 class Shape:
-    """One Job of the stream."""
+    """One workload of the stream: a Job of ``pods`` pods, or a JobSet of as many."""
 
     name: str
     at: float  # seconds after the stream starts
@@ -78,6 +87,7 @@ class Shape:
     tolerate: tuple[dict[str, str], ...]
     run_s: int
     member: str | None = None  # pinned (``dispatcher.io/cluster``)
+    kind: str = "Job"
 
 
 def pools(fleet: FleetSpec) -> list[tuple[str | None, int, int, tuple[dict[str, str], ...]]]:
@@ -93,11 +103,14 @@ def pools(fleet: FleetSpec) -> list[tuple[str | None, int, int, tuple[dict[str, 
 
 
 def stream(fleet: FleetSpec, *, seed: int, rate: float, seconds: float,
-           run_s: float) -> Iterator[Shape]:
-    """Seeded Jobs whose every pod fits one pool of the fleet (so each can run somewhere):
-    a third pick a pool's product, a sixth tolerate a tainted pool (and pick it), the rest
-    ask for any GPU of an untainted pool."""
+           run_s: float, jobsets: float = 0.0) -> Iterator[Shape]:
+    """Seeded workloads whose every pod fits one pool of the fleet (so each can run
+    somewhere): a third pick a pool's product, a sixth tolerate a tainted pool (and pick
+    it), the rest ask for any GPU of an untainted pool. A share ``jobsets`` of those with
+    at least 2 pods are JobSets (decided by a second generator: the sizes, times and
+    products do not depend on ``jobsets``)."""
     rng = random.Random(seed)
+    kinds = random.Random(seed * 7919 + 1)
     choices = pools(fleet)
     open_pools = [p for p in choices if not p[3]]
     tainted = [p for p in choices if p[3]]
@@ -119,9 +132,11 @@ def stream(fleet: FleetSpec, *, seed: int, rate: float, seconds: float,
         gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= per_node])
         most = min(16, nodes * (per_node // gpus))
         pods = max(1, int(most ** rng.random()))  # log-uniform: many small, some wide
-        yield Shape(name=f"job-{index:04d}", at=at, pods=pods, gpus=gpus, product=selector,
+        kind = "JobSet" if pods >= 2 and kinds.random() < jobsets else "Job"
+        yield Shape(name=f"{kind.lower()}-{index:04d}", at=at, pods=pods, gpus=gpus,
+                    product=selector,
                     tolerate=tuple(dict(t, operator="Equal") for t in tolerate),
-                    run_s=max(5, round(run_s * rng.uniform(0.5, 1.5))))
+                    run_s=max(5, round(run_s * rng.uniform(0.5, 1.5))), kind=kind)
         index += 1
 
 
@@ -148,8 +163,12 @@ def interleave(fleet: FleetSpec, *, run_s: float, gap: float) -> list[Shape]:
             gang("whole", 8.0 + gap, 1, pool.gpus, run_s)]
 
 
-def job(shape: Shape, namespace: str) -> dict[str, Any]:
-    """The hub Job for ``shape``."""
+def workload(shape: Shape, namespace: str) -> dict[str, Any]:
+    """The hub object for ``shape``: a Job, or a JobSet."""
+    return jobset(shape, namespace) if shape.kind == "JobSet" else job(shape, namespace)
+
+
+def _pod_template(shape: Shape) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{"name": "train", "image": "registry.invalid/train:1",
@@ -158,14 +177,37 @@ def job(shape: Shape, namespace: str) -> dict[str, Any]:
         spec["nodeSelector"] = {PRODUCT: shape.product}
     if shape.tolerate:
         spec["tolerations"] = [dict(t) for t in shape.tolerate]
+    return {"metadata": {"annotations": {
+        "pod-complete.stage.kwok.x-k8s.io/delay": f"{shape.run_s}s"}}, "spec": spec}
+
+
+def _metadata(shape: Shape, namespace: str) -> dict[str, Any]:
     annotations = {"dispatcher.io/cluster": shape.member} if shape.member else {}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": shape.name, "namespace": namespace,
-                         "annotations": annotations},
+    return {"name": shape.name, "namespace": namespace, "annotations": annotations}
+
+
+def job(shape: Shape, namespace: str) -> dict[str, Any]:
+    """The hub Job for ``shape``: ``pods`` pods at once (parallelism = completions)."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(shape, namespace),
             "spec": {"parallelism": shape.pods, "completions": shape.pods, "backoffLimit": 0,
-                     "template": {"metadata": {"annotations": {
-                         "pod-complete.stage.kwok.x-k8s.io/delay": f"{shape.run_s}s"}},
-                         "spec": spec}}}
+                     "template": _pod_template(shape)}}
+
+
+def jobset(shape: Shape, namespace: str) -> dict[str, Any]:
+    """The hub JobSet for ``shape`` (``pods`` >= 2): a ``leader`` Job of one pod and a
+    ``workers`` replicated Job of the rest (2 Jobs of half when even, else one Job)."""
+    workers = shape.pods - 1
+    replicas = 2 if workers % 2 == 0 else 1
+
+    def replicated(name: str, count: int, pods: int) -> dict[str, Any]:
+        return {"name": name, "replicas": count, "template": {"spec": {
+            "parallelism": pods, "completions": pods, "backoffLimit": 0,
+            "template": _pod_template(shape)}}}
+
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": _metadata(shape, namespace),
+            "spec": {"replicatedJobs": [replicated("leader", 1, 1),
+                                        replicated("workers", replicas, workers // replicas)]}}
 
 
 # -- what the watches saw ---------------------------------------------------------------------
@@ -187,7 +229,8 @@ class Observed:
     """Everything the watches saw, by time (``time.monotonic``)."""
 
     created: dict[str, float] = field(default_factory=dict)  # hub uid -> create sent
-    pods_wanted: dict[str, int] = field(default_factory=dict)  # hub uid -> parallelism
+    pods_wanted: dict[str, int] = field(default_factory=dict)  # hub uid -> pods at once
+    kinds: dict[str, str] = field(default_factory=dict)  # hub uid -> Job / JobSet
     dispatched: dict[str, str] = field(default_factory=dict)  # hub uid -> member
     plans: dict[str, dict[str, int]] = field(default_factory=dict)  # uid -> node -> GPUs
     pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
@@ -263,6 +306,15 @@ class Observed:
         pending = [p for p in self.pods.values()
                    if ((p.bound or end) - p.first) > PENDING_LIMIT_S]
         saturated = [share for share, waiting in self.samples if waiting]
+        by_kind = {}
+        for kind in sorted(set(self.kinds.values())):
+            uids = {uid for uid, k in self.kinds.items() if k == kind}
+            times = [running[uid] - self.created[uid] for uid in uids if uid in running]
+            by_kind[kind] = {
+                "workloads": len(uids), "dispatched": len(uids & set(self.dispatched)),
+                "fully_scheduled": len(times),
+                "p50_running_s": round(statistics.median(times), 1) if times else None,
+                "p99_running_s": round(percentile(times, 0.99), 1) if times else None}
         return {
             "bench": "fidelity", "members": len({m for m, _ in self.allocatable}),
             "workloads": len(self.created), "dispatched": len(self.dispatched),
@@ -277,6 +329,7 @@ class Observed:
             "peak_utilization": round(max((s for s, _ in self.samples), default=0.0), 3),
             "off_plan_pods": self.off_plan(),
             "gpus": sum(self.allocatable.values()),
+            "by_kind": by_kind,
         }
 
 
@@ -344,9 +397,10 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
 
     tasks = [asyncio.create_task(follow(hub, DISPATCHES, namespace, None, on_dispatch))]
     for name, client in members.items():
-        tasks.append(asyncio.create_task(follow(client, JOBS, namespace,
-                                                f"dispatcher.io/origin={HUB_ID}",
-                                                on_copy(name))))
+        for ref in KINDS.values():  # a JobSet's own Jobs, if labelled, name the same uid
+            tasks.append(asyncio.create_task(follow(client, ref, namespace,
+                                                    f"dispatcher.io/origin={HUB_ID}",
+                                                    on_copy(name))))
         tasks.append(asyncio.create_task(follow(client, PODS, namespace, UID_LABEL,
                                                 on_pod(name))))
 
@@ -360,16 +414,17 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
         shapes = interleave(fleet, run_s=args.run_s, gap=args.gap)
     else:
         shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
-                             run_s=args.run_s))
+                             run_s=args.run_s, jobsets=args.jobsets))
     start = time.monotonic()
     for shape in shapes:
         await asyncio.sleep(max(0.0, start + shape.at - time.monotonic()))
         sent = time.monotonic()
-        created = await hub.request("POST", JOBS.collection(namespace),
-                                    body=job(shape, namespace))
+        created = await hub.request("POST", KINDS[shape.kind].collection(namespace),
+                                    body=workload(shape, namespace))
         uid = str(created["metadata"]["uid"])
         seen.created[uid] = sent
         seen.pods_wanted[uid] = shape.pods
+        seen.kinds[uid] = shape.kind
     deadline = time.monotonic() + args.drain_s
     while time.monotonic() < deadline:
         if all(uid in seen.dispatched and seen.all_running_at(uid) is not None
@@ -387,7 +442,8 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     if args.case == "interleave":
         result["detail"] = {shape.name: seen.placement(uid)
                             for uid, shape in zip(seen.created, shapes, strict=True)}
-    result.update(case=args.case, seed=args.seed, rate=args.rate, stream_s=args.seconds,
+    result.update(case=args.case, seed=args.seed, rate=args.rate, jobsets=args.jobsets,
+                  stream_s=args.seconds,
                   run_s=args.run_s, wall_s=round(end - start, 1),
                   requested_gpus=sum(s.pods * s.gpus for s in shapes), undispatched=waiting)
     return result
@@ -442,7 +498,10 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.05,
                         help="interleave: seconds between the two gangs' creates")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--rate", type=float, default=0.4, help="Jobs per second")
+    parser.add_argument("--rate", type=float, default=0.4, help="workloads per second")
+    parser.add_argument("--jobsets", type=float, default=0.5,
+                        help="share of the multi-pod workloads streamed as JobSets "
+                             "(0: Jobs only, the mix of earlier runs)")
     parser.add_argument("--seconds", type=float, default=90.0, help="stream duration")
     parser.add_argument("--run-s", type=float, default=45.0,
                         help="mean seconds a pod runs before it succeeds")

@@ -58,21 +58,29 @@ def crd_manifest(*, group: str, version: str, kind: str, plural: str) -> dict[st
     }
 
 
+CRD_WRITE_S = 60.0
+
+
 def install_crds(rest: Rest, crds: Iterable[dict[str, Any]], *, timeout: float = 30.0) -> None:
-    """Create (or update) CRDs and wait until each is Established and served."""
+    """Create (or update) CRDs and wait until each is Established and served.
+
+    A write gets ``CRD_WRITE_S``, not the default 10 s: the operators' CRDs are up to 1.3 MB
+    and an apiserver on a loaded 2-core machine took longer than 10 s to store one (the
+    real fleet then failed to start with a read timeout)."""
     names = []
     for crd in crds:
         name = crd["metadata"]["name"]
         names.append(name)
         try:
-            rest.request("POST", CRD_PATH, crd)
+            rest.request("POST", CRD_PATH, crd, timeout=CRD_WRITE_S)
         except ApiError as exc:
             if exc.status != 409:
                 raise
             current = rest.get(f"{CRD_PATH}/{name}")
             version = current["metadata"]["resourceVersion"]
             rest.request("PUT", f"{CRD_PATH}/{name}",
-                         {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}})
+                         {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}},
+                         timeout=CRD_WRITE_S)
     deadline = time.monotonic() + timeout
     for name in names:
         while True:

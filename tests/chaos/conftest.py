@@ -3,7 +3,10 @@
 ``--chaos-rounds N`` (default 5: one round per fault kind), ``--chaos-seed S`` (default
 fixed, so CI failures replay; the seed of round i is derived from S and i) and
 ``--chaos-members static|membercluster`` (members from the controller's config, default,
-or registered as MemberCluster objects with kubeconfig Secrets). The fleet,
+or registered as MemberCluster objects with kubeconfig Secrets) and ``--chaos-fleet
+light|real`` (default light: member apiservers only, a round marks copies running by hand;
+real: members with kube-scheduler, kube-controller-manager, kwok and the workload operators,
+whose statuses are the operators' own). The fleet,
 controller replicas and logs live under one temporary directory for the session; it is
 kept after the run so the controller logs can be read (path in the failure message):
 ``$TMPDIR/dispatcher-chaos/run-<time>-<pid>`` (outside pytest's rotating temp folders).
@@ -24,6 +27,7 @@ from .env import ChaosEnv
 DEFAULT_ROUNDS = 5
 DEFAULT_SEED = 20261129
 DEFAULT_MEMBERS = "static"
+DEFAULT_FLEET = "light"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,10 +41,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how the controller learns its members: static config entries or "
                          f"MemberCluster objects with kubeconfig Secrets (default "
                          f"{DEFAULT_MEMBERS})")
+    group.addoption("--chaos-fleet", choices=("light", "real"), default=DEFAULT_FLEET,
+                    help="light: member apiservers only; real: members with scheduler, "
+                         "controller-manager, kwok and the workload operators (default "
+                         f"{DEFAULT_FLEET})")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "chaos: fault-injection rounds on a private fleet")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A real chaos fleet takes minutes to start (operators, webhooks), inside the first
+    round's time: the rounds get 1200 s instead of 400 s then."""
+    if config.getoption("--chaos-fleet", default=DEFAULT_FLEET) == "real":
+        for item in items:
+            if "chaos_round" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.timeout(1200))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -61,7 +78,8 @@ async def chaos_env(request: pytest.FixtureRequest) -> AsyncIterator[ChaosEnv]:
     root = (Path(tempfile.gettempdir()) / "dispatcher-chaos"
             / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     members = str(request.config.getoption("--chaos-members", default=DEFAULT_MEMBERS))
-    env = await ChaosEnv.start(root, members=members)
+    real = request.config.getoption("--chaos-fleet", default=DEFAULT_FLEET) == "real"
+    env = await ChaosEnv.start(root, members=members, real=real)
     try:
         yield env
     finally:

@@ -89,19 +89,43 @@ class ChaosEnv:
     members: dict[str, KubeClient]
     mode: str = "static"
     """How the controller learns its members: "static" or "membercluster"."""
+    real: bool = False
+    """Members run kube-scheduler, kube-controller-manager, kwok and the operators."""
+    owns_fleet: bool = True
+    """``close()`` stops the fleet (False: a fleet someone else started, see ``attach``)."""
     faults: Counter[str] = field(default_factory=Counter)
     hub_outages: list[float] = field(default_factory=list)
     """Seconds from kill -9 of the hub apiserver until it answered again, per restart."""
 
     @classmethod
-    async def start(cls, root: Path, *, members: str = "static") -> ChaosEnv:
-        """Start the fleet and one controller replica; ``members`` as in
-        ``controller_config``."""
+    async def start(cls, root: Path, *, members: str = "static", real: bool = False
+                    ) -> ChaosEnv:
+        """Start the fleet (``real``: members with scheduler, controller-manager, kwok and
+        operators) and one controller replica; ``members`` as in ``controller_config``."""
         root.mkdir(parents=True, exist_ok=True)
         fleet_root = root / "fleet"
+        try:
+            state = await asyncio.to_thread(devfleet.up, root=fleet_root,
+                                            fleet=load_fleet(FLEET_FILE), real=real)
+        except BaseException:
+            await asyncio.to_thread(devfleet.down, root=fleet_root)
+            raise
+        return await cls._with_fleet(root, state, members=members, real=real, owns=True)
+
+    @classmethod
+    async def attach(cls, root: Path, state: FleetState, *, real: bool) -> ChaosEnv:
+        """One controller replica on a running fleet of FLEET_FILE's members that someone
+        else started and stops (the test session's ``real_fleet``): ``close()`` stops the
+        replicas only. Only faults that leave the fleet alone belong here (a controller
+        kill: the other suites share that fleet)."""
+        root.mkdir(parents=True, exist_ok=True)
+        return await cls._with_fleet(root, state, members="static", real=real, owns=False)
+
+    @classmethod
+    async def _with_fleet(cls, root: Path, state: FleetState, *, members: str, real: bool,
+                          owns: bool) -> ChaosEnv:
         spec = load_fleet(FLEET_FILE)
-        state = await asyncio.to_thread(devfleet.up, root=fleet_root, fleet=spec)
-        planes = ControlPlanes(root=fleet_root, binaries=ensure_binaries())
+        planes = ControlPlanes(root=Path(state.root), binaries=ensure_binaries())
         config = root / "controller.yaml"
         config.write_text(yaml.safe_dump(controller_config(state, members=members)))
         (root / "controller-long-lease.yaml").write_text(yaml.safe_dump(
@@ -111,7 +135,8 @@ class ChaosEnv:
         supervisor = Supervisor(config=config, logs=logs)
         env = cls(root=root, planes=planes, state=state, supervisor=supervisor,
                   hub=await _client(state, "hub"),
-                  members={m: await _client(state, m) for m in MEMBERS}, mode=members)
+                  members={m: await _client(state, m) for m in MEMBERS}, mode=members,
+                  real=real, owns_fleet=owns)
         if members == "membercluster":
             for member in spec.members:
                 kubeconfig = yaml.safe_load(Path(state.cluster(member.name).kubeconfig)
@@ -125,7 +150,8 @@ class ChaosEnv:
         await self.supervisor.stop()
         for client in (self.hub, *self.members.values()):
             await client.close()
-        await asyncio.to_thread(self.planes.down)
+        if self.owns_fleet:
+            await asyncio.to_thread(self.planes.down)
 
     def secrets(self) -> dict[str, str]:
         """Credential material of the fleet that must never appear in a log or Event."""

@@ -1,11 +1,12 @@
 """One seeded chaos round: a stream of workloads, a fault, then the invariants.
 
 A round creates catalog workloads on the hub (random kinds, names, gaps), marks some
-"running" on their member (there is no kubelet: the copy's status subresource is patched
-with the framework's own running status), deletes some from the hub, and meanwhile injects
-its fault (plus, in half the member and replica rounds, an extra kill -9 of the leader).
-After recovery it waits, up to ``BOUND_S``, for the invariants, and measures how long they
-took:
+"running" on their member (on the light fleet there is no kubelet: the copy's status
+subresource is patched with the framework's own running status; on the real fleet the
+members' operators, scheduler and kwok run the copies and write their statuses, and the
+round only watches), deletes some from the hub, and meanwhile injects its fault (plus, in
+half the member and replica rounds, an extra kill -9 of the leader). After recovery it
+waits, up to ``BOUND_S``, for the invariants, and measures how long they took:
 
 - no loss: every live workload has a Dispatch with a decision and its copy on a member;
 - no duplicate: exactly one copy per workload over all members (listed by origin label);
@@ -13,7 +14,8 @@ took:
 - deletions: a deleted hub workload is gone (finalizer released) with no copy anywhere;
 - status: a member copy's status is mirrored to the hub object, and the Dispatch shows the
   generic status the definition reads from the copy;
-- no leaked reservation: after cleanup, probes needing each member's whole GPU capacity
+- no leaked reservation: after cleanup (on the real fleet: once the members' garbage
+  collectors removed the pods too), probes needing each member's whole GPU capacity
   (pinned there) are submitted at once;
 - leader election: a replica acts only after it acquired the Lease and never after a later
   replica acquired it; no undocumented controller exit and no crashed background task;
@@ -69,6 +71,8 @@ class RoundResult:
     faults: Mapping[str, int]
     members: str = "static"
     """How the controller learned its members (static config or MemberCluster objects)."""
+    fleet: str = "light"
+    """light (apiservers only, statuses patched by the round) or real (operators, kwok)."""
     workloads: int
     deleted: int
     losses: int = 0
@@ -178,7 +182,11 @@ async def copies_of(env: ChaosEnv, t: Tracked, namespace: str) -> list[tuple[str
 
 
 async def mark_running(env: ChaosEnv, t: Tracked, namespace: str) -> bool:
-    """Patch the framework's running status onto the copy, wherever it is (best effort)."""
+    """Patch the framework's running status onto the copy, wherever it is (best effort).
+    On the real fleet the operator owns the status: nothing is patched, and every copy is
+    checked as marked (its status, whatever the operator wrote, must be mirrored)."""
+    if env.real:
+        return True
     try:
         copies = await copies_of(env, t, namespace)
     except KubeError:
@@ -348,7 +356,22 @@ async def probe_capacity(env: ChaosEnv, namespace: str) -> tuple[int, list[str]]
     for name in names.values():
         path = ref.item(name, namespace)
         await retry(lambda p=path: _delete_quiet(env.hub, p))  # type: ignore[misc]
+    if env.real:  # the probes' copies hold every GPU until their pods are gone
+        problems += await _copies_gone(env, ref, namespace, list(names.values()))
+        problems += await pods_gone(env, namespace)
     return len(pending), problems
+
+
+async def _copies_gone(env: ChaosEnv, ref: ResourceRef, namespace: str,
+                       names: Sequence[str]) -> list[str]:
+    deadline = time.monotonic() + BOUND_S
+    left: list[str] = list(names)
+    while left and time.monotonic() < deadline:
+        left = [f"{n} on {m}" for n in names for m, client in env.members.items()
+                if await retry(lambda c=client, n=n: _get(  # type: ignore[misc]
+                    c, ref.item(n, namespace))) is not None]
+        await asyncio.sleep(0.5)
+    return [f"probe {what} not deleted" for what in left]
 
 
 async def _delete_quiet(client: KubeClient, path: str) -> None:
@@ -357,12 +380,35 @@ async def _delete_quiet(client: KubeClient, path: str) -> None:
 
 
 async def cleanup(env: ChaosEnv, tracked: Sequence[Tracked], namespace: str) -> list[str]:
-    """Delete every workload of the round; wait until hub objects and copies are gone."""
+    """Delete every workload of the round; wait until hub objects and copies are gone (and
+    on the real fleet their pods)."""
     for t in tracked:
         if not t.deleted:
             await delete_hub(env, t, namespace)
     _, problems = await wait_converged(env, tracked, namespace, running=set(), bound=BOUND_S)
-    return problems
+    return problems + await pods_gone(env, namespace)
+
+
+async def pods_gone(env: ChaosEnv, namespace: str) -> list[str]:
+    """On the real fleet: wait until no pod is left in ``namespace`` on any member (the
+    copies are gone; their pods go through the members' garbage collectors). A pod still
+    there after ``BOUND_S`` is a deletion not completed."""
+    if not env.real:
+        return []
+    deadline = time.monotonic() + BOUND_S
+    left: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        left = {}
+        for member, client in env.members.items():
+            listing = await retry(lambda c=client: c.request(  # type: ignore[misc]
+                "GET", f"/api/v1/namespaces/{namespace}/pods", request_timeout=3))
+            if listing.get("items"):
+                left[member] = len(listing["items"])
+        if not left:
+            return []
+        await asyncio.sleep(0.5)
+    return [f"{count} pods of deleted workloads still on {member}"
+            for member, count in left.items()]
 
 
 # -- the round ---------------------------------------------------------------------------
@@ -440,7 +486,7 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
         return sum(1 for v in violations if v.startswith(prefix))
     return RoundResult(
         index=index, seed=seed, fault=fault, faults=dict(Counter(env.faults) - before),
-        members=env.mode,
+        members=env.mode, fleet="real" if env.real else "light",
         workloads=len(tracked), deleted=deleted,
         losses=count("LOST"), duplicates=count("DUPLICATE"), misplaced=count("MISPLACED"),
         undeleted=sum(1 for v in violations if "deleted" in v),

@@ -1,9 +1,10 @@
 """The controller as a separate process (``python -m dispatcher run --config FILE``).
 
-``controller`` starts one with a config written for the session's dev fleet (its own hub id
-and namespace, short failover timings, a free metrics port) and kills it after the test;
-``restart()`` starts it again with the same config, ``kill9()`` ends it without any
-cleanup. Logs go to a file per process, printed when a test fails.
+``controller`` (light fleet) and ``real_controller`` (real fleet) prepare one with a config
+written for the session's fleet (its own hub id and namespace, short failover timings, a
+free metrics port) and kill it after the test; ``start()`` starts it (again, with the same
+config), ``kill9()`` ends it without any cleanup. Logs go to a file per process, printed
+when a test fails.
 """
 
 from __future__ import annotations
@@ -87,14 +88,13 @@ def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
     path.write_text(yaml.safe_dump(config))
 
 
-@pytest.fixture
-def controller(dev_fleet: FleetState, tmp_path: Path, request: pytest.FixtureRequest
-               ) -> Iterator[ControllerProcess]:
+def _controller(state: FleetState, tmp_path: Path, request: pytest.FixtureRequest
+                ) -> Iterator[ControllerProcess]:
     hub_id = f"e2e-{uuid.uuid4().hex[:6]}"
     namespace = f"e2e-{uuid.uuid4().hex[:8]}"
     port = free_port()
     config = tmp_path / "config.yaml"
-    write_config(config, state=dev_fleet, hub_id=hub_id, namespace=namespace, port=port)
+    write_config(config, state=state, hub_id=hub_id, namespace=namespace, port=port)
     proc = ControllerProcess(config=config, namespace=namespace, hub_id=hub_id, port=port,
                              logs=tmp_path)
     try:
@@ -104,6 +104,21 @@ def controller(dev_fleet: FleetState, tmp_path: Path, request: pytest.FixtureReq
         report = getattr(request.node, "rep_call", None)
         if report is not None and report.failed:
             print(proc.output())
+
+
+@pytest.fixture
+def controller(dev_fleet: FleetState, tmp_path: Path, request: pytest.FixtureRequest
+               ) -> Iterator[ControllerProcess]:
+    """A controller process (not started) for the light fleet."""
+    yield from _controller(dev_fleet, tmp_path, request)
+
+
+@pytest.fixture
+def real_controller(real_fleet: FleetState, tmp_path: Path, request: pytest.FixtureRequest
+                    ) -> Iterator[ControllerProcess]:
+    """A controller process (not started) for the real fleet (scheduler, kcm, kwok and
+    operators on the members)."""
+    yield from _controller(real_fleet, tmp_path, request)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -5,8 +5,9 @@ no operator there) and pinned to one member: the controller copies each, the mem
 operator defaults it (webhooks) and creates the pods, kube-scheduler binds them to nodes of
 the requested GPU product, kwok runs and finishes them, and the hub shows ``running`` then
 ``completed`` with the statuses the operators really wrote (mirrored onto the hub object).
-Deleting each on the hub removes the copy and, through the member's garbage collector, its
-pods.
+A LeaderWorkerSet and a RayCluster (services: they never complete) go the same way up to
+``running`` (LWS ``Available``, RayCluster ``state: ready``). Deleting each on the hub
+removes the copy and, through the member's garbage collector, its pods.
 """
 
 from __future__ import annotations
@@ -15,18 +16,23 @@ from typing import Any
 
 import pytest
 
+from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
-from dispatcher.kube.resources import DISPATCHES
+from dispatcher.kube.resources import DISPATCHES, ResourceRef
 from tests.integration.harness import Harness, eventually, get_or_none, running
-from tests.integration.test_real_members import MEMBER, pods
+from tests.integration.test_real_members import MEMBER, condition, pods
 from tests.integration.test_real_operators import (
     JOBSETS,
+    LWS,
     MPIJOBS,
     PYTORCHJOBS,
+    RAYCLUSTERS,
     gpu_pod_spec,
     product_nodes,
+    ray_cluster_spec,
 )
 
 pytestmark = pytest.mark.integration
@@ -105,13 +111,95 @@ async def test_a_hub_workload_runs_through_its_operator_on_a_real_member(
             assert hub_obj["status"]["terminalState"] == "Completed"
         # deleting on the hub removes the copy and its pods (and frees the shared product
         # pool for the next tests: a finished MPIJob's workers may still hold GPUs)
-        await h.hub.request("DELETE", ref.item("train", h.namespace))
+        await _delete_everywhere(h, member, ref, selector)
 
-        async def gone() -> bool:
-            try:
-                await member.request("GET", ref.item("train", h.namespace))
-            except NotFound:
-                return not await pods(member, h.namespace, selector)
-            return False
 
-        await eventually(gone, what="the copy and its pods gone", within=120.0)
+async def _delete_everywhere(h: Harness, member: KubeClient, ref: ResourceRef,
+                             selector: str) -> None:
+    """Delete the hub object ``train``, then wait for its member copy and pods to go."""
+    await h.hub.request("DELETE", ref.item("train", h.namespace))
+
+    async def gone() -> bool:
+        try:
+            await member.request("GET", ref.item("train", h.namespace))
+        except NotFound:
+            return not await pods(member, h.namespace, selector)
+        return False
+
+    await eventually(gone, what="the copy and its pods gone", within=120.0)
+
+
+def leaderworkerset(product: str) -> dict[str, Any]:
+    """2 groups of a leader + 1 worker, 1 GPU each: 4 pods, the whole product pool."""
+    template = {"spec": {**gpu_pod_spec(product), "restartPolicy": "Always"}}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "train", "annotations": PIN},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {
+                "size": 2, "leaderTemplate": template, "workerTemplate": template}}}
+
+
+def raycluster(product: str) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "train", "annotations": PIN},
+            "spec": ray_cluster_spec(product)}
+
+
+def _lws_available(status: dict[str, Any]) -> bool:
+    cond = condition({"status": status}, "Available")
+    return cond is not None and cond["status"] == "True" and status.get("readyReplicas") == 2
+
+
+def _ray_ready(status: dict[str, Any]) -> bool:
+    cond = condition({"status": status}, "HeadPodReady")
+    return (status.get("state") == "ready" and status.get("readyWorkerReplicas") == 2
+            and cond is not None and cond["status"] == "True")
+
+
+SERVICES = {
+    # kind, build, selector of its pods, selector of its GPU pods, pods, the operator's
+    # words for "up"
+    "leaderworkerset": (LWS, leaderworkerset, "leaderworkerset.sigs.k8s.io/name=train",
+                        "leaderworkerset.sigs.k8s.io/name=train", 4, _lws_available),
+    "raycluster": (RAYCLUSTERS, raycluster, "ray.io/cluster=train",
+                   "ray.io/cluster=train,ray.io/node-type=worker", 3, _ray_ready),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERVICES))
+async def test_a_hub_service_comes_up_through_its_operator_on_a_real_member(
+        real_fleet: FleetState, fleet_spec: FleetSpec, case: str) -> None:
+    """A LeaderWorkerSet or RayCluster on the hub: the member's webhook defaults the copy,
+    the operator makes its pods, every GPU pod lands on the product's nodes, and once the
+    operator calls it up (LWS Available, RayCluster ready) the hub Dispatch says
+    ``running`` and the hub object's status is the copy's, word for word."""
+    ref, build, selector, gpu_selector, count, up = SERVICES[case]
+    product, nodes = product_nodes(fleet_spec)
+    async with running(real_fleet) as h:
+        body = build(product)
+        await h.hub.request("POST", ref.collection(h.namespace), body=body)
+        member = h.members[MEMBER]
+
+        async def mirrored_up() -> dict[str, Any] | None:
+            if await _generic(h, body["kind"]) != "running":
+                return None
+            hub_obj = await h.hub.request("GET", ref.item("train", h.namespace))
+            copy = await member.request("GET", ref.item("train", h.namespace))
+            status = copy.get("status") or {}
+            if not up(status) or hub_obj.get("status") != status:
+                return None
+            return dict(copy)
+
+        copy = await eventually(mirrored_up, what=f"{case} up and mirrored on the hub",
+                                within=120.0)
+        if case == "leaderworkerset":  # LWS's mutating webhook defaulted the copy
+            assert copy["spec"]["rolloutStrategy"]["type"] == "RollingUpdate"
+        hub_uid = (await h.hub.request("GET", ref.item("train", h.namespace)))["metadata"]["uid"]
+        assert copy["metadata"]["labels"][HUB_UID_LABEL] == hub_uid
+        everything = await pods(member, h.namespace, selector)
+        assert len(everything) == count, [p["metadata"]["name"] for p in everything]
+        for pod in everything:  # through the operator, the stamped templates reach the pods
+            assert pod["status"]["phase"] == "Running", pod["status"]
+            assert pod["metadata"]["labels"][HUB_UID_LABEL] == hub_uid, pod["metadata"]
+        gpu_pods = await pods(member, h.namespace, gpu_selector)
+        assert gpu_pods and all(p["spec"]["nodeName"] in nodes for p in gpu_pods)
+        await _delete_everywhere(h, member, ref, selector)
