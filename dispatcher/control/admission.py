@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dispatcher.control.names import PREFIX
 from dispatcher.workloads.mutate import PodTemplate
 
 __all__ = ["LEVELS", "PSA_PREFIX", "AdmittedPods", "dry_run_pods", "namespace_labels"]
@@ -106,7 +107,14 @@ class AdmittedPods:
 
     @staticmethod
     def _key(member: str, namespace: str, pod: Mapping[str, Any]) -> tuple[str, str, str]:
-        body = json.dumps(pod, sort_keys=True, default=str).encode()
+        """The pod without the dispatcher's own stamps (the hub uid on every pod of a copy
+        differs per workload and is nothing admission judges)."""
+        meta = dict(pod.get("metadata") or {})
+        for field in ("labels", "annotations"):
+            if isinstance(meta.get(field), Mapping):
+                meta[field] = {k: v for k, v in meta[field].items()
+                               if not str(k).startswith(PREFIX)}
+        body = json.dumps({**pod, "metadata": meta}, sort_keys=True, default=str).encode()
         return (member, namespace, hashlib.sha256(body).hexdigest())
 
     def admitted(self, member: str, namespace: str, pod: Mapping[str, Any], *,

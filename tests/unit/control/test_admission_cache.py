@@ -31,3 +31,13 @@ def test_the_cache_is_bounded_oldest_first() -> None:
         cache.remember("m1", ns, POD, now=0)
     assert not cache.admitted("m1", "a", POD, now=1)
     assert cache.admitted("m1", "b", POD, now=1) and cache.admitted("m1", "c", POD, now=1)
+
+
+def test_the_dispatchers_own_stamps_do_not_make_a_pod_new() -> None:
+    cache = AdmittedPods()
+    stamped = {**POD, "metadata": {"labels": {"dispatcher.io/hub-uid": "u1", "app": "x"}}}
+    other = {**POD, "metadata": {"labels": {"dispatcher.io/hub-uid": "u2", "app": "x"}}}
+    cache.remember("m1", "team-a", stamped, now=0)
+    assert cache.admitted("m1", "team-a", other, now=1)
+    relabelled = {**POD, "metadata": {"labels": {"dispatcher.io/hub-uid": "u2", "app": "y"}}}
+    assert not cache.admitted("m1", "team-a", relabelled, now=1)  # a label admission may read
