@@ -39,6 +39,7 @@ JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet"
 WORKLOADS = ResourceRef(group="kueue.x-k8s.io", version="v1beta2", kind="Workload",
                         plural="workloads", namespaced=True)
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+RUN_S = 20
 
 
 def _only_member_with(fleet: FleetSpec, product: str) -> str:
@@ -49,7 +50,9 @@ def _only_member_with(fleet: FleetSpec, product: str) -> str:
 
 
 def _template(product: str, name: str) -> dict[str, Any]:
-    return {"metadata": {"labels": {"test": name}},
+    """Pods that run RUN_S (kwok): MultiKueue deletes the member's copy once it finished."""
+    return {"metadata": {"labels": {"test": name}, "annotations": {
+                "pod-complete.stage.kwok.x-k8s.io/delay": f"{RUN_S}s"}},
             "spec": {"restartPolicy": "Never", "nodeSelector": {GPU_PRODUCT_LABEL: product},
                      "containers": [container(1)]}}
 
@@ -66,14 +69,14 @@ async def _copies(connect: Connect, fleet: FleetSpec, ref: ResourceRef,
 
 async def _ran_on(connect: Connect, member: str, name: str, *, product: str,
                   count: int) -> None:
-    """Every one of the ``count`` pods labelled ``test=name`` ran (Running or Succeeded)
-    on ``member``, on nodes of ``product``."""
+    """``count`` pods labelled ``test=name`` are Running on ``member``, on nodes of
+    ``product``."""
     client = await connect(member)
 
     async def done() -> list[dict[str, Any]] | None:
         found = await pods(client, NAMESPACE, f"test={name}")
-        finished = [p for p in found if p["status"].get("phase") in ("Running", "Succeeded")]
-        return finished if len(finished) >= count else None
+        running = [p for p in found if p["status"].get("phase") == "Running"]
+        return running if len(running) >= count else None
 
     ran = await eventually(done, what=f"{count} pods of {name} running on {member}",
                            within=WITHIN_S)
