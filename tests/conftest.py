@@ -8,6 +8,11 @@ on each member, in its own state directory with its own etcd and ports, so both 
 one session. Each is started only when a test asks for it, so unit tests never pay for it.
 When the binaries cannot be built the fixtures fail (never skip): a skipped integration
 suite would hide a broken set-up.
+
+``kueue_fleet`` (session) is the real fleet with the Kueue profile (MultiKueue manager on
+the hub, workers on the members) and only the JobSet operator; the tests using it (marked
+``kueue``) run only with ``pytest --kueue``: building Kueue and starting it cost more than
+the normal suite's budget. They are deselected otherwise (reported as such), never skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pytest
 
 from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.devfleet.kueue import ClientLimits
 from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
 
 TEST_FLEET = Path(__file__).parent / "integration" / "fleet.yaml"
@@ -37,6 +43,21 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kueue", action="store_true",
+                     help="also run the tests marked 'kueue' (builds Kueue v0.17.0 on first "
+                          "use, starts a fleet with MultiKueue)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--kueue"):
+        return
+    kept = [item for item in items if item.get_closest_marker("kueue") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +88,30 @@ def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
     except BaseException:
         devfleet.down(root=root)
         raise
+    try:
+        yield state
+    finally:
+        devfleet.down(root=root)
+
+
+@pytest.fixture(scope="session")
+def kueue_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+                ) -> Iterator[FleetState]:
+    """A running hub + real members with Kueue (the ``--with-kueue`` profile at Kueue's
+    default client limits) and the JobSet operator only, for the whole session."""
+    root = tmp_path_factory.mktemp("kueuefleet")
+    saved = os.environ.get("DISPATCHER_DEV_OPERATORS")
+    os.environ["DISPATCHER_DEV_OPERATORS"] = "jobset"
+    try:
+        state = devfleet.up(root=root, fleet=fleet_spec, real=True, kueue=ClientLimits())
+    except BaseException:
+        devfleet.down(root=root)
+        raise
+    finally:
+        if saved is None:
+            del os.environ["DISPATCHER_DEV_OPERATORS"]
+        else:
+            os.environ["DISPATCHER_DEV_OPERATORS"] = saved
     try:
         yield state
     finally:

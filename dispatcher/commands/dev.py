@@ -14,6 +14,8 @@ EPILOG = """\
 examples:
   dispatcher dev up                         hub + the members of clusters/local.yaml
   dispatcher dev up --light                 apiservers only: nothing schedules or runs pods
+  dispatcher dev up --with-kueue            + Kueue: MultiKueue manager on the hub, workers
+                                            on the members (for comparison; not default)
   kubectl --kubeconfig ~/.cache/dispatcher/devfleet/kubeconfig --context member-1 get nodes
   dispatcher dev status -o json             every process of every cluster
   dispatcher dev down                       stop every process 'up' started, remove state
@@ -47,6 +49,14 @@ def register(subparsers: Any) -> None:
                          "pods stay Pending, objects change only when you change them")
     up.add_argument("--job-seconds", type=float, default=None, metavar="S",
                     help="how long a Job's pod runs on a real member (default: 5)")
+    up.add_argument("--with-kueue", action="store_true",
+                    help="also run Kueue v0.17 (built on first use): a MultiKueue manager on "
+                         "the hub, a worker on each member, LocalQueue 'gpus' in namespace "
+                         "default (label Jobs/JobSets kueue.x-k8s.io/queue-name=gpus)")
+    up.add_argument("--kueue-qps", type=float, default=None, metavar="N",
+                    help="Kueue's client QPS (default: Kueue's own, 20)")
+    up.add_argument("--kueue-burst", type=int, default=None, metavar="N",
+                    help="Kueue's client burst (default: Kueue's own, 30)")
     up.set_defaults(run=_up)
     status = sub.add_parser("status", help="show the clusters and whether they answer")
     status.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
@@ -70,6 +80,7 @@ def _up(args: argparse.Namespace) -> int:
     from dispatcher.devfleet import devfleet
     from dispatcher.devfleet.binaries import BuildError
     from dispatcher.devfleet.controlplane import JOB_SECONDS
+    from dispatcher.devfleet.kueue import ClientLimits
     from dispatcher.fleet.fleetfile import FleetFileError, load_fleet
 
     try:
@@ -77,14 +88,20 @@ def _up(args: argparse.Namespace) -> int:
     except FleetFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.with_kueue and args.light:
+        print("error: --with-kueue needs real members (drop --light)", file=sys.stderr)
+        return 2
+    kueue = (ClientLimits(qps=args.kueue_qps, burst=args.kueue_burst)
+             if args.with_kueue else None)
     started = time.monotonic()
     try:
         state = devfleet.up(root=_root(args), fleet=fleet, real=not args.light,
-                            job_seconds=args.job_seconds or JOB_SECONDS)
+                            job_seconds=args.job_seconds or JOB_SECONDS, kueue=kueue)
     except (BuildError, RuntimeError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"dev fleet ({'light' if args.light else 'real members'}) ready in "
+    profile = "light" if args.light else "real members" + (", Kueue" if kueue else "")
+    print(f"dev fleet ({profile}) ready in "
           f"{time.monotonic() - started:.1f}s: {', '.join(c.name for c in state.clusters)}")
     print(f"kubeconfig: {state.kubeconfig}  (contexts: "
           f"{', '.join(c.name for c in state.clusters)})")

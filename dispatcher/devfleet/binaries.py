@@ -14,6 +14,11 @@ build list, ``OPERATORS``: one wrapper module each under ``deploy/local/<name>/`
 ``ensure_operators()`` (which ``ensure_binaries(members=True)`` calls) into their own cache
 directory together with the CRD YAMLs of the same module version, so starting a fleet never
 needs the Go module cache. An operator whose wrapper module is absent is skipped.
+
+Peers (``PEERS``: Kueue, for ``dispatcher dev up --with-kueue`` and ``benchmarks/peers.py``)
+are built the same way by ``ensure_peers()``, but only when asked for: not by
+``ensure_binaries()`` nor by ``python -m dispatcher.devfleet.binaries`` (what CI runs), since
+the dispatcher's own tests do not need them and each costs minutes of CI.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from pathlib import Path
 
 from dispatcher.sources import SourceMissing, source_path
 
-__all__ = ["OPERATORS", "Binaries", "BuildError", "OperatorBinary", "OperatorBuild", "cache_root",
-           "ensure_binaries", "ensure_operators", "kwok_stages", "wrapper_dir"]
+__all__ = ["OPERATORS", "PEERS", "Binaries", "BuildError", "OperatorBinary", "OperatorBuild",
+           "cache_root", "ensure_binaries", "ensure_operators", "ensure_peers", "kwok_stages",
+           "wrapper_dir"]
 
 
 class BuildError(RuntimeError):
@@ -78,6 +84,20 @@ OPERATORS: tuple[OperatorBuild, ...] = (
                   crds=("manifests/base/kubeflow.org_mpijobs.yaml",)),
 )
 """The operators of a real member, in start order."""
+
+PEERS: tuple[OperatorBuild, ...] = (
+    # Every CRD of the release (MultiKueue's too) and its webhook manifests; the profile
+    # registers only the webhooks of Kueue's own kinds and of the integrations it enables.
+    OperatorBuild(name="kueue", module="sigs.k8s.io/kueue", package="sigs.k8s.io/kueue/cmd/kueue",
+                  crds=tuple(f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
+                             for plural in ("admissionchecks", "clusterqueues", "cohorts",
+                                            "localqueues", "multikueueclusters",
+                                            "multikueueconfigs", "provisioningrequestconfigs",
+                                            "resourceflavors", "topologies",
+                                            "workloadpriorityclasses", "workloads")),
+                  webhooks="config/components/webhook/manifests.yaml"),
+)
+"""Other multi-cluster systems run beside the dispatcher for comparison (built on demand)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,13 +236,14 @@ def _module_dir(module_dir: Path, module: str) -> Path:
     return Path(out.stdout.strip())
 
 
-def ensure_operators(*, rebuild: bool = False,
-                     names: Collection[str] | None = None) -> tuple[OperatorBinary, ...]:
-    """Build (or find cached) the operators of ``OPERATORS`` that have a wrapper module
+def ensure_operators(*, rebuild: bool = False, names: Collection[str] | None = None,
+                     builds: tuple[OperatorBuild, ...] = OPERATORS
+                     ) -> tuple[OperatorBinary, ...]:
+    """Build (or find cached) the operators of ``builds`` that have a wrapper module
     (only those in ``names`` when given), one at a time, with their CRD YAMLs."""
     root = wrapper_dir()
     built: list[OperatorBinary] = []
-    for spec in OPERATORS:
+    for spec in builds:
         module_dir = root / spec.name
         if (names is not None and spec.name not in names) or not (module_dir / "go.mod").exists():
             continue
@@ -250,6 +271,15 @@ def ensure_operators(*, rebuild: bool = False,
             partial.rename(op.binary)
         built.append(op)
     return tuple(built)
+
+
+def ensure_peers(*, rebuild: bool = False) -> tuple[OperatorBinary, ...]:
+    """Build (or find cached) the peers of ``PEERS`` (Kueue), like the operators; raises
+    BuildError when one has no wrapper module (a peer asked for is never silently absent)."""
+    missing = [p.name for p in PEERS if not (wrapper_dir() / p.name / "go.mod").exists()]
+    if missing:
+        raise BuildError(f"no wrapper module for {', '.join(missing)} under {wrapper_dir()}")
+    return ensure_operators(rebuild=rebuild, builds=PEERS)
 
 
 def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
@@ -316,9 +346,12 @@ def selected_operators() -> list[str] | None:
 
 
 def main() -> int:
-    """Entry point for ``python -m dispatcher.devfleet.binaries``."""
+    """Entry point for ``python -m dispatcher.devfleet.binaries`` (``--peers``: Kueue too)."""
     try:
         bins = ensure_binaries(rebuild="--rebuild" in sys.argv)
+        if "--peers" in sys.argv:
+            bins = replace(bins, operators=(*bins.operators,
+                                            *ensure_peers(rebuild="--rebuild" in sys.argv)))
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -89,8 +89,9 @@ class ClusterInfo:
 
     @property
     def real(self) -> bool:
-        """Whether controllers, scheduler and kwok run here (a cluster that runs pods)."""
-        return bool(self.components)
+        """Whether controllers, scheduler and kwok run here (a cluster that runs pods); the
+        hub of the ``--with-kueue`` profile has a component (Kueue) but is not real."""
+        return any(p.role == "kube-controller-manager" for p in self.components)
 
     def processes(self) -> list[ProcessInfo]:
         """The apiserver then the components."""
@@ -282,6 +283,7 @@ class ControlPlanes:
         clusters: list[ClusterInfo] = []
         ca_path = self.root / "ca.crt"
         ca_path.write_bytes(ca.cert_pem)
+        _write_private(self.root / "ca.key", ca.key_pem)  # for profiles added later (Kueue)
         try:
             _wait_http(etcd.health, timeout=30, proc=etcd)
             for name in names:
@@ -409,6 +411,21 @@ class ControlPlanes:
             started.append(_spawn(run.argv, home / f"{op.name}.log", role=op.name,
                                   health=run.health, env=run.env))
         return started
+
+    def add_processes(self, name: str, runs: list[operators.OperatorRun], *,
+                      timeout: float = START_TIMEOUT_S) -> ClusterInfo:
+        """Start ``runs`` as more components of cluster ``name`` (an optional profile: Kueue),
+        recorded in the state like the others (so ``status``, ``down`` and ``healthy`` see
+        them; logs ``<cluster>/<run.name>.log``); returns once each answers its health URL."""
+        state = self._require_state()
+        cluster = state.cluster(name)
+        home = self.root / name
+        started = [_spawn(run.argv, home / f"{run.name}.log", role=run.name,
+                          health=run.health, env=run.env) for run in runs]
+        cluster = replace(cluster, components=[*cluster.components, *started])
+        self._save(state, cluster)
+        _wait_components(cluster, timeout=timeout)
+        return cluster
 
     def healthy(self, state: FleetState) -> bool:
         """Whether etcd and every apiserver and component run and answer their health URL."""
@@ -575,10 +592,8 @@ def _wait_ready(cluster: ClusterInfo, *, timeout: float) -> None:
 
 
 def _wait_components(cluster: ClusterInfo, *, timeout: float) -> None:
-    """Wait until every component of a real member answers its health URL and the
+    """Wait until every component answers its health URL and, on a real member, the
     ServiceAccount controller has made ``default/default`` (pods are admitted from then on)."""
-    if not cluster.real:
-        return
     deadline = time.monotonic() + timeout
     for proc in cluster.components:
         while not probe(proc):
@@ -589,6 +604,8 @@ def _wait_components(cluster: ClusterInfo, *, timeout: float) -> None:
                 raise TimeoutError(f"{cluster.name}: {proc.role} not healthy at {proc.health} "
                                    f"after {timeout:.0f}s; log {proc.log}")
             time.sleep(0.2)
+    if not cluster.real:
+        return
     rest = cluster.rest()
     while True:
         try:

@@ -17,14 +17,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dispatcher.devfleet import operators, provision
-from dispatcher.devfleet.binaries import ensure_binaries
-from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState
+from dispatcher.devfleet import kueue as kueue_run
+from dispatcher.devfleet import multikueue, operators, pki, provision
+from dispatcher.devfleet.binaries import OperatorBinary, ensure_binaries, ensure_peers
+from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState, free_port
 from dispatcher.fleet.fleetfile import FleetSpec
 
-__all__ = ["HUB", "default_root", "down", "up"]
+__all__ = ["HUB", "KUEUE_NAMESPACES", "default_root", "down", "up"]
 
 HUB = "hub"
+KUEUE_NAMESPACES = ("default",)
+"""Namespaces given a LocalQueue ``gpus`` on every side by the Kueue profile."""
 
 
 def default_root() -> Path:
@@ -33,17 +36,24 @@ def default_root() -> Path:
     return Path(override) if override else Path.home() / ".cache" / "dispatcher" / "devfleet"
 
 
-def up(*, root: Path, fleet: FleetSpec, real: bool = False,
-       job_seconds: float = JOB_SECONDS) -> FleetState:
+def up(*, root: Path, fleet: FleetSpec, real: bool = False, job_seconds: float = JOB_SECONDS,
+       kueue: kueue_run.ClientLimits | None = None) -> FleetState:
     """Start (or reuse) a hub plus one apiserver per fleet member, provisioned.
 
     ``real`` gives every member kube-controller-manager, kube-scheduler and kwok, and returns
     once their Nodes are Ready; ``job_seconds`` is then how long a Job's pod runs. Safe to
     call twice: a running healthy fleet of the same profile is reused and provisioning is
-    idempotent.
+    idempotent. ``kueue`` (needs ``real``) adds the Kueue profile with those client limits
+    on every Kueue instance; a running fleet with the other Kueue profile is restarted.
     """
+    if kueue is not None and not real:
+        raise ValueError("the Kueue profile needs real members (not --light)")
     planes = ControlPlanes(root=root, binaries=ensure_binaries(members=real),
                            job_seconds=job_seconds)
+    peers = ensure_peers() if kueue is not None else ()
+    existing = planes.state()
+    if existing is not None and _kueue_config(existing) != _limits_key(kueue):
+        planes.down()
     members = [m.name for m in fleet.members]
     state = planes.up(names=[HUB, *members], real=members if real else ())
     real_crds = operators.hub_crds(planes.binaries.operators) if real else []
@@ -54,7 +64,45 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False,
     if real:
         for member in fleet.members:
             provision.wait_nodes_ready(state.cluster(member.name).rest(), member)
+    if kueue is not None and not any(p.role == "kueue" for c in state.clusters
+                                     for p in c.components):
+        state = _start_kueue(planes, state, fleet, peers[0], kueue)
     return state
+
+
+def _limits_key(limits: kueue_run.ClientLimits | None) -> str | None:
+    return None if limits is None else f"{limits.qps}/{limits.burst}"
+
+
+def _kueue_config(state: FleetState) -> str | None:
+    """The client limits the running fleet's Kueue was started with (None: no Kueue)."""
+    marker = Path(state.root) / "kueue-profile"
+    return marker.read_text() if marker.exists() else None
+
+
+def _start_kueue(planes: ControlPlanes, state: FleetState, fleet: FleetSpec,
+                 op: OperatorBinary, limits: kueue_run.ClientLimits) -> FleetState:
+    """Install and start Kueue on every cluster (workers first: the manager connects to
+    them), then the workers' and the manager's queues; returns once all are Active."""
+    ca = pki.load_ca(Path(state.root))
+    for cluster in [*state.clusters[1:], state.cluster(HUB)]:
+        run = kueue_run.prepare(op, home=Path(state.root) / cluster.name,
+                                kubeconfig=cluster.kubeconfig, ca=ca, free_port=free_port,
+                                limits=limits)
+        operators.install(cluster.rest(), run)
+        planes.add_processes(cluster.name, [run])
+    for member in fleet.members:
+        rest = state.cluster(member.name).rest()
+        multikueue.configure_worker(rest, member, namespaces=KUEUE_NAMESPACES)
+        multikueue.wait_active(rest, multikueue.worker_paths())
+    hub = state.cluster(HUB).rest()
+    multikueue.configure_manager(
+        hub, fleet, namespaces=KUEUE_NAMESPACES,
+        kubeconfigs={m.name: Path(state.cluster(m.name).kubeconfig).read_bytes()
+                     for m in fleet.members})
+    multikueue.wait_active(hub, multikueue.manager_paths(fleet))
+    (Path(state.root) / "kueue-profile").write_text(str(_limits_key(limits)))
+    return planes.state() or state
 
 
 def down(*, root: Path) -> None:

@@ -32,7 +32,8 @@ from dispatcher.devfleet.binaries import OperatorBinary, cache_root
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.devfleet.workload_crds import install_crds
 
-__all__ = ["OperatorRun", "crds_of", "hub_crds", "install", "prepare"]
+__all__ = ["OperatorRun", "crds_of", "hub_crds", "install", "prepare", "serving_cert",
+           "webhook_configs"]
 
 WEBHOOK_PATHS = {
     "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration":
@@ -83,8 +84,8 @@ def hub_crds(operators: tuple[OperatorBinary, ...]) -> list[dict[str, Any]]:
     return [crd for op in operators for crd in crds_of(op)]
 
 
-def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes, pod_label: str | None,
-              names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def webhook_configs(op: OperatorBinary, *, port: int, ca_pem: bytes, pod_label: str | None,
+                    names: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The module's webhook configurations, pointed at ``https://127.0.0.1:port``, named
     ``<op>-<name>`` unless ``names`` maps the upstream name to another one."""
     path = op.crds_dir.parent / "webhooks.yaml"
@@ -112,7 +113,8 @@ def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes, pod_label: str | 
     return configs
 
 
-def _serving_cert(home: Path, ca: pki.CertificateAuthority, name: str) -> Path:
+def serving_cert(home: Path, ca: pki.CertificateAuthority, name: str) -> Path:
+    """A fleet-CA serving certificate for loopback in ``home/<name>-certs/tls.{crt,key}``."""
     certs = home / f"{name}-certs"
     certs.mkdir(parents=True, exist_ok=True)
     cert, key = ca.issue_serving(f"{name}-webhook")
@@ -136,7 +138,7 @@ def _kubebuilder_operator(op: OperatorBinary, home: Path, kubeconfig: str,
     webhook at ``webhook_path`` answers (its handler is registered after the manager
     starts, so the manager's own readyz is not enough)."""
     webhook_port, health_port = free_port(), free_port()
-    certs = _serving_cert(home, ca, op.name)
+    certs = serving_cert(home, ca, op.name)
     config = home / f"{op.name}-config.yaml"
     config.write_text(yaml.safe_dump({
         "apiVersion": config_api, "kind": "Configuration",
@@ -151,7 +153,8 @@ def _kubebuilder_operator(op: OperatorBinary, home: Path, kubeconfig: str,
         argv=[str(op.binary), f"--config={config}", f"--kubeconfig={kubeconfig}",
               "--zap-log-level=info"],
         health=f"https://127.0.0.1:{webhook_port}{webhook_path}", crds=crds_of(op),
-        webhooks=_webhooks(op, port=webhook_port, ca_pem=ca.cert_pem, pod_label=pod_label))
+        webhooks=webhook_configs(op, port=webhook_port, ca_pem=ca.cert_pem,
+                                 pod_label=pod_label))
 
 
 def _jobset(op: OperatorBinary, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
@@ -247,8 +250,8 @@ def _training_operator(op: OperatorBinary, home: Path, kubeconfig: str,
               "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": TRAINING_NAMESPACE}}
-    webhooks = _webhooks(op, port=webhook_port, ca_pem=data["ca.crt"], pod_label=None,
-                         names={"validating-webhook-configuration": TRAINING_VWC})
+    webhooks = webhook_configs(op, port=webhook_port, ca_pem=data["ca.crt"], pod_label=None,
+                               names={"validating-webhook-configuration": TRAINING_VWC})
     for config in webhooks:
         config["webhooks"] = [h for h in config["webhooks"]
                               if any(s in h["name"] for s in TRAINING_SCHEMES)]

@@ -10,13 +10,14 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertificateAuthority", "new_ca", "rsa_key_pem"]
+__all__ = ["CertificateAuthority", "load_ca", "new_ca", "rsa_key_pem"]
 
 _VALIDITY = datetime.timedelta(days=30)
 
@@ -110,6 +111,16 @@ def new_ca(name: str = "dispatcher-devfleet", *, dns_name: str | None = None,
         .sign(key, hashes.SHA256())
     )
     return CertificateAuthority(key=key, cert=cert)
+
+
+def load_ca(root: Path) -> CertificateAuthority:
+    """The CA a dev fleet saved in its state directory (``ca.crt``, ``ca.key``), so a
+    profile started later (Kueue) gets certificates from the same fleet CA."""
+    key = serialization.load_pem_private_key((root / "ca.key").read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ValueError(f"{root / 'ca.key'}: not an EC or RSA key")
+    return CertificateAuthority(key=key,
+                                cert=x509.load_pem_x509_certificate((root / "ca.crt").read_bytes()))
 
 
 def rsa_key_pem() -> bytes:

@@ -46,3 +46,10 @@ async def connect_real(real_fleet: FleetState) -> AsyncIterator[Connect]:
     controllers, scheduler and kwok), closed after the test."""
     async for factory in _clients(real_fleet):
         yield factory
+
+
+@pytest.fixture
+async def connect_kueue(kueue_fleet: FleetState) -> AsyncIterator[Connect]:
+    """``await connect_kueue("hub")``: an admin KubeClient of the fleet with Kueue."""
+    async for factory in _clients(kueue_fleet):
+        yield factory

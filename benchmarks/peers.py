@@ -1,0 +1,512 @@
+"""Side by side: the dispatcher and Kueue MultiKueue, same fleet, same seeded workloads.
+
+One run, three systems, each on a freshly started real dev fleet (``devfleet.up``: the hub
+and the members of ``--fleet``, each member with kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok and the JobSet operator; the fleet is torn down and started again
+between systems):
+
+1. ``dispatcher``: ``dispatcher run`` as its own process (configured as
+   ``benchmarks/fidelity.py`` does), plain Jobs and JobSets on the hub;
+2. ``multikueue``: the ``--with-kueue`` profile (Kueue v0.17.0: a MultiKueue manager on the
+   hub, a worker on each member, ResourceFlavors per GPU product and taint, ClusterQueues
+   sized to the GPUs, see ``dispatcher/devfleet/multikueue.py``) at Kueue's default client
+   limits (QPS 20, burst 30), the same Jobs and JobSets labelled
+   ``kueue.x-k8s.io/queue-name: gpus``;
+3. ``multikueue-tuned``: the same with ``--tuned-qps``/``--tuned-burst`` on every Kueue.
+
+The workloads are ``fidelity.stream``'s seeded mix (1-16 pods of 1, 2, 4 or 8 GPUs, some
+with a GPU product selector, some tolerating the tainted pool, each pod running ``--run-s``
++-50 %); a seeded share of the multi-pod ones (``--jobset-share``) is sent as a JobSet
+(one replicated Job of one pod per replica) instead of a Job. They are created on the hub
+as one burst (back to back, not paced): the fleet is oversubscribed, so every system
+queues, fills the fleet and reuses GPUs as pods finish.
+
+Measured, per system (one JSON line each; times by ``time.monotonic`` in this process):
+
+- ``throughput_per_s``: first-wave dispatch rate: workloads whose remote object (the Job or
+  JobSet on a member) appeared before any pod of the run finished, over the time from the
+  first create to the last of them (how fast the system fills an empty fleet);
+- ``p50/p99_created_ms``: hub create -> remote object seen on a member (all workloads, so
+  queueing counts) and ``first_wave_p50/p99_created_ms`` (only the first wave: no waiting
+  for capacity);
+- ``p50/p99_running_s``: hub create -> all its pods seen Running;
+- ``left_pending``: workloads that waited more than 10 s in total, undispatched, while some
+  member had free GPUs on nodes their pods may use (right product, tolerated taints) for
+  all their pods at once (free = allocatable minus GPUs of bound, unfinished pods);
+- ``unschedulable_pods``: pods that stayed unbound more than 10 s on the member chosen;
+- ``gpu_utilization``: mean share of the fleet's GPUs held by Running pods while some
+  workload was still waiting for dispatch (saturation);
+- ``cpu_s``/``rss_mb``: CPU seconds over the run and peak RSS of the multi-cluster
+  controller (``dispatcher run`` with its children; the hub's Kueue manager), and
+  ``worker_cpu_s``/``worker_rss_mb``: the same summed over the members' Kueue instances
+  (MultiKueue needs one per member; the dispatcher needs nothing there).
+
+Defaults take a few minutes per system on 2 cores; ``--big`` streams four times the
+workloads (and drains longer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fidelity import Shape, job, start_controller, stream  # benchmarks/fidelity.py
+from resolve import machine  # benchmarks/resolve.py
+from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
+
+from dispatcher.devfleet import devfleet, multikueue
+from dispatcher.devfleet.binaries import ensure_binaries, ensure_peers
+from dispatcher.devfleet.controlplane import FleetState, ProcessInfo, free_port
+from dispatcher.devfleet.kueue import ClientLimits
+from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
+from dispatcher.fleet.nodes import pod_gpus, quantity_int
+from dispatcher.kube import watch
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import NODES, PODS, ResourceRef
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
+JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
+                      plural="jobsets", namespaced=True)
+NAMESPACE = "peers"
+WORKLOAD_LABEL = "peers.bench/workload"
+KIND_LABEL = "peers.bench/kind"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRODUCT = "nvidia.com/gpu.product"
+LIMIT_S = 10.0
+SAMPLE_S = 0.5
+SYSTEMS = ("dispatcher", "multikueue", "multikueue-tuned")
+
+
+# -- the workloads (pure) ---------------------------------------------------------------------
+
+def workloads(fleet: FleetSpec, *, seed: int, count: int, run_s: float,
+              jobset_share: float) -> list[tuple[Shape, str]]:
+    """``fidelity.stream``'s first ``count`` shapes, each with its kind: a seeded
+    ``jobset_share`` of the multi-pod ones become JobSets, the rest stay Jobs."""
+    shapes = []
+    for shape in stream(fleet, seed=seed, rate=1.0, seconds=float("inf"), run_s=run_s):
+        shapes.append(shape)
+        if len(shapes) == count:
+            break
+    rng = random.Random(seed + 1)
+    out = []
+    for shape in shapes:
+        if shape.pods > 1 and rng.random() < jobset_share:
+            out.append((replace(shape, name=shape.name.replace("job-", "jobset-")), "JobSet"))
+        else:
+            out.append((shape, "Job"))
+    return out
+
+
+def manifest(shape: Shape, kind: str, *, queue: str | None) -> dict[str, Any]:
+    """The hub object: ``fidelity.job`` for a Job; for a JobSet, one replicated Job of
+    ``shape.pods`` replicas, one pod each, with the same pod template. Both carry the
+    benchmark's labels on the object and its pods, and ``queue``'s label if given."""
+    base = job(shape, NAMESPACE)
+    labels = {WORKLOAD_LABEL: shape.name, KIND_LABEL: kind}
+    if queue:
+        labels[QUEUE_LABEL] = queue
+    template = base["spec"]["template"]
+    template["metadata"]["labels"] = {WORKLOAD_LABEL: shape.name}
+    if kind == "Job":
+        base["metadata"]["labels"] = labels
+        return base
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": shape.name, "namespace": NAMESPACE, "labels": labels},
+            "spec": {"replicatedJobs": [{"name": "worker", "replicas": shape.pods,
+                                         "template": {"spec": {
+                                             "parallelism": 1, "completions": 1,
+                                             "backoffLimit": 0, "template": template}}}]}}
+
+
+# -- what the watches saw ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Node:
+    member: str
+    name: str
+    gpus: int
+    product: str | None
+    taints: tuple[tuple[str, str, str], ...]
+
+
+@dataclass
+class PodSeen:
+    workload: str
+    member: str
+    gpus: int
+    first: float
+    node: str | None = None
+    bound: float | None = None
+    running: float | None = None
+    phase: str = "Pending"
+    gone: bool = False
+
+    @property
+    def holds(self) -> bool:
+        """Whether it holds its node's GPUs (bound, neither finished nor deleted)."""
+        return bool(self.node) and not self.gone and self.phase not in ("Succeeded", "Failed")
+
+
+def _tolerated(taint: tuple[str, str, str], tolerations: tuple[dict[str, str], ...]) -> bool:
+    key, value, effect = taint
+    if effect not in ("NoSchedule", "NoExecute"):
+        return True
+    return any(t.get("key") == key and t.get("value", "") == value
+               and t.get("effect", effect) == effect for t in tolerations)
+
+
+@dataclass
+class Observed:
+    """Everything the watches saw, by time."""
+
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    remote: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> member, t
+    pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
+    nodes: dict[tuple[str, str], Node] = field(default_factory=dict)
+    samples: list[tuple[float, bool]] = field(default_factory=list)
+    fittable_s: dict[str, float] = field(default_factory=dict)
+    first_done: float | None = None
+
+    def pod_event(self, member: str, pod: Mapping[str, Any], now: float, *,
+                  deleted: bool = False) -> None:
+        meta = pod.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
+        if not name:
+            return
+        key = (member, f"{meta.get('namespace')}/{meta.get('name')}")
+        seen = self.pods.get(key)
+        if seen is None:
+            seen = self.pods[key] = PodSeen(workload=str(name), member=member, first=now,
+                                            gpus=pod_gpus(pod.get("spec") or {}))
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and seen.bound is None:
+            seen.node, seen.bound = str(node), now
+        seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        seen.gone = seen.gone or deleted
+        if seen.phase == "Running" and seen.running is None:
+            seen.running = now
+        if seen.phase in ("Succeeded", "Failed") and self.first_done is None:
+            self.first_done = now
+
+    def remote_event(self, member: str, obj: Mapping[str, Any], now: float) -> None:
+        name = ((obj.get("metadata") or {}).get("labels") or {}).get(WORKLOAD_LABEL)
+        if name in self.created:
+            self.remote.setdefault(str(name), (member, now))
+
+    def _fits_somewhere(self, shape: Shape) -> bool:
+        held: dict[tuple[str, str], int] = {}
+        for pod in self.pods.values():
+            if pod.holds:
+                held[(pod.member, str(pod.node))] = held.get((pod.member, str(pod.node)),
+                                                             0) + pod.gpus
+        by_member: dict[str, int] = {}
+        for key, node in self.nodes.items():
+            if shape.product and node.product != shape.product:
+                continue
+            if not all(_tolerated(t, shape.tolerate) for t in node.taints):
+                continue
+            free = node.gpus - held.get(key, 0)
+            by_member[node.member] = by_member.get(node.member, 0) + max(0, free) // shape.gpus
+        return any(slots >= shape.pods for slots in by_member.values())
+
+    def sample(self, dt: float) -> None:
+        total = sum(n.gpus for n in self.nodes.values()) or 1
+        used = sum(p.gpus for p in self.pods.values()
+                   if p.phase == "Running" and not p.gone)
+        waiting = [n for n in self.created if n not in self.remote]
+        self.samples.append((used / total, bool(waiting)))
+        for name in waiting:
+            if self._fits_somewhere(self.shapes[name]):
+                self.fittable_s[name] = self.fittable_s.get(name, 0.0) + dt
+
+    def all_running_at(self, name: str) -> float | None:
+        times = sorted(p.running for p in self.pods.values()
+                       if p.workload == name and p.running is not None)
+        wanted = self.shapes[name].pods
+        return times[wanted - 1] if len(times) >= wanted else None
+
+    def done(self) -> bool:
+        return all(n in self.remote and self.all_running_at(n) is not None
+                   for n in self.created)
+
+    def result(self, *, end: float) -> dict[str, Any]:
+        start = min(self.created.values())
+        created = {n: self.remote[n][1] - self.created[n] for n in self.remote}
+        cutoff = self.first_done if self.first_done is not None else end
+        wave = [n for n, (_, t) in self.remote.items() if t <= cutoff]
+        wave_end = max((self.remote[n][1] for n in wave), default=start)
+        running = {n: t - self.created[n] for n in self.remote
+                   if (t := self.all_running_at(n)) is not None}
+        saturated = [share for share, waiting in self.samples if waiting]
+
+        def ms(values: list[float], q: float) -> float | None:
+            return round(percentile(values, q) * 1000, 1) if values else None
+
+        def s(values: list[float], q: float) -> float | None:
+            return round(percentile(values, q), 1) if values else None
+
+        return {
+            "workloads": len(self.created),
+            "jobsets": sum(1 for kind in self.kinds.values() if kind == "JobSet"),
+            "dispatched": len(self.remote), "fully_running": len(running),
+            "throughput_per_s": (round(len(wave) / (wave_end - start), 2)
+                                 if wave and wave_end > start else None),
+            "first_wave": len(wave),
+            "p50_created_ms": ms(list(created.values()), 0.5),
+            "p99_created_ms": ms(list(created.values()), 0.99),
+            "first_wave_p50_created_ms": ms([created[n] for n in wave], 0.5),
+            "first_wave_p99_created_ms": ms([created[n] for n in wave], 0.99),
+            "p50_running_s": s(list(running.values()), 0.5),
+            "p99_running_s": s(list(running.values()), 0.99),
+            "left_pending": sum(1 for t in self.fittable_s.values() if t > LIMIT_S),
+            "left_pending_s": round(sum(self.fittable_s.values()), 1),
+            "unschedulable_pods": sum(1 for p in self.pods.values()
+                                      if ((p.bound or end) - p.first) > LIMIT_S),
+            "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
+            "gpu_utilization": round(statistics.fmean(saturated), 3) if saturated else None,
+            "saturated_s": round(len(saturated) * SAMPLE_S, 1),
+            "gpus": sum(n.gpus for n in self.nodes.values()),
+            "requested_gpus": sum(s.pods * s.gpus for s in self.shapes.values()),
+        }
+
+
+# -- process accounting -----------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(parents.get(current, ()))
+    return out
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system, reaped children included) of ``pids`` and descendants."""
+    total = 0
+    for root in pids:
+        for pid in _tree(root):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += sum(int(f) for f in fields[11:15])
+    return total / TICK
+
+
+def rss_mb(pids: list[int]) -> float:
+    """Resident memory (MiB) of ``pids`` and their descendants now."""
+    total = 0
+    for root in pids:
+        for pid in _tree(root):
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+    return total / 1024
+
+
+# -- one system -------------------------------------------------------------------------------
+
+async def follow(client: KubeClient, ref: ResourceRef, selector: str, handle: Any) -> None:
+    """Feed every object of every list and event to ``handle(obj, now, deleted)``."""
+    async for item in watch.informer(client, ref, namespace=NAMESPACE,
+                                     label_selector=selector):
+        now = time.monotonic()
+        if isinstance(item, watch.Listed):
+            for obj in item.objects:
+                handle(obj, now, False)
+        else:
+            handle(item.object, now, item.type == "DELETED")
+
+
+async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, str]], *,
+                  queue: str | None, controller: list[int], workers: list[int],
+                  drain_s: float) -> dict[str, Any]:
+    """Create ``items`` on the hub as one burst and watch the members until every workload
+    runs (or ``drain_s`` passes)."""
+    hub = await client_for(state, "hub")
+    members = {m.name: await client_for(state, m.name) for m in fleet.members}
+    seen = Observed()
+    for name, client in members.items():
+        for node in (await watch.list_objects(client, NODES)).objects:
+            gpus = quantity_int(((node.get("status") or {}).get("allocatable") or {})
+                                .get("nvidia.com/gpu", 0))
+            if gpus:
+                meta, spec = node["metadata"], node.get("spec") or {}
+                seen.nodes[(name, meta["name"])] = Node(
+                    member=name, name=meta["name"], gpus=gpus,
+                    product=(meta.get("labels") or {}).get(PRODUCT),
+                    taints=tuple((t["key"], t.get("value", ""), t["effect"])
+                                 for t in spec.get("taints") or ()))
+    tasks = []
+    for name, client in members.items():
+        tasks += [
+            asyncio.create_task(follow(client, JOBS, f"{KIND_LABEL}=Job",
+                                       lambda o, t, _d, m=name: seen.remote_event(m, o, t))),
+            asyncio.create_task(follow(client, JOBSETS, f"{KIND_LABEL}=JobSet",
+                                       lambda o, t, _d, m=name: seen.remote_event(m, o, t))),
+            asyncio.create_task(follow(client, PODS, WORKLOAD_LABEL,
+                                       lambda o, t, d, m=name: seen.pod_event(m, o, t,
+                                                                              deleted=d)))]
+    peak = {"controller": 0.0, "workers": 0.0}
+
+    async def sampler() -> None:
+        while True:
+            seen.sample(SAMPLE_S)
+            peak["controller"] = max(peak["controller"], rss_mb(controller))
+            peak["workers"] = max(peak["workers"], rss_mb(workers))
+            await asyncio.sleep(SAMPLE_S)
+
+    await asyncio.sleep(2.0)  # the watches have listed
+    cpu0, wcpu0 = cpu_s(controller), cpu_s(workers)
+    tasks.append(asyncio.create_task(sampler()))
+    for shape, kind in items:
+        ref = JOBS if kind == "Job" else JOBSETS
+        seen.shapes[shape.name], seen.kinds[shape.name] = shape, kind
+        seen.created[shape.name] = time.monotonic()
+        await hub.request("POST", ref.collection(NAMESPACE),
+                          body=manifest(shape, kind, queue=queue))
+    deadline = time.monotonic() + drain_s
+    while time.monotonic() < deadline:
+        if seen.done():
+            break
+        await asyncio.sleep(1.0)
+    end = time.monotonic()
+    cpu1, wcpu1 = cpu_s(controller), cpu_s(workers)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for client in (hub, *members.values()):
+        await client.close()
+    result = seen.result(end=end)
+    result.update(cpu_s=round(cpu1 - cpu0, 1), rss_mb=round(peak["controller"]),
+                  worker_cpu_s=round(wcpu1 - wcpu0, 1), worker_rss_mb=round(peak["workers"]),
+                  wall_s=round(end - min(seen.created.values()), 1))
+    return result
+
+
+def _kueue_pids(state: FleetState) -> tuple[list[int], list[int]]:
+    def pid(procs: list[ProcessInfo]) -> list[int]:
+        return [p.pid for p in procs if p.role == "kueue"]
+    hub = pid(state.cluster("hub").components)
+    return hub, [x for c in state.clusters if c.name != "hub" for x in pid(c.components)]
+
+
+async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str]],
+                     args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Start a fresh fleet for ``system``, measure, stop it."""
+    root = workdir / system
+    limits = None
+    if system == "multikueue":
+        limits = ClientLimits()
+    elif system == "multikueue-tuned":
+        limits = ClientLimits(qps=args.tuned_qps, burst=args.tuned_burst)
+    began = time.monotonic()
+    state = await asyncio.to_thread(devfleet.up, root=root / "fleet", fleet=fleet, real=True,
+                                    job_seconds=args.run_s, kueue=limits)
+    print(f"# {system}: fleet up in {time.monotonic() - began:.0f}s", file=sys.stderr)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        if limits is None:
+            port = free_port()
+            proc = start_controller(state, fleet, root, port)
+            await wait_ready(port, proc)
+            await asyncio.to_thread(state.cluster("hub").rest().ensure, "/api/v1/namespaces",
+                                    {"apiVersion": "v1", "kind": "Namespace",
+                                     "metadata": {"name": NAMESPACE}})
+            controller, workers = [proc.pid], list[int]()
+        else:
+            for cluster in state.clusters:
+                await asyncio.to_thread(multikueue.add_queue, cluster.rest(), NAMESPACE)
+            controller, workers = _kueue_pids(state)
+        result = await measure(state, fleet, items, queue=None if limits is None
+                               else multikueue.QUEUE, controller=controller, workers=workers,
+                               drain_s=args.drain_s)
+    finally:
+        if proc is not None:
+            await asyncio.to_thread(stop, proc)
+        await asyncio.to_thread(devfleet.down, root=root / "fleet")
+    limits_out = None if limits is None else {"qps": limits.qps or 20.0,
+                                              "burst": limits.burst or 30}
+    return {"bench": "peers", "system": system, **result, "kueue_client": limits_out}
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    fleet = load_fleet(args.fleet)
+    os.environ.setdefault("DISPATCHER_DEV_OPERATORS", "jobset")  # the only operator used
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown system(s) {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
+    await asyncio.to_thread(ensure_binaries)
+    if any(s.startswith("multikueue") for s in systems):
+        await asyncio.to_thread(ensure_peers)
+    count = args.workloads * (4 if args.big else 1)
+    items = workloads(fleet, seed=args.seed, count=count, run_s=args.run_s,
+                      jobset_share=args.jobset_share)
+    with tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp:
+        for system in systems:
+            result = await run_system(system, fleet, items, args, Path(tmp))
+            result.update(seed=args.seed, run_s=args.run_s, machine=machine())
+            print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
+                        help="fleet file (default: clusters/local.yaml)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated, in order (default: {','.join(SYSTEMS)})")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--workloads", type=int, default=20,
+                        help="workloads in the burst (default: %(default)s)")
+    parser.add_argument("--big", action="store_true",
+                        help="four times the workloads, and --drain-s 600 unless given")
+    parser.add_argument("--jobset-share", type=float, default=0.3,
+                        help="share of the multi-pod workloads sent as JobSets")
+    parser.add_argument("--run-s", type=float, default=30.0,
+                        help="mean seconds a pod runs before it succeeds")
+    parser.add_argument("--drain-s", type=float, default=None,
+                        help="wait this long at most for every workload to run "
+                             "(default: 240, --big: 600)")
+    parser.add_argument("--tuned-qps", type=float, default=200.0)
+    parser.add_argument("--tuned-burst", type=int, default=400)
+    args = parser.parse_args()
+    if args.drain_s is None:
+        args.drain_s = 600.0 if args.big else 240.0
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
