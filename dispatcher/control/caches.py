@@ -168,6 +168,12 @@ class CopyCache:
     def items(self, member: str) -> list[tuple[str, MemberCopy]]:
         return list(self._copies.get(member, {}).items())
 
+    def holds(self, member: str, uid: str, obj: Mapping[str, Any]) -> bool:
+        """This version of the copy (or a newer one) is already held: a watch event that is
+        the echo of our own write, nothing new to read or decide on."""
+        old = self._copies.get(member, {}).get(uid)
+        return old is not None and bool(_rv(obj)) and _rv(old.obj) >= _rv(obj)
+
     def put(self, member: str, uid: str, copy: MemberCopy) -> None:
         old = self._copies.get(member, {}).get(uid)
         if old is not None and _rv(old.obj) > _rv(copy.obj):

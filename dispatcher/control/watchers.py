@@ -336,6 +336,8 @@ class MemberWatchers:
                     continue
                 if item.type == "DELETED":
                     self._copies.drop(member, uid)
+                elif self._copies.holds(member, uid, item.object):
+                    continue  # the echo of our own create or update
                 else:
                     self._copies.put(member, uid, await member_copy(
                         item.object, live=self._live, seen_at=now,

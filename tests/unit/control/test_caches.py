@@ -39,3 +39,16 @@ def test_record_echoes_are_not_news_either() -> None:
     assert cache.observe_record(record("3")) == ""
     assert cache.observe_record(record("9")) == "u1"
     assert (cache.record("u1") or {})["metadata"]["resourceVersion"] == "9"
+
+
+def test_a_copy_echo_is_held_and_a_newer_version_is_not() -> None:
+    from dispatcher.control.caches import CopyCache, MemberCopy
+
+    copies = CopyCache()
+    created = job("12")
+    assert not copies.holds("m1", "u1", created)
+    copies.put("m1", "u1", MemberCopy(obj=created, generic="pending", statuses=("pending",),
+                                      seen_at=0.0))
+    assert copies.holds("m1", "u1", job("12")) and copies.holds("m1", "u1", job("11"))
+    assert not copies.holds("m1", "u1", job("13"))
+    assert not copies.holds("m2", "u1", job("12"))
