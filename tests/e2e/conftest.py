@@ -9,20 +9,22 @@ when a test fails.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 import yaml
 
 from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.kube.errors import KubeError
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +129,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, what: str,
+                     within: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``check`` until truthy; fail after ``within`` seconds (a functional bound)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        try:
+            value = await check()
+        except KubeError:
+            value = None
+        if value:
+            return value
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)

@@ -29,13 +29,13 @@ from dispatcher.devfleet.controlplane import ControlPlanes, FleetState
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.kube import watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.workloads.catalog import Catalog
 
-from .conftest import ControllerProcess
+from .conftest import ControllerProcess, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -87,23 +87,6 @@ async def clusters(dev_fleet: FleetState, controller: ControllerProcess
     finally:
         for client in clients.values():
             await client.close()
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, what: str,
-                     within: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll ``check`` until truthy; fail after ``within`` seconds (a functional bound)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        try:
-            value = await check()
-        except KubeError:
-            value = None
-        if value:
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 def jobset(name: str, *, replicas: int, gpus: int, product: str | None = None,

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,14 @@ from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, NODES, PODS, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.workloads.catalog import Catalog
 
 from .conftest import ControllerProcess
+from .conftest import eventually as shared_eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -61,21 +63,8 @@ async def clients(real_fleet: FleetState) -> AsyncIterator[dict[str, KubeClient]
             await client.close()
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, what: str,
-                     within: float = 60.0) -> Any:
-    """Poll ``check`` until truthy; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        try:
-            value = await check()
-        except KubeError:
-            value = None
-        if value:
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
+# real members take longer than the light fleet (operators, scheduler, kwok)
+eventually = functools.partial(shared_eventually, within=60.0, interval=0.2)
 
 
 def kubectl(state: FleetState, *args: str, stdin: str | None = None,
