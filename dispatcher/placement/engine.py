@@ -16,31 +16,19 @@ Policies (score: higher is better):
 
 from __future__ import annotations
 
-import itertools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import ClassVar
 
-from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.placement.fit import (
-    PackResult,
-    PodGroup,
-    count_fits,
-    explain_misfit,
-    pack,
-    pod_groups,
-    surely_fits,
-)
 from dispatcher.placement.model import (
     Decision,
     MemberSnapshot,
-    NodeGrant,
     PlacementError,
     PlacementRequest,
     Verdict,
 )
 from dispatcher.placement.selector import Selector, SelectorError, parse_selector
+from dispatcher.placement.verdicts import Fitted, Shape, gated, out_of_bounds, verdict_of
 from dispatcher.workloads.demand import Demand
 
 __all__ = ["POLICIES", "decide", "eligible"]
@@ -93,175 +81,15 @@ def eligible(members: Sequence[MemberSnapshot], request: PlacementRequest) -> tu
     return tuple(m.name for m in members if _gate(m, request, selector) is None)
 
 
-_MEMO_LIMIT = 512
-
-
-class _Fitted:
-    """One member's capacity verdict for one request shape, as memoised on its capacity.
-
-    ``verdict`` is what ``decide`` reports for the member when no weight applies (feasible
-    or not, reason, free, fits, free_after, score); ``result`` the packing when feasible,
-    ``leftover`` its fragmentation (best-fit's tie-break), ``grants`` its node assignment
-    once someone asked for it, ``rank`` its place among feasible members. Everything here
-    is a function of the member's nodes (its capacity version), its name and the request
-    shape, so it is shared by every decision until the capacity changes.
-    """
-
-    __slots__ = ("grants", "leftover", "rank", "result", "unpacked", "verdict")
-
-    def __init__(self, verdict: Verdict, result: PackResult | None, leftover: int, *,
-                 unpacked: tuple[ClusterCapacity, tuple[PodGroup, ...]] | None = None
-                 ) -> None:
-        self.verdict = verdict
-        self.result = result
-        self.leftover = leftover
-        self.unpacked = unpacked  # feasible by ``surely_fits``: pack when chosen
-        self.grants: tuple[NodeGrant, ...] | None = None
-        # The feasible ranking key (preference, -score, leftover, name) when no preference
-        # or weight applies: built once, not per decision.
-        self.rank = (0, -(verdict.score or 0.0), leftover, verdict.member)
-
-    def assignment(self) -> tuple[NodeGrant, ...]:
-        if self.grants is None:
-            if self.result is None and self.unpacked is not None:
-                self.result = pack(*self.unpacked)
-                assert self.result is not None, "surely_fits said it fits"
-            self.grants = self.result.assignment() if self.result is not None else ()
-        return self.grants
-
-
-class _Shape:
-    """What a member's capacity verdict reads from the request, hashed once per decision.
-
-    ``key`` is a small int standing for (pod groups, GPUs, policy, count_fits): member memos are
-    keyed by (member name, key), so a lookup hashes a str (cached by Python) and an int, not
-    the pod groups (nested dataclasses) once per member.
-    """
-
-    __slots__ = ("best_fit", "count_fits", "gpus", "groups", "key", "largest_pod")
-
-    _ids: ClassVar[dict[tuple[object, ...], int]] = {}
-    _next: ClassVar[Iterator[int]] = itertools.count()
-
-    def __init__(self, groups: tuple[PodGroup, ...], *, gpus: int, best_fit: bool,
-                 count_fits: bool) -> None:
-        self.groups = groups
-        self.gpus = gpus
-        self.best_fit = best_fit
-        self.count_fits = count_fits
-        self.largest_pod = max((g.gpus for g in groups), default=0)
-        ids = _Shape._ids
-        identity = (groups, gpus, best_fit, count_fits)
-        key = ids.get(identity)
-        if key is None:
-            if len(ids) >= _MEMO_LIMIT:  # ids are never reused: stale memo keys just miss
-                ids.clear()
-            key = ids[identity] = next(_Shape._next)
-        self.key = key
-
-    _recent: ClassVar[dict[tuple[int, bool, bool], tuple[Demand, _Shape]]] = {}
-
-    @classmethod
-    def of(cls, demand: Demand, *, best_fit: bool, count_fits: bool) -> _Shape:
-        """The shape of ``demand``, reused while the same Demand object is asked again (a
-        workload waiting for room is decided again with its cached resolution): grouping
-        the pods and interning the groups cost more than a 100-member decision's lookups."""
-        recent = cls._recent
-        slot = (id(demand), best_fit, count_fits)
-        found = recent.get(slot)
-        if found is not None and found[0] is demand:
-            return found[1]
-        shape = cls(pod_groups(demand), gpus=demand.gpus, best_fit=best_fit,
-                    count_fits=count_fits)
-        if len(recent) >= _MEMO_LIMIT:
-            recent.clear()
-        recent[slot] = (demand, shape)  # holds the Demand, so its id is not reused
-        return shape
-
-
-def _memo(capacity: ClusterCapacity) -> dict[object, object]:
-    """The member's memo, emptied when its capacity changed since it was filled."""
-    memo = capacity.verdict_memo
-    if memo.get(_VERSION) != capacity.version or len(memo) > _MEMO_LIMIT:
-        memo.clear()
-        memo[_VERSION] = capacity.version
-    return memo
-
-
-_VERSION = "version"
-
-
-def _out_of_bounds(capacity: ClusterCapacity, shape: _Shape) -> bool:
-    """O(1) necessary conditions fail: too few free GPUs, or no node with room for the
-    largest pod."""
-    return capacity.free < shape.gpus or capacity.largest_free_block < shape.largest_pod
-
-
-def _fitted(name: str, capacity: ClusterCapacity, shape: _Shape) -> _Fitted:
-    """The member's capacity verdict for ``shape``, memoised per capacity version.
-
-    Bounds before fits: the O(1) bounds reject without packing; under most-free, a member
-    ``surely_fits`` proves feasible is not packed unless chosen (its verdict reads no
-    placement); otherwise the packer decides, and its misfit gets the numeric reason.
-    """
-    memo = _memo(capacity)
-    key = (name, shape.key)
-    found = memo.get(key)
-    if found is not None:
-        return found  # type: ignore[return-value]
-    groups = shape.groups
-    free = capacity.free
-    fits = 0 if shape.count_fits else None
-    if _out_of_bounds(capacity, shape):
-        fitted = _Fitted(Verdict(member=name, feasible=False, free=free, fits=fits,
-                                 reason=explain_misfit(capacity, groups)), None, 0)
-    elif not shape.best_fit and not shape.count_fits and surely_fits(capacity, groups):
-        free_after = free - shape.gpus
-        fitted = _Fitted(
-            Verdict(member=name, feasible=True, free=free, free_after=free_after,
-                    score=float(free_after),
-                    reason=f"fits: {free} GPUs free, {free_after} left after"),
-            None, 0, unpacked=(capacity, groups))
-    else:
-        result = pack(capacity, groups)
-        if result is None:
-            fitted = _Fitted(Verdict(member=name, feasible=False, free=free, fits=fits,
-                                     reason=explain_misfit(capacity, groups)), None, 0)
-        else:
-            free_after = free - shape.gpus
-            score = float(-free_after if shape.best_fit else free_after)
-            fits = count_fits(capacity, groups) if shape.count_fits else None
-            times = f", fits {fits} time(s)" if fits is not None else ""
-            fitted = _Fitted(
-                Verdict(member=name, feasible=True, free=free, fits=fits,
-                        free_after=free_after, score=score,
-                        reason=f"fits: {free} GPUs free, {free_after} left after{times}"),
-                result, result.leftover() if shape.best_fit else 0)
-    memo[key] = fitted
-    return fitted
-
-
-def _gated(name: str, capacity: ClusterCapacity, reason: str, shape: _Shape) -> Verdict:
-    """The verdict of a member a gate rejected (memoised like ``_fitted``: it reads the
-    member's free GPUs, the reason and whether fits are counted)."""
-    memo = _memo(capacity)
-    key = ("gate", name, reason, shape.count_fits)
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = Verdict(member=name, feasible=False, reason=reason,
-                                    free=capacity.free, fits=0 if shape.count_fits else None)
-    return found  # type: ignore[return-value]
-
-
 def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Decision:
     """Choose a member for ``request``; raises PlacementError when the request is invalid.
 
     Gates and O(1) capacity bounds run for every member; the packer then runs in rank order
     and, unless the request is exhaustive, stops after the first feasible rank (members
     tied with it on preference and score are still packed, for a deterministic choice).
-    A member's verdict is memoised on its capacity per request shape (``_fitted``), so in
-    the controller's exhaustive decisions a member that did not change since the last
-    decision of the same shape costs a gate and a dict lookup.
+    A member's verdict is memoised on its capacity per request shape
+    (``verdicts.verdict_of``), so in the controller's exhaustive decisions a member that did
+    not change since the last decision of the same shape costs a gate and a dict lookup.
     """
     if request.policy not in POLICIES:
         raise PlacementError(f"unknown placement policy {request.policy!r} "
@@ -271,59 +99,71 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
         raise PlacementError(f"pinned member {request.pin!r} (dispatcher.io/cluster) does not "
                              f"exist; members: {known}")
     selector = _selector(request)
-    demand = request.demand
-    best_fit = request.policy == "best-fit"
-    shape = _Shape.of(demand, best_fit=best_fit, count_fits=request.count_fits)
-    gpus = shape.gpus
-    exhaustive = request.exhaustive or request.count_fits
-    prefer = {name: i for i, name in enumerate(request.prefer)}
-    weights = request.weights
-    unpreferred = len(prefer)
-
-    if exhaustive:
+    shape = Shape.of(request.demand, best_fit=request.policy == "best-fit",
+                      count_fits=request.count_fits)
+    if request.exhaustive or request.count_fits:
         return _exhaustive(members, request, selector, shape)
     rejected: list[Verdict] = []
-    # (preference, -score, name, index into ``fitted``) for members that pass every gate;
-    # names are unique, so the tuples sort without comparing further.
-    candidates: list[tuple[int, float, str, int]] = []
-    fitted: list[tuple[MemberSnapshot, _Fitted | None]] = []
+    candidates, fitted = _candidates(members, request, selector, shape, rejected)
+    feasible, skipped = _in_rank_order(candidates, fitted, shape, rejected)
+    return _decision(request, feasible, skipped, rejected)
+
+
+_Candidate = tuple[int, float, str, int]
+_Feasible = tuple[tuple[int, float, int, str], Verdict, Fitted]
+
+
+def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
+                selector: Selector | None, shape: Shape, rejected: list[Verdict]
+                ) -> tuple[list[_Candidate], list[tuple[MemberSnapshot, Fitted | None]]]:
+    """Members past every gate and the O(1) bounds, ranked (preference, -score, name,
+    index into the second list); the others go to ``rejected``. Only the bounds run here,
+    as a fresh decision would: members ranked below the first feasible one stay "not
+    evaluated" even when an earlier decision packed them."""
+    prefer = {name: i for i, name in enumerate(request.prefer)}
+    unpreferred, weights = len(prefer), request.weights
+    best_fit, gpus = shape.best_fit, shape.gpus
+    candidates: list[_Candidate] = []
+    fitted: list[tuple[MemberSnapshot, Fitted | None]] = []
     for member in members:
-        name = member.name
-        capacity = member.capacity
+        name, capacity = member.name, member.capacity
         reason = _gate(member, request, selector)
         if reason is not None:
-            rejected.append(_gated(name, capacity, reason, shape))
+            rejected.append(gated(name, capacity, reason, shape))
             continue
-        # Exhaustive: the whole verdict now (memoised). Otherwise only the bounds here, as
-        # a fresh decision would: members ranked below the first feasible one stay "not
-        # evaluated" even when an earlier decision packed them.
-        entry = (_fitted(name, capacity, shape) if exhaustive or _out_of_bounds(capacity, shape)
-                 else None)
-        if entry is not None and entry.verdict.feasible is False:
-            rejected.append(entry.verdict)
+        if out_of_bounds(capacity, shape):
+            rejected.append(verdict_of(name, capacity, shape).verdict)
             continue
         score = float(-(capacity.free - gpus) if best_fit else capacity.free - gpus)
         if weights:
             score += weights.get(name, 0.0)
+        # names are unique, so the tuples sort without comparing further
         candidates.append((prefer.get(name, unpreferred) if prefer else 0, -score, name,
                            len(fitted)))
-        fitted.append((member, entry))
+        fitted.append((member, None))
     candidates.sort()
+    return candidates, fitted
 
-    feasible: list[tuple[tuple[int, float, int, str], Verdict, _Fitted]] = []
+
+def _in_rank_order(candidates: list[_Candidate],
+                   fitted: list[tuple[MemberSnapshot, Fitted | None]], shape: Shape,
+                   rejected: list[Verdict]) -> tuple[list[_Feasible], list[Verdict]]:
+    """Pack in rank order until the first feasible rank (members tied with it are still
+    packed, for a deterministic choice); the rest are "not evaluated"."""
+    feasible: list[_Feasible] = []
     skipped: list[Verdict] = []
     stop_at: tuple[int, float] | None = None
     for preference, neg_score, name, index in candidates:
         member, entry = fitted[index]
-        if stop_at is not None and (preference, neg_score) != stop_at and not exhaustive:
+        if stop_at is not None and (preference, neg_score) != stop_at:
             capacity = member.capacity
             skipped.append(Verdict(
                 member=name, feasible=None, free=capacity.free,
-                free_after=capacity.free - gpus, score=-neg_score,
+                free_after=capacity.free - shape.gpus, score=-neg_score,
                 reason="not evaluated: a better-ranked member fits"))
             continue
         if entry is None:
-            entry = _fitted(name, member.capacity, shape)
+            entry = verdict_of(name, member.capacity, shape)
         verdict = entry.verdict
         if not verdict.feasible:
             rejected.append(verdict)
@@ -333,27 +173,26 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
         if verdict.score != -neg_score:  # a weight applies
             verdict = replace(verdict, score=-neg_score)
         feasible.append(((preference, neg_score, entry.leftover, name), verdict, entry))
-
-    return _decision(request, feasible, skipped, rejected)
+    return feasible, skipped
 
 
 def _exhaustive(members: Sequence[MemberSnapshot], request: PlacementRequest,
-                selector: Selector | None, shape: _Shape) -> Decision:
+                selector: Selector | None, shape: Shape) -> Decision:
     """``decide`` when every member is evaluated (the controller's path): one pass, each
     member's verdict from its memo, no ranking of candidates before packing."""
     prefer = {name: i for i, name in enumerate(request.prefer)}
     weights = request.weights
     unpreferred = len(prefer)
     rejected: list[Verdict] = []
-    feasible: list[tuple[tuple[int, float, int, str], Verdict, _Fitted]] = []
+    feasible: list[_Feasible] = []
     for member in members:
         name = member.name
         capacity = member.capacity
         reason = _gate(member, request, selector)
         if reason is not None:
-            rejected.append(_gated(name, capacity, reason, shape))
+            rejected.append(gated(name, capacity, reason, shape))
             continue
-        entry = _fitted(name, capacity, shape)
+        entry = verdict_of(name, capacity, shape)
         verdict = entry.verdict
         if not verdict.feasible:
             rejected.append(verdict)
@@ -368,9 +207,8 @@ def _exhaustive(members: Sequence[MemberSnapshot], request: PlacementRequest,
     return _decision(request, feasible, [], rejected)
 
 
-def _decision(request: PlacementRequest,
-              feasible: list[tuple[tuple[int, float, int, str], Verdict, _Fitted]],
-              skipped: list[Verdict], rejected: list[Verdict]) -> Decision:
+def _decision(request: PlacementRequest, feasible: list[_Feasible], skipped: list[Verdict],
+              rejected: list[Verdict]) -> Decision:
     """Verdicts best first (feasible by rank, then not evaluated, then the rest by name)."""
     demand = request.demand
     feasible.sort(key=_rank)

@@ -35,7 +35,7 @@ from dispatcher.placement.model import NodeGrant
 from dispatcher.workloads.demand import Demand, Toleration
 from dispatcher.workloads.podspec import GPU_RESOURCE
 
-__all__ = ["PackResult", "PodGroup", "count_fits", "explain_misfit", "pack", "pod_groups",
+__all__ = ["GPU_TOLERATION", "PackResult", "PodGroup", "count_fits", "pack", "pod_groups",
            "surely_fits"]
 
 _CACHE_LIMIT = 512
@@ -58,7 +58,7 @@ class PodGroup:
 # Pods requesting GPUs tolerate ``nvidia.com/gpu:NoSchedule`` taints: the apiserver's
 # ExtendedResourceToleration admission plugin adds this toleration to every pod requesting
 # the resource (GKE and AKS enable it and taint their GPU node pools this way).
-_GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
 
 _ShapeKey = tuple[int, str | None, tuple[tuple[str, str], ...], tuple[Toleration, ...]]
 
@@ -71,7 +71,7 @@ def pod_groups(demand: Demand) -> tuple[PodGroup, ...]:
         for shape in gang.pod_shapes:
             if shape.count <= 0:
                 continue
-            implied = (_GPU_TOLERATION,) if shape.gpus > 0 else ()
+            implied = (GPU_TOLERATION,) if shape.gpus > 0 else ()
             tolerations = tuple(sorted({*shape.tolerations, *implied},
                                        key=lambda t: (t.key, t.operator, t.value, t.effect)))
             key: _ShapeKey = (shape.gpus, shape.gpu_product,
@@ -203,7 +203,27 @@ def _place_group(index: int, group: PodGroup, classes: tuple[NodeClass, ...],
     """
     remaining = group.count * scale
     need = group.gpus
-    heap: list[tuple[int, int, int]] = []  # (free, class position, next index in sizes or -1)
+    heap = _candidate_heap(need, classes, works)
+    while heap:
+        free, pos, following = heapq.heappop(heap)
+        cls = classes[pos]
+        if following >= 0 and following < len(cls.sizes):
+            heapq.heappush(heap, (cls.sizes[following], pos, following + 1))
+        work = works.get(id(cls))
+        if work is None:
+            work = works[id(cls)] = _Work(cls, len(works))
+        remaining = _fill(work, free, need, index, remaining)
+        if not remaining:
+            return True
+    return False
+
+
+def _candidate_heap(need: int, classes: tuple[NodeClass, ...], works: dict[int, _Work]
+                    ) -> list[tuple[int, int, int]]:
+    """(free, class position, next index in sizes or -1) of every bucket that can hold a
+    pod of ``need`` GPUs: the first such size of an untouched class, every such bucket of a
+    class this decision already used."""
+    heap: list[tuple[int, int, int]] = []
     for pos, cls in enumerate(classes):
         work = works.get(id(cls))
         if work is None:
@@ -217,50 +237,43 @@ def _place_group(index: int, group: PodGroup, classes: tuple[NodeClass, ...],
         found.update(free for free, entries in work.touched.items() if free >= need and entries)
         heap.extend((free, pos, -1) for free in found)
     heapq.heapify(heap)
-    while heap:
-        free, pos, following = heapq.heappop(heap)
-        if following >= 0:
-            sizes = classes[pos].sizes
-            if following < len(sizes):
-                heapq.heappush(heap, (sizes[following], pos, following + 1))
-        cls = classes[pos]
-        work = works.get(id(cls))
-        if work is None:
-            work = works[id(cls)] = _Work(cls, len(works))
-        per = free // need
-        sources: list[_Entry] = work.touched.get(free, [])
-        entries = list(sources)
-        pristine = len(cls.free_nodes.get(free, ())) - work.taken.get(free, 0)
-        if pristine > 0:
-            entries.append([free, pristine, ()])
-        for entry in entries:
-            origin, count, placed = entry
-            assert isinstance(count, int) and isinstance(placed, tuple)
-            used = 0
-            full = min(count, remaining // per)
-            if full:
-                after = free - per * need
-                work.touched.setdefault(after, []).append(
-                    [origin, full, (*placed, (index, per))])
-                remaining -= full * per
-                used += full
-            if remaining and count > used:
-                after = free - remaining * need
-                work.touched.setdefault(after, []).append(
-                    [origin, 1, (*placed, (index, remaining))])
-                remaining = 0
-                used += 1
-            if placed:  # a partly used entry: shrink or drop it
-                entry[1] = count - used
-            else:
-                work.taken[free] = work.taken.get(free, 0) + used
-            if not remaining:
-                break
-        if sources:
-            work.touched[free] = [e for e in sources if int(str(e[1])) > 0]
+    return heap
+
+
+def _fill(work: _Work, free: int, need: int, index: int, remaining: int) -> int:
+    """Put as many of the ``remaining`` pods as fit on nodes with ``free`` GPUs (nodes this
+    decision touched first, then pristine ones); returns how many are left."""
+    cls = work.cls
+    per = free // need
+    sources: list[_Entry] = work.touched.get(free, [])
+    entries = list(sources)
+    pristine = len(cls.free_nodes.get(free, ())) - work.taken.get(free, 0)
+    if pristine > 0:
+        entries.append([free, pristine, ()])
+    for entry in entries:
+        origin, count, placed = entry
+        assert isinstance(count, int) and isinstance(placed, tuple)
+        used = 0
+        full = min(count, remaining // per)
+        if full:
+            work.touched.setdefault(free - per * need, []).append(
+                [origin, full, (*placed, (index, per))])
+            remaining -= full * per
+            used += full
+        if remaining and count > used:
+            work.touched.setdefault(free - remaining * need, []).append(
+                [origin, 1, (*placed, (index, remaining))])
+            remaining = 0
+            used += 1
+        if placed:  # a partly used entry: shrink or drop it
+            entry[1] = count - used
+        else:
+            work.taken[free] = work.taken.get(free, 0) + used
         if not remaining:
-            return True
-    return False
+            break
+    if sources:
+        work.touched[free] = [e for e in sources if int(str(e[1])) > 0]
+    return remaining
 
 
 def pack(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
@@ -352,57 +365,3 @@ def count_fits(capacity: ClusterCapacity, groups: Sequence[PodGroup], *,
         else:
             high = mid - 1
     return low
-
-
-def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str:
-    """Why the demand does not fit, with the numbers an operator can act on."""
-    reserved = capacity.reserved
-    suffix = f" ({reserved} GPUs reserved for dispatches in flight)" if reserved else ""
-    classes = capacity.classes()
-    for group in groups:
-        product_classes = [c for c in classes
-                           if group.product is None or c.product == group.product]
-        if not product_classes:
-            if group.product is None:
-                return "no nodes"
-            return f"no nodes with product {group.product}"
-        noun = f"with product {group.product}" if group.product else ""
-        matching = [c for c in product_classes
-                    if all(c.label_map.get(k) == v for k, v in group.selector)]
-        if not matching:
-            wanted = ",".join(f"{k}={v}" for k, v in group.selector)
-            return " ".join(filter(None, ("no nodes", noun, f"match node selector {wanted}")))
-        usable = [c for c in matching if eligible(c, group)]
-        if not usable:
-            taints = sorted({f"{k}={v}:{e}" if v else f"{k}:{e}"
-                             for c in matching for k, v, e in c.hard_taints})
-            count = sum(c.nodes for c in matching)
-            return (f"{_nodes(count, noun)} {'has' if count == 1 else 'have'} taints the pods "
-                    f"do not tolerate: {', '.join(taints)}")
-        if not any(c.eligible for c in usable):
-            count = sum(c.nodes for c in usable)
-            return (f"{_nodes(count, noun)} {'is' if count == 1 else 'are all'} NotReady or "
-                    f"cordoned")
-        if group.gpus <= 0:
-            continue
-        free = sum(f * len(n) for c in usable for f, n in c.free_nodes.items())
-        largest = max((f for c in usable for f in c.free_nodes), default=0)
-        room = sum((f // group.gpus) * len(n) for c in usable for f, n in c.free_nodes.items())
-        where = f" on nodes {noun}" if group.product else ""
-        if group.selector or any(t != _GPU_TOLERATION for t in group.tolerations):
-            where = f" on the nodes these pods may use{' (' + noun + ')' if noun else ''}"
-        if largest < group.gpus:
-            return (f"{free} GPUs free{where}, largest free block on one node is {largest}, "
-                    f"a pod needs {group.gpus}: fits 0 times{suffix}")
-        if room < group.count:
-            return (f"{free} GPUs free{where}, room for {room} of {group.count} pods of "
-                    f"{group.gpus} GPUs ({', '.join(group.gangs)}): fits 0 times{suffix}")
-    gpus = sum(g.gpus * g.count for g in groups)
-    pods = sum(g.count for g in groups)
-    return (f"{capacity.free} GPUs free, largest free block on one node is "
-            f"{capacity.largest_free_block}; each pod shape fits alone but not all {pods} pods "
-            f"({gpus} GPUs) at once: fits 0 times{suffix}")
-
-
-def _nodes(count: int, noun: str) -> str:
-    return " ".join(filter(None, (str(count), "node" if count == 1 else "nodes", noun)))

@@ -8,7 +8,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.placement.fit import count_fits, explain_misfit, pack, pod_groups, surely_fits
+from dispatcher.placement.fit import count_fits, pack, pod_groups, surely_fits
+from dispatcher.placement.misfit import explain_misfit
 from dispatcher.workloads.demand import Toleration
 
 from .builders import cluster, demand, shape
