@@ -19,6 +19,7 @@ from dispatcher.control.names import Phase
 from dispatcher.control.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, Outcome, Writer, later
 from dispatcher.kube.patches import merge_diff
+from dispatcher.workloads.model import GenericStatus
 from dispatcher.workloads.trace import EVENT_DELETED, EVENT_FINISHED
 
 __all__ = ["execute"]
@@ -30,7 +31,8 @@ log = structlog.get_logger("dispatcher")
 # member's pod informer sees them (fleet.reservations), so what is left here is pods never
 # seen bound. Not "degraded": some pods are missing, and their GPUs stay reserved until they
 # bind or the reservation expires (releasing them would forget GPUs a pending pod will take).
-_PODS_UP = frozenset({"running", "completed", "failed"})
+_PODS_UP = frozenset({GenericStatus.RUNNING, GenericStatus.COMPLETED, GenericStatus.FAILED})
+_FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
 
 
 async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Outcome:
@@ -184,8 +186,8 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
         await w.patch_record(uid, patch)
         if phase != record.phase:
             w.event(workload, reason=phase, message=f"{generic} on {action.member}",
-                    warning=generic == "failed")
-        if generic in ("completed", "failed") and generic != record.generic_status:
+                    warning=generic == GenericStatus.FAILED)
+        if generic in _FINISHED and generic != record.generic_status:
             log.info(EVENT_FINISHED, uid=uid, status=generic, member=action.member)
     lag = w.elapsed(copy.seen_at)
     w.metrics.mirror_lag.observe(max(lag, 0.0))

@@ -50,6 +50,7 @@ from typing import Any, Literal
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.placing import Placement, PlacementInput, place
 from dispatcher.control.record import DispatchRecord
+from dispatcher.workloads.model import GenericStatus
 
 __all__ = [
     "Action",
@@ -67,9 +68,11 @@ __all__ = [
 
 FailoverPolicy = Literal["never", "if-not-started", "always"]
 
-_NOT_STARTED = frozenset({"", "pending", "unknown", "suspended"})
+_NOT_STARTED = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
+                          GenericStatus.SUSPENDED})
 # Stuck: never got going (pods unschedulable) or a gang only partly up (still initializing).
-_STUCK = frozenset({"", "pending", "unknown", "initializing"})
+_STUCK = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
+                    GenericStatus.INITIALIZING})
 
 
 class ActionKind(StrEnum):

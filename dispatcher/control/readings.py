@@ -15,6 +15,7 @@ from dispatcher.control.caches import MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.model import GenericStatus
 
 __all__ = ["forget_readings", "member_copy"]
 
@@ -36,7 +37,7 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
     definition = live.current.find(str(obj.get("apiVersion")), str(obj.get("kind")))
     if definition is None:
         generic, statuses = ((previous.generic, previous.statuses) if previous is not None
-                             else ("unknown", ("unknown",)))
+                             else (GenericStatus.UNKNOWN, (GenericStatus.UNKNOWN,)))
         return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
     try:
         key = (id(definition), json.dumps([obj.get("apiVersion"), obj.get("kind"),
@@ -53,7 +54,7 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
         except WorkloadError as exc:
             if isinstance(exc, DefinitionQuarantined):
                 live.notify_quarantine()
-            cached = ("unknown", ("unknown",))
+            cached = (GenericStatus.UNKNOWN, (GenericStatus.UNKNOWN,))
         if key is not None:
             if len(_STATUS_MEMO) >= _STATUS_MEMO_SIZE:
                 _STATUS_MEMO.clear()
