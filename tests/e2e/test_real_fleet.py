@@ -29,6 +29,7 @@ from dispatcher.control.names import HUB_UID_LABEL, ORIGIN_LABEL
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
@@ -273,3 +274,65 @@ async def test_kill9_mid_burst_on_the_real_fleet_loses_and_duplicates_nothing(
                                 "--all", "--wait=true", timeout=120)
     await eventually(lambda: nothing_left(clients, ns, hub_id),
                      what="copies and pods gone from the members", within=120)
+
+
+async def test_every_operator_kind_runs_through_the_controller_process(
+        real_fleet: FleetState, real_controller: ControllerProcess,
+        clients: dict[str, KubeClient], fleet_spec: FleetSpec) -> None:
+    """PyTorchJob and MPIJob to ``completed``, LeaderWorkerSet and RayCluster to
+    ``running``, each created with kubectl on the hub and pinned to the member whose
+    operators run it, one after the other (they share that member's product pool); the hub
+    object's status is the operator's own, and a delete on the hub removes copy and pods.
+    (JobSet and Job: the kubectl test above.)"""
+    from tests.integration.test_dispatch_real_operators import (
+        leaderworkerset,
+        mpijob,
+        pytorchjob,
+        raycluster,
+    )
+    from tests.integration.test_real_members import MEMBER, pods
+    from tests.integration.test_real_operators import (
+        LWS,
+        MPIJOBS,
+        PYTORCHJOBS,
+        RAYCLUSTERS,
+        product_nodes,
+    )
+
+    ns = real_controller.namespace
+    kubectl(real_fleet, "create", "namespace", ns)
+    await start(real_controller)
+    product, nodes = product_nodes(fleet_spec)
+    member, hub = clients[MEMBER], clients["hub"]
+    cases = ((PYTORCHJOBS, pytorchjob, "completed", "training.kubeflow.org/job-name=train"),
+             (MPIJOBS, mpijob, "completed", "training.kubeflow.org/job-name=train"),
+             (LWS, leaderworkerset, "running", "leaderworkerset.sigs.k8s.io/name=train"),
+             (RAYCLUSTERS, raycluster, "running", "ray.io/cluster=train"))
+    for ref, build, final, selector in cases:
+        body = build(product)
+        await asyncio.to_thread(kubectl, real_fleet, "create", "-n", ns, "-f", "-",
+                                stdin=yaml.safe_dump(body))
+        dispatch = DISPATCHES.item(f"{ref.kind.lower()}-train", ns)
+
+        async def reached(path: str = dispatch, wanted: str = final) -> bool:
+            record = await hub.request("GET", path)
+            return bool(record.get("status", {}).get("genericStatus") == wanted)
+
+        await eventually(reached, what=f"{ref.kind} {final} on the hub", within=180)
+        gpu_pods = [p for p in await pods(member, ns, selector)
+                    if p["spec"].get("nodeSelector")]
+        assert gpu_pods and all(p["spec"]["nodeName"] in nodes for p in gpu_pods)
+        hub_obj = await hub.request("GET", ref.item("train", ns))
+        copy = await member.request("GET", ref.item("train", ns))
+        assert hub_obj.get("status") and hub_obj["status"] == copy.get("status")
+        await asyncio.to_thread(kubectl, real_fleet, "delete", "-n", ns,
+                                f"{ref.plural}.{ref.group}/train", "--wait=true", timeout=90)
+
+        async def gone(ref: ResourceRef = ref, selector: str = selector) -> bool:
+            try:
+                await member.request("GET", ref.item("train", ns))
+            except NotFound:
+                return not await pods(member, ns, selector)
+            return False
+
+        await eventually(gone, what=f"the {ref.kind} copy and its pods gone", within=120)
