@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,7 +214,10 @@ def jobset(shape: Shape, namespace: str) -> dict[str, Any]:
 
 @dataclass
 class PodSeen:
-    uid: str
+    """One pod as the member watches saw it; ``owner`` is the workload it belongs to (the
+    value of the label the benchmark follows pods by)."""
+
+    owner: str
     member: str
     gpus: int
     first: float
@@ -222,6 +225,41 @@ class PodSeen:
     bound: float | None = None
     running: float | None = None
     phase: str = "Pending"
+    gone: bool = False
+
+    @property
+    def holds(self) -> bool:
+        """Whether it holds its node's GPUs (bound, neither finished nor deleted)."""
+        return bool(self.node) and not self.gone and self.phase not in ("Succeeded", "Failed")
+
+
+def see_pod(pods: dict[tuple[str, str], PodSeen], member: str, pod: Mapping[str, Any],
+            now: float, *, label: str, deleted: bool = False) -> PodSeen | None:
+    """Record a pod event (first seen, bound, Running) in ``pods``; None for a pod without
+    the owner ``label``."""
+    meta = pod.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(label)
+    if not owner:
+        return None
+    key = (member, f"{meta.get('namespace')}/{meta.get('name')}")
+    seen = pods.get(key)
+    if seen is None:
+        seen = pods[key] = PodSeen(owner=str(owner), member=member, first=now,
+                                   gpus=pod_gpus(pod.get("spec") or {}))
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and seen.bound is None:
+        seen.node, seen.bound = str(node), now
+    seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
+    seen.gone = seen.gone or deleted
+    if seen.phase == "Running" and seen.running is None:
+        seen.running = now
+    return seen
+
+
+def all_running_at(pods: Iterable[PodSeen], owner: str, wanted: int) -> float | None:
+    """When the ``wanted``-th pod of ``owner`` was first seen Running, else None."""
+    times = sorted(p.running for p in pods if p.owner == owner and p.running is not None)
+    return times[wanted - 1] if len(times) >= wanted else None
 
 
 @dataclass
@@ -239,22 +277,8 @@ class Observed:
     samples: list[tuple[float, bool]] = field(default_factory=list)  # (used share, waiting)
 
     def pod_event(self, member: str, pod: Mapping[str, Any], now: float) -> None:
-        meta = pod.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(UID_LABEL)
-        if not uid:
-            return
-        key = (member, f"{meta.get('namespace')}/{meta.get('name')}")
-        seen = self.pods.get(key)
-        if seen is None:
-            seen = self.pods[key] = PodSeen(uid=str(uid), member=member, first=now,
-                                            gpus=pod_gpus(pod.get("spec") or {}))
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and seen.bound is None:
-            seen.node, seen.bound = str(node), now
-        seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
-        if seen.phase == "Running" and seen.running is None:
-            seen.running = now
-        if seen.node is not None:
+        seen = see_pod(self.pods, member, pod, now, label=UID_LABEL)
+        if seen is not None and seen.node is not None:
             self._check_node(member, seen.node)
 
     def _check_node(self, member: str, node: str) -> None:
@@ -272,17 +296,14 @@ class Observed:
 
     def all_running_at(self, uid: str) -> float | None:
         """When the Job's ``parallelism``-th pod was first seen Running, else None."""
-        times = sorted(p.running for p in self.pods.values()
-                       if p.uid == uid and p.running is not None)
-        wanted = self.pods_wanted[uid]
-        return times[wanted - 1] if len(times) >= wanted else None
+        return all_running_at(self.pods.values(), uid, self.pods_wanted[uid])
 
     def off_plan(self) -> int:
         """Pods bound to a node their Job's plan gave fewer of its GPUs than it got there."""
         count = 0
         for uid, plan in self.plans.items():
             left = dict(plan)
-            for pod in sorted((p for p in self.pods.values() if p.uid == uid and p.node),
+            for pod in sorted((p for p in self.pods.values() if p.owner == uid and p.node),
                               key=lambda p: p.bound or 0.0):
                 node = str(pod.node)
                 if left.get(node, 0) >= pod.gpus:
@@ -295,7 +316,7 @@ class Observed:
         """A Job's recorded node plan next to where its pods were bound (GPUs per node)."""
         bound: dict[str, int] = {}
         for pod in self.pods.values():
-            if pod.uid == uid and pod.node:
+            if pod.owner == uid and pod.node:
                 bound[pod.node] = bound.get(pod.node, 0) + pod.gpus
         return {"plan": self.plans.get(uid), "bound": dict(sorted(bound.items()))}
 

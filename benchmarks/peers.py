@@ -62,7 +62,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fidelity import Shape, job, start_controller, stream  # benchmarks/fidelity.py
+import procstats  # benchmarks/procstats.py
+from fidelity import (  # benchmarks/fidelity.py
+    PodSeen,
+    Shape,
+    all_running_at,
+    job,
+    see_pod,
+    start_controller,
+    stream,
+)
 from resolve import machine  # benchmarks/resolve.py
 from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
@@ -71,10 +80,11 @@ from dispatcher.devfleet.binaries import ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import FleetState, ProcessInfo, free_port
 from dispatcher.devfleet.kueue import ClientLimits
 from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
-from dispatcher.fleet.nodes import pod_gpus, quantity_int
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NODES, PODS, ResourceRef
+from dispatcher.workloads.podspec import GPU_RESOURCE
+from dispatcher.workloads.quantity import whole_count
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
@@ -143,24 +153,6 @@ class Node:
     taints: tuple[tuple[str, str, str], ...]
 
 
-@dataclass
-class PodSeen:
-    workload: str
-    member: str
-    gpus: int
-    first: float
-    node: str | None = None
-    bound: float | None = None
-    running: float | None = None
-    phase: str = "Pending"
-    gone: bool = False
-
-    @property
-    def holds(self) -> bool:
-        """Whether it holds its node's GPUs (bound, neither finished nor deleted)."""
-        return bool(self.node) and not self.gone and self.phase not in ("Succeeded", "Failed")
-
-
 def _tolerated(taint: tuple[str, str, str], tolerations: tuple[dict[str, str], ...]) -> bool:
     key, value, effect = taint
     if effect not in ("NoSchedule", "NoExecute"):
@@ -185,23 +177,9 @@ class Observed:
 
     def pod_event(self, member: str, pod: Mapping[str, Any], now: float, *,
                   deleted: bool = False) -> None:
-        meta = pod.get("metadata") or {}
-        name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
-        if not name:
-            return
-        key = (member, f"{meta.get('namespace')}/{meta.get('name')}")
-        seen = self.pods.get(key)
-        if seen is None:
-            seen = self.pods[key] = PodSeen(workload=str(name), member=member, first=now,
-                                            gpus=pod_gpus(pod.get("spec") or {}))
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and seen.bound is None:
-            seen.node, seen.bound = str(node), now
-        seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
-        seen.gone = seen.gone or deleted
-        if seen.phase == "Running" and seen.running is None:
-            seen.running = now
-        if seen.phase in ("Succeeded", "Failed") and self.first_done is None:
+        seen = see_pod(self.pods, member, pod, now, label=WORKLOAD_LABEL, deleted=deleted)
+        if (seen is not None and seen.phase in ("Succeeded", "Failed")
+                and self.first_done is None):
             self.first_done = now
 
     def remote_event(self, member: str, obj: Mapping[str, Any], now: float) -> None:
@@ -236,10 +214,7 @@ class Observed:
                 self.fittable_s[name] = self.fittable_s.get(name, 0.0) + dt
 
     def all_running_at(self, name: str) -> float | None:
-        times = sorted(p.running for p in self.pods.values()
-                       if p.workload == name and p.running is not None)
-        wanted = self.shapes[name].pods
-        return times[wanted - 1] if len(times) >= wanted else None
+        return all_running_at(self.pods.values(), name, self.shapes[name].pods)
 
     def done(self) -> bool:
         return all(n in self.remote and self.all_running_at(n) is not None
@@ -288,52 +263,14 @@ class Observed:
 
 # -- process accounting -----------------------------------------------------------------------
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        todo.extend(parents.get(current, ()))
-    return out
-
-
 def cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system, reaped children included) of ``pids`` and descendants."""
-    total = 0
-    for root in pids:
-        for pid in _tree(root):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += sum(int(f) for f in fields[11:15])
-    return total / TICK
+    """CPU seconds (user + system) of ``pids`` and their live descendants."""
+    return sum(procstats.cpu_seconds(pid) for pid in pids)
 
 
 def rss_mb(pids: list[int]) -> float:
     """Resident memory (MiB) of ``pids`` and their descendants now."""
-    total = 0
-    for root in pids:
-        for pid in _tree(root):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            except OSError:
-                continue
-    return total / 1024
+    return sum(procstats.rss_mb(pid) for pid in pids)
 
 
 # -- one system -------------------------------------------------------------------------------
@@ -360,8 +297,8 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
     seen = Observed()
     for name, client in members.items():
         for node in (await watch.list_objects(client, NODES)).objects:
-            gpus = quantity_int(((node.get("status") or {}).get("allocatable") or {})
-                                .get("nvidia.com/gpu", 0))
+            gpus = whole_count(((node.get("status") or {}).get("allocatable") or {})
+                               .get(GPU_RESOURCE, 0))
             if gpus:
                 meta, spec = node["metadata"], node.get("spec") or {}
                 seen.nodes[(name, meta["name"])] = Node(
