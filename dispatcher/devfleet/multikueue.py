@@ -126,12 +126,7 @@ def add_queue(rest: Rest, namespace: str) -> None:
 
 def configure_worker(rest: Rest, member: MemberSpec, *, namespaces: tuple[str, ...]) -> None:
     """A member as a MultiKueue worker: its flavors and a ClusterQueue of its GPUs."""
-    quotas = _member_quotas(member)
-    for flavor in quotas:
-        _apply(rest, f"{BASE}/resourceflavors", flavor.manifest())
-    _apply(rest, f"{BASE}/clusterqueues", cluster_queue(quotas, check=None))
-    for namespace in namespaces:
-        add_queue(rest, namespace)
+    _queues(rest, _member_quotas(member), check=None, namespaces=namespaces)
 
 
 def configure_manager(rest: Rest, fleet: FleetSpec, *, kubeconfigs: dict[str, bytes],
@@ -154,10 +149,16 @@ def configure_manager(rest: Rest, fleet: FleetSpec, *, kubeconfigs: dict[str, by
         "apiVersion": API, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
         "spec": {"controllerName": CONTROLLER, "parameters": {
             "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": CHECK}}})
-    total = flavors(fleet)
-    for flavor in total:
+    _queues(rest, flavors(fleet), check=CHECK, namespaces=namespaces)
+
+
+def _queues(rest: Rest, quotas: dict[Flavor, int], *, check: str | None,
+            namespaces: tuple[str, ...]) -> None:
+    """The flavors, the ClusterQueue of their GPUs (behind ``check`` if any) and a
+    LocalQueue in each namespace: the same on both sides."""
+    for flavor in quotas:
         _apply(rest, f"{BASE}/resourceflavors", flavor.manifest())
-    _apply(rest, f"{BASE}/clusterqueues", cluster_queue(total, check=CHECK))
+    _apply(rest, f"{BASE}/clusterqueues", cluster_queue(quotas, check=check))
     for namespace in namespaces:
         add_queue(rest, namespace)
 
