@@ -46,12 +46,14 @@ from typing import Any, Literal
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError
-from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Batch, JqFailure, Limits
+from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Batch, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.paths import Location, Locator, in_process
 from dispatcher.workloads.resolve import (
     Resolution,
+    Text,
     demand_from,
+    object_input,
     object_text,
     resolution_from,
     status_from,
@@ -130,13 +132,13 @@ class Evaluator:
 
     def resolve(self, obj: Any) -> Resolution:
         """Resolve ``obj`` (NoDefinitionError, ObjectError, EvaluationError as ``resolve``)."""
-        definition, text, results = self._run(obj, "full")
-        return resolution_from(definition, obj, results, text=self._locatable(definition, text))
+        definition, given, results = self._run(obj, "full")
+        return resolution_from(definition, obj, results, text=self._locatable(definition, given))
 
     def demand(self, obj: Any) -> Demand:
         """Only the demand of ``obj``."""
-        definition, text, results = self._run(obj, "demand")
-        return demand_from(definition, obj, results, text=self._locatable(definition, text))
+        definition, given, results = self._run(obj, "demand")
+        return demand_from(definition, obj, results, text=self._locatable(definition, given))
 
     def status(self, obj: Any) -> StatusReading:
         """Only the status of ``obj``."""
@@ -190,19 +192,20 @@ class Evaluator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _locatable(self, definition: Definition, text: str) -> str:
+    def _locatable(self, definition: Definition, given: ObjectInput) -> Text:
         # a TemplateError's JSON path runs the spec path through jq: trusted ones only
-        return text if self.is_trusted(definition) else ""
+        return (lambda: given.text) if self.is_trusted(definition) else ""
 
-    def _run(self, obj: Any, section: Section) -> tuple[Definition, str, Results]:
+    def _run(self, obj: Any, section: Section) -> tuple[Definition, ObjectInput, Results]:
         definition = self.catalog.require(obj)
-        text = object_text(obj, limits=self.limits)
+        given = object_input(obj, limits=self.limits)
         batch = {"full": definition.full_batch, "demand": definition.demand_batch,
                  "status": definition.status_batch}[section]
         if self.is_trusted(definition):
-            return definition, text, batch.run(text)
-        return definition, text, self._bounded(definition, batch.expressions, text,
-                                               name=_name(obj))
+            return definition, given, batch.evaluate(given)
+        return definition, given, self._bounded(definition, batch.expressions,
+                                                object_text(obj, limits=self.limits),
+                                                name=_name(obj))
 
     def _bounded(self, definition: Definition, expressions: Sequence[str], text: str, *,
                  name: str) -> Results:

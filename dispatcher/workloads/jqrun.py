@@ -19,12 +19,15 @@ from typing import Any
 
 import jq
 
+from dispatcher.workloads.jqlite import GiveUp, Program, compile_program, run_programs
+
 __all__ = [
     "DEFAULT_LIMITS",
     "MAX_RESULTS",
     "Batch",
     "JqFailure",
     "Limits",
+    "ObjectInput",
     "canonical_text",
     "check_safety",
     "compile_error",
@@ -289,30 +292,64 @@ def canonical_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
     Go's number printing (``1.0`` is ``1``). Raises ValueError when the object is deeper or
     larger than ``limits`` allow, or is not JSON data.
     """
-    has_float = isinstance(obj, dict | list) and _check_shape(obj, limits=limits)
-    if has_float:
-        obj = _normalize_floats(obj)
-    try:
-        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False,
-                          default=_timestamp)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"not JSON data: {error}") from error
-    if len(text) > limits.max_bytes:
-        raise ValueError(f"object is {len(text)} bytes as JSON, more than the "
-                         f"{limits.max_bytes} allowed")
-    return text
+    return ObjectInput(obj, limits=limits).text
 
 
-def _check_shape(obj: Any, *, limits: Limits) -> bool:
-    """Depth and size check before serializing; returns whether any float occurs.
+class ObjectInput:
+    """One object as a definition's paths see it: checked against the limits once; its
+    canonical JSON text made only when libjq needs it.
+
+    ``plain`` says the Python value already is what libjq would parse from that text
+    (only dicts with string keys, lists, strings, booleans, None and integers within
+    2**53; no floats, no YAML timestamps) and is small, so the in-process evaluator
+    (``jqlite``) may walk it directly.
+    """
+
+    __slots__ = ("_float", "_text", "limits", "obj", "plain")
+
+    def __init__(self, obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.obj = obj
+        self.limits = limits
+        self._text: str | None = None
+        if isinstance(obj, dict | list):
+            budget = [limits.max_bytes]
+            flags = _scan(obj, depth=1, limits=limits, budget=budget)
+            # the scan's size is a lower bound (up to ~17x under for JSON text of many
+            # small numbers): far below the limit the exact check cannot fail
+            self.plain = flags == 0 and limits.max_bytes - budget[0] <= limits.max_bytes // 20
+            self._float = bool(flags & _FLOAT)
+        else:
+            self.plain = False
+            self._float = False
+
+    @property
+    def text(self) -> str:
+        """The canonical JSON text (ValueError: not JSON data, or over ``max_bytes``)."""
+        if self._text is None:
+            obj = _normalize_floats(self.obj) if self._float else self.obj
+            try:
+                text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False,
+                                  default=_timestamp)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"not JSON data: {error}") from error
+            if len(text) > self.limits.max_bytes:
+                raise ValueError(f"object is {len(text)} bytes as JSON, more than the "
+                                 f"{self.limits.max_bytes} allowed")
+            self._text = text
+        return self._text
+
+
+_FLOAT = 1
+_NOT_PLAIN = 2
+_SAFE_INT = 2**53
+
+
+def _scan(value: Any, *, depth: int, limits: Limits, budget: list[int]) -> int:
+    """Depth and size check before serializing; returns the _FLOAT/_NOT_PLAIN flags.
 
     The size is a lower bound of the JSON length (keys, strings, one byte per other value),
     so an object far over the limit is rejected before ``json.dumps`` spends time on it.
     """
-    return _scan(obj, depth=1, limits=limits, budget=[limits.max_bytes])
-
-
-def _scan(value: Any, *, depth: int, limits: Limits, budget: list[int]) -> bool:
     if depth > limits.max_depth:
         raise ValueError(f"object is nested deeper than {limits.max_depth} levels")
     if type(value) is dict:
@@ -321,19 +358,24 @@ def _scan(value: Any, *, depth: int, limits: Limits, budget: list[int]) -> bool:
     else:
         items = value
         used = 2 + len(value)
-    has_float = False
+    flags = 0
     for item in items:
         kind = type(item)
-        if kind is dict or kind is list:
-            has_float = _scan(item, depth=depth + 1, limits=limits, budget=budget) or has_float
-        elif kind is str:
+        if kind is str:
             used += len(item)
+        elif kind is dict or kind is list:
+            flags |= _scan(item, depth=depth + 1, limits=limits, budget=budget)
+        elif kind is int:
+            if not -_SAFE_INT < item < _SAFE_INT:
+                flags |= _NOT_PLAIN
         elif kind is float:
-            has_float = True
+            flags |= _FLOAT | _NOT_PLAIN
+        elif item is not None and kind is not bool:
+            flags |= _NOT_PLAIN
     budget[0] -= used
     if budget[0] < 0:
         raise ValueError(f"object is more than {limits.max_bytes} bytes as JSON")
-    return has_float
+    return flags
 
 
 def _timestamp(value: Any) -> str:
@@ -368,17 +410,41 @@ class Batch:
         self.expressions = tuple(expressions)
         self._compiled = False
         self._program: Any = None
+        self._fast: tuple[Program, ...] | None = None
         if not lazy:
             self._compile()
 
     def _compile(self) -> None:
         self._compiled = True
+        programs = [compile_program(expression) for expression in self.expressions]
+        self._fast = tuple(p for p in programs if p is not None)
+        if len(self._fast) != len(programs):
+            self._fast = None
         parts = [
             f"(try ([{expression}\n]) catch {{\"jqerror\": .}})" if is_linear(expression)
             else f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
             for expression in self.expressions
         ]
         self._program = jq.compile("[" + ",\n".join(parts) + "]") if parts else None
+
+    @property
+    def in_process(self) -> bool:
+        """Whether every expression is in ``jqlite``'s subset (plain objects skip libjq)."""
+        if not self._compiled:
+            self._compile()
+        return self._fast is not None
+
+    def evaluate(self, given: ObjectInput) -> list[list[Any] | JqFailure]:
+        """Every expression on ``given``: walked in Python when the batch and the object
+        allow it, else (and whenever ``jqlite`` gives up) by libjq on its text."""
+        if not self._compiled:
+            self._compile()
+        if self._fast is not None and given.plain:
+            try:
+                return list(run_programs(self._fast, given.obj, MAX_RESULTS))
+            except GiveUp:
+                pass
+        return self.run(given.text)
 
     def run(self, text: str) -> list[list[Any] | JqFailure]:
         """Evaluate every expression on the JSON ``text`` (from ``canonical_text``)."""

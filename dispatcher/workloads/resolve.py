@@ -9,14 +9,14 @@ are upstream's (reference §2.5, §2.7); pod counts and gangs are the dispatcher
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
-from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, canonical_text
+from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
@@ -27,12 +27,14 @@ if TYPE_CHECKING:
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
-__all__ = ["ComponentView", "Instance", "Resolution", "demand_from", "demand_of",
-           "object_text", "resolution_from", "resolve", "resolve_with", "status_from",
-           "status_of"]
+__all__ = ["ComponentView", "Instance", "Resolution", "Text", "demand_from", "demand_of",
+           "object_input", "object_text", "resolution_from", "resolve", "resolve_with",
+           "status_from", "status_of"]
 
 _INT32 = 2**31 - 1
 Results = Sequence[list[Any] | JqFailure]
+Text = str | Callable[[], str]
+"""The object's JSON text, or how to make it (only an error's location needs it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,22 +107,24 @@ def resolve(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> R
 def demand_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> Demand:
     """Only the demand (no status paths evaluated): the fast path for placement."""
     definition = catalog.require(obj)
-    text = object_text(obj, limits=limits)
-    return demand_from(definition, obj, definition.demand_batch.run(text), text=text)
+    given = object_input(obj, limits=limits)
+    return demand_from(definition, obj, definition.demand_batch.evaluate(given),
+                       text=lambda: given.text)
 
 
 def status_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> StatusReading:
     """Only the status (no pod paths evaluated): the fast path for status mirroring."""
     definition = catalog.require(obj)
-    text = object_text(obj, limits=limits)
-    return status_from(definition, obj, definition.status_batch.run(text))
+    given = object_input(obj, limits=limits)
+    return status_from(definition, obj, definition.status_batch.evaluate(given))
 
 
 def resolve_with(definition: Definition, obj: Any, *,
                  limits: Limits = DEFAULT_LIMITS) -> Resolution:
     """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
-    text = object_text(obj, limits=limits)
-    return resolution_from(definition, obj, definition.full_batch.run(text), text=text)
+    given = object_input(obj, limits=limits)
+    return resolution_from(definition, obj, definition.full_batch.evaluate(given),
+                           text=lambda: given.text)
 
 
 # -- evaluation split from interpretation: ``bounded.Evaluator`` runs the jq batch of an
@@ -129,12 +133,24 @@ def resolve_with(definition: Definition, obj: Any, *,
 
 def object_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
     """The JSON text every path of a definition sees (ObjectError if it is not valid)."""
+    given = object_input(obj, limits=limits)
+    try:
+        return given.text
+    except ValueError as error:
+        raise ObjectError(str(error), name=_identity(obj)[0]) from None
+
+
+def object_input(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> ObjectInput:
+    """``obj`` checked against ``limits`` (ObjectError if it is not a valid object)."""
     name, _ = _identity(obj)
-    return _text(obj, name=name, limits=limits)
+    try:
+        return ObjectInput(obj, limits=limits)
+    except (ValueError, RecursionError) as error:
+        raise ObjectError(str(error), name=name) from None
 
 
 def resolution_from(definition: Definition, obj: Any, results: Results, *,
-                    text: str = "") -> Resolution:
+                    text: Text = "") -> Resolution:
     """The Resolution from ``definition.full_batch`` results on ``obj``.
 
     ``text`` (the object's JSON) lets a TemplateError name the JSON path of the bad value
@@ -152,7 +168,7 @@ def resolution_from(definition: Definition, obj: Any, results: Results, *,
 
 
 def demand_from(definition: Definition, obj: Any, results: Results, *,
-                text: str = "") -> Demand:
+                text: Text = "") -> Demand:
     """The Demand from ``definition.demand_batch`` results on ``obj``."""
     name, _ = _identity(obj)
     _, demand = _demand(definition, results, name=name, text=text)
@@ -181,13 +197,6 @@ def _identity(obj: Any) -> tuple[str, str | None]:
             namespace if isinstance(namespace, str) else None)
 
 
-def _text(obj: Any, *, name: str, limits: Limits) -> str:
-    try:
-        return canonical_text(obj, limits=limits)
-    except (ValueError, RecursionError) as error:
-        raise ObjectError(str(error), name=name) from None
-
-
 class _Fail:
     """Builds the EvaluationError for an expression of one definition and object."""
 
@@ -204,7 +213,7 @@ class _Values:
     """Typed access to one batch's results, raising EvaluationError on bad shapes."""
 
     def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
-                 text: str = "") -> None:
+                 text: Text = "") -> None:
         self.results = results
         self.fail = fail
         self.text = text
@@ -214,7 +223,8 @@ class _Values:
         """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
         invalid: a TemplateError with its JSON path (the definition's field when the
         expression is not a path)."""
-        where = json_location(expr.text, self.text, index)
+        text = self.text if isinstance(self.text, str) else self.text()
+        where = json_location(expr.text, text, index)
         if where is None:
             where = f"({expr.field} result {index})"
         path = ".".join(p for p in (where, inner) if p).replace(".[", "[")
@@ -259,7 +269,7 @@ class _Values:
 
 
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
-            text: str) -> tuple[tuple[ComponentView, ...], Demand]:
+            text: Text) -> tuple[tuple[ComponentView, ...], Demand]:
     values = _Values(results, _Fail(definition, name), text=text)
     views = []
     members: list[Member] = []
