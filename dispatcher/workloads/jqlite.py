@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from itertools import product
 from typing import Any
 
-__all__ = ["GiveUp", "JqError", "Program", "compile_program", "run_programs"]
+__all__ = ["GiveUp", "JqError", "Program", "Unsupported", "compile_program", "run_programs",
+           "tokens"]
 
 Env = dict[str, Any]
 Node = Callable[[Any, Env, "_Run"], list[Any]]
@@ -374,7 +375,7 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
+def tokens(text: str) -> list[tuple[str, str]]:
     out = []
     at = 0
     while at < len(text):
@@ -433,7 +434,7 @@ class _Parser:
     closures as it goes; anything outside the subset raises Unsupported."""
 
     def __init__(self, text: str) -> None:
-        self.items = _tokens(text)
+        self.items = tokens(text)
         self.at = 0
         self.bound: list[str] = []  # variables in scope
 

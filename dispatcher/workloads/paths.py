@@ -19,7 +19,7 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
 
-__all__ = ["Location", "Locator", "expr_locations", "in_process", "locations", "path_problem",
+__all__ = ["Location", "Locator", "expr_locations", "in_process", "locations",
            "strip_server_set", "value_at"]
 
 Location = list[str | int]
@@ -61,15 +61,6 @@ def value_at(root: Any, location: Sequence[str | int]) -> Any:
         if node is None:
             return None
     return node
-
-
-def path_problem(expr_text: str) -> str:
-    """Why ``expr_text`` is not a path expression (checked on ``null``), or ''."""
-    try:
-        locations(expr_text, "null")
-    except ValueError as error:
-        return " ".join(str(error).split())
-    return ""
 
 
 def strip_server_set(obj: dict[str, Any], definition: Definition, *,
