@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 __all__ = ["format_cpu", "format_memory", "parse_quantity", "whole_count"]
 
@@ -37,6 +38,12 @@ def parse_quantity(value: object) -> Fraction | int:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise ValueError(f"not a quantity: {value!r}")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """A few spellings ("500m", "2Gi") recur in every pod: parse each once."""
     match = _QUANTITY.match(value.strip())
     if match is None:
         raise ValueError(f"not a quantity: {value!r}")
