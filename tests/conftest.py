@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dispatcher.devfleet import devfleet
+from dispatcher.devfleet import devfleet, orphans
+from dispatcher.devfleet.binaries import cache_root
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.devfleet.kueue import ClientLimits
 from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
@@ -43,6 +45,18 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop what an earlier run killed with SIGKILL left running (its fixtures could not):
+    orphaned control planes and controllers under pytest's temporary root, never a fleet
+    of `dispatcher dev up`."""
+    marker = f"{session.config._tmp_path_factory.getbasetemp().parent}{os.sep}"  # type: ignore[attr-defined]
+    left = orphans.orphans(marker=marker, programs=cache_root())
+    if left:
+        print(f"\nstopping {len(left)} processes an earlier killed run left: {left}",
+              file=sys.stderr)
+        orphans.reap(left)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
