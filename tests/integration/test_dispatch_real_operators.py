@@ -6,8 +6,10 @@ operator defaults it (webhooks) and creates the pods, kube-scheduler binds them 
 the requested GPU product, kwok runs and finishes them, and the hub shows ``running`` then
 ``completed`` with the statuses the operators really wrote (mirrored onto the hub object).
 A LeaderWorkerSet and a RayCluster (services: they never complete) go the same way up to
-``running`` (LWS ``Available``, RayCluster ``state: ready``). Deleting each on the hub
-removes the copy and, through the member's garbage collector, its pods.
+``running`` (LWS ``Available``, RayCluster ``state: ready``). A RayService goes as far as
+KubeRay takes it without a Ray dashboard to ask (``Ready=False, Initializing``): its
+RayCluster and every pod the catalog counted. Deleting each on the hub removes the copy
+and, through the member's garbage collector, its pods.
 """
 
 from __future__ import annotations
@@ -203,3 +205,57 @@ async def test_a_hub_service_comes_up_through_its_operator_on_a_real_member(
         gpu_pods = await pods(member, h.namespace, gpu_selector)
         assert gpu_pods and all(p["spec"]["nodeName"] in nodes for p in gpu_pods)
         await _delete_everywhere(h, member, ref, selector)
+
+
+RAYSERVICES = ResourceRef(group="ray.io", version="v1", kind="RayService",
+                          plural="rayservices", namespaced=True)
+SERVE = "applications:\n- name: app\n  import_path: app:entrypoint\n  route_prefix: /\n"
+
+
+async def test_a_hub_rayservice_gets_its_raycluster_and_the_pods_the_catalog_counted(
+        real_fleet: FleetState, fleet_spec: FleetSpec) -> None:
+    """RayService on the hub -> copy on the member -> KubeRay makes a RayCluster (labelled
+    with the service's name) and its head and GPU workers: as many pods as the hub's
+    Dispatch says the workload needs, the GPU ones on the product's nodes. Without a Ray
+    dashboard to report the serve applications, KubeRay stops at Ready=False
+    (Initializing), and the hub Dispatch mirrors that as ``initializing``."""
+    product, nodes = product_nodes(fleet_spec)
+    async with running(real_fleet) as h:
+        await h.hub.request("POST", RAYSERVICES.collection(h.namespace), body={
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "train", "annotations": PIN},
+            "spec": {"serveConfigV2": SERVE, "rayClusterConfig": ray_cluster_spec(product)}})
+        member = h.members[MEMBER]
+
+        async def cluster_pods() -> list[dict[str, Any]] | None:
+            clusters = await member.request("GET", RAYCLUSTERS.collection(h.namespace),
+                                            query=[("labelSelector",
+                                                    "ray.io/originated-from-cr-name=train")])
+            names = [c["metadata"]["name"] for c in clusters.get("items", [])]
+            if len(names) != 1:
+                return None
+            found = await pods(member, h.namespace, f"ray.io/cluster={names[0]}")
+            running_ = [p for p in found if p["status"].get("phase") == "Running"]
+            return found if found and len(running_) == len(found) == 3 else None
+
+        made = await eventually(cluster_pods, what="the RayService's RayCluster pods running",
+                                within=120.0)
+        await eventually(lambda: _initializing(h), what="the hub Dispatch initializing",
+                         within=120.0)
+        record = await h.hub.request("GET", DISPATCHES.item("rayservice-train", h.namespace))
+        demand = record["status"]["demand"]
+        assert demand["pods"] == len(made) == 3  # the catalog counted what KubeRay made
+        gpu_pods = [p for p in made if p["spec"].get("nodeSelector")]
+        assert demand["gpus"] == sum(
+            int(c["resources"]["limits"]["nvidia.com/gpu"])
+            for p in gpu_pods for c in p["spec"]["containers"]) == 2
+        assert all(p["spec"]["nodeName"] in nodes for p in gpu_pods)
+        cluster = made[0]["metadata"]["labels"]["ray.io/cluster"]
+        await _delete_everywhere(h, member, RAYSERVICES, f"ray.io/cluster={cluster}")
+
+
+async def _initializing(h: Harness) -> bool:
+    hub_obj = await h.hub.request("GET", RAYSERVICES.item("train", h.namespace))
+    ready = condition(hub_obj, "Ready")
+    return (await _generic(h, "RayService") == "initializing" and ready is not None
+            and ready["status"] == "False" and ready.get("reason") == "Initializing")
