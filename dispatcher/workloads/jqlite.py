@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from itertools import product
 from typing import Any
 
-__all__ = ["GiveUp", "JqError", "Program", "Unsupported", "compile_program", "run_programs",
-           "tokens"]
+__all__ = ["Cursor", "GiveUp", "JqError", "Program", "Unsupported", "compile_program",
+           "run_programs", "tokens"]
 
 Env = dict[str, Any]
 Node = Callable[[Any, Env, "_Run"], list[Any]]
@@ -429,14 +429,15 @@ _KEYWORDS = frozenset({"if", "then", "elif", "else", "end", "as", "and", "or", "
                        "__loc__"})
 
 
-class _Parser:
-    """Recursive descent over jq's grammar (precedence as in jq's parser.y), building
-    closures as it goes; anything outside the subset raises Unsupported."""
+class Cursor:
+    """A position in ``tokens(text)``: what the parser here and ``pathshape`` share."""
+
+    failure: type[Exception] = Unsupported
+    """Raised by ``take`` on an unexpected token."""
 
     def __init__(self, text: str) -> None:
         self.items = tokens(text)
         self.at = 0
-        self.bound: list[str] = []  # variables in scope
 
     def peek(self, offset: int = 0) -> tuple[str, str]:
         at = self.at + offset
@@ -445,13 +446,22 @@ class _Parser:
     def take(self, value: str | None = None) -> tuple[str, str]:
         token = self.peek()
         if (value is not None and token[1] != value) or token[0] == "end":
-            raise Unsupported(f"expected {value or 'more'!r}, found {token[1]!r}")
+            raise self.failure(f"expected {value or 'more'!r}, found {token[1] or 'the end'!r}")
         self.at += 1
         return token
 
     def at_value(self, *values: str) -> bool:
         kind, value = self.peek()
         return kind in ("op", "ident") and value in values
+
+
+class _Parser(Cursor):
+    """Recursive descent over jq's grammar (precedence as in jq's parser.y), building
+    closures as it goes; anything outside the subset raises Unsupported."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.bound: list[str] = []  # variables in scope
 
     def pipe(self) -> Node:
         """Lowest precedence, right-associative; ``Term as $x | body`` is in postfix."""

@@ -15,7 +15,7 @@ else P end``, parentheses, and ``SOURCE as $x | P``. What sits in a value positi
 
 from __future__ import annotations
 
-from dispatcher.workloads.jqlite import Unsupported, tokens
+from dispatcher.workloads.jqlite import Cursor, Unsupported
 
 __all__ = ["path_shape_problem"]
 
@@ -44,25 +44,8 @@ def path_shape_problem(expression: str) -> str:
     return ""
 
 
-class _Shape:
-    def __init__(self, text: str) -> None:
-        self.items = tokens(text)
-        self.at = 0
-
-    def peek(self, offset: int = 0) -> tuple[str, str]:
-        at = self.at + offset
-        return self.items[at] if at < len(self.items) else ("end", "")
-
-    def take(self, value: str | None = None) -> tuple[str, str]:
-        token = self.peek()
-        if (value is not None and token[1] != value) or token[0] == "end":
-            raise _NotPath(f"expected {value or 'more'!r}, found {token[1] or 'the end'!r}")
-        self.at += 1
-        return token
-
-    def at_value(self, *values: str) -> bool:
-        kind, value = self.peek()
-        return kind in ("op", "ident") and value in values
+class _Shape(Cursor):
+    failure = _NotPath
 
     def pipe(self) -> None:
         self.comma()

@@ -13,6 +13,7 @@ import pytest
 from dispatcher.workloads import paths
 from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.pathshape import path_shape_problem
+from tests.unit.control.test_copies import _definition
 
 PATHS = [
     ".spec.selector", ".spec.items[1, 3]", ".a[]?.b", '."x-y".z', ".[0:2]", ".a, .b",
@@ -68,21 +69,5 @@ def test_loading_never_evaluates_a_server_set_path(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(paths, "_path_program", refuse)
     hostile = " | ".join(f"(.a, .b) as $x{i}" for i in range(40)) + " | .spec.generated"
-    (definition,) = load_text(f"""
-apiVersion: optimization.nvidia.com/v1alpha1
-kind: ResourceInterface
-metadata: {{name: thing}}
-spec:
-  structureDefinition:
-    rootComponent:
-      name: thing
-      kind: {{group: example.com, version: v1, kind: Thing}}
-      statusDefinition:
-        phaseDefinition: {{path: .status.phase}}
-        statusMappings:
-          running: [{{byPhase: Running}}]
-  copyDefinition:
-    serverSetPaths:
-    - '{hostile}'
-""", source="t.yaml")
+    (definition,) = load_text(_definition([hostile]), source="t.yaml")
     assert [e.text for e in definition.server_set] == [hostile]
