@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.kube.resources import ResourceRef
+from dispatcher.kube.watch import lean
 
 __all__ = ["CopyCache", "HubCache", "HubItem", "MemberCopy"]
 
@@ -58,7 +59,7 @@ class HubCache:
         old = self._items.get(uid)
         if old is not None and not force and _rv(old.obj) > _rv(obj):
             return False
-        self._items[uid] = HubItem(ref=ref, obj=obj)
+        self._items[uid] = HubItem(ref=ref, obj=lean(obj))
         return True
 
     def observe(self, ref: ResourceRef, obj: Mapping[str, Any]) -> bool:
@@ -112,7 +113,7 @@ class HubCache:
             return ""
         old = self._records.get(uid)
         if old is None or force or _rv(obj) >= _rv(old):
-            self._records[uid] = obj
+            self._records[uid] = lean(obj)
         return uid
 
     def drop_record(self, obj: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatcher.control.caches import MemberCopy
 from dispatcher.control.catalog import LiveCatalog
+from dispatcher.kube.watch import lean
 from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.model import GenericStatus
@@ -34,6 +35,7 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
     re-read on every event, most of which change neither). Untrusted definitions are read
     in the bounded worker pool, never on the event loop.
     """
+    obj = lean(obj)
     definition = live.current.find(str(obj.get("apiVersion")), str(obj.get("kind")))
     if definition is None:
         generic, statuses = ((previous.generic, previous.statuses) if previous is not None

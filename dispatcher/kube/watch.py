@@ -5,11 +5,16 @@
 ``Changed`` stays exact across 410 Gone, apiserver restarts and compaction, which
 kubernetes_asyncio's own watch does not handle (it retries the stale resourceVersion).
 Unreachable errors propagate: reconnect policy and backoff belong to the caller.
+
+Objects arrive without ``metadata.managedFields`` (as controller-runtime's
+``TransformStripManagedFields``): nothing here reads them, every copy drops them anyway, and
+on a hub object that a user, the dispatcher and a status mirror have all written they are
+a large part of what every cache would hold and every resolve would walk.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,7 +22,7 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Gone, ServerError, error_for_status
 from dispatcher.kube.resources import ResourceRef
 
-__all__ = ["Changed", "Listed", "informer", "list_objects", "watch_from"]
+__all__ = ["Changed", "Listed", "informer", "lean", "list_objects", "watch_from"]
 
 PAGE_SIZE = 500
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; we resume from the last RV
@@ -37,6 +42,25 @@ class Changed:
 
     type: Literal["ADDED", "MODIFIED", "DELETED"]
     object: dict[str, Any]
+
+
+def lean(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` without ``metadata.managedFields`` (a write's response, before a cache keeps
+    it, so cached objects look the same whether a watch or a write brought them)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def _received(obj: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
+    """An object as it enters the process: kind filled in, managedFields dropped."""
+    obj.setdefault("apiVersion", ref.api_version)
+    obj.setdefault("kind", ref.kind)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
@@ -59,10 +83,7 @@ async def list_objects(client: KubeClient, ref: ResourceRef, *, namespace: str |
         if token:
             query.append(("continue", token))
         body = await client.request("GET", ref.collection(namespace), query=query)
-        for item in body.get("items") or []:
-            item.setdefault("apiVersion", ref.api_version)
-            item.setdefault("kind", ref.kind)
-            items.append(item)
+        items += [_received(item, ref) for item in body.get("items") or []]
         token = body.get("metadata", {}).get("continue", "")
         if not token:
             return Listed(objects=items, resource_version=body["metadata"]["resourceVersion"])
@@ -90,9 +111,7 @@ async def watch_from(client: KubeClient, ref: ResourceRef, *, resource_version: 
                                    message=f"{client.name}: watch {ref.plural}: "
                                            f"{obj.get('message', 'error event')}")
         elif kind in ("ADDED", "MODIFIED", "DELETED"):
-            obj.setdefault("apiVersion", ref.api_version)
-            obj.setdefault("kind", ref.kind)
-            yield Changed(type=kind, object=obj)
+            yield Changed(type=kind, object=_received(obj, ref))
         else:
             raise ServerError(f"{client.name}: watch {ref.plural}: unexpected event {kind!r}")
 

@@ -52,3 +52,21 @@ def test_a_copy_echo_is_held_and_a_newer_version_is_not() -> None:
     assert copies.holds("m1", "u1", job("12")) and copies.holds("m1", "u1", job("11"))
     assert not copies.holds("m1", "u1", job("13"))
     assert not copies.holds("m2", "u1", job("12"))
+
+
+def test_cached_objects_carry_no_managed_fields() -> None:
+    """A write's response keeps its managedFields; the cache does not (a watch never brings
+    them: kube.watch drops them on the way in), so every object looks the same."""
+    cache = HubCache()
+    managed = [{"manager": "kubectl-create", "fieldsV1": {"f:spec": {}}}]
+    written = job("7")
+    written["metadata"]["managedFields"] = managed
+    cache.put(JOBS, written, force=True)
+    item = cache.workload("u1")
+    assert item is not None and "managedFields" not in item.obj["metadata"]
+    assert item.obj["metadata"]["resourceVersion"] == "7"
+    assert written["metadata"]["managedFields"] == managed  # the response itself untouched
+    dispatch = record("3")
+    dispatch["metadata"]["managedFields"] = managed
+    cache.put_record(dispatch, force=True)
+    assert all("managedFields" not in r["metadata"] for r in cache.records())
