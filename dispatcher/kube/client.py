@@ -23,6 +23,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config.config_exception import ConfigException
 from yarl import URL
 
+from dispatcher import __version__
 from dispatcher.kube.errors import KubeError, Unreachable, error_for_status
 from dispatcher.kube.resources import Discovery
 
@@ -80,6 +81,9 @@ class KubeClient:
         self.server = str(api.configuration.host)
         self.discovery = Discovery(self)
         _environment_once(api, self.server)
+        # the apiserver names a request's field manager (managedFields) and audit entries
+        # after the user agent: "dispatcher", not kubernetes_asyncio's "OpenAPI-Generator"
+        api.user_agent = f"dispatcher/{__version__}"
 
     @classmethod
     async def from_kubeconfig(cls, kubeconfig: Mapping[str, Any], *, name: str,

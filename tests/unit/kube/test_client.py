@@ -60,3 +60,4 @@ async def test_proxy_from_the_environment_is_read_once_not_per_request(
         rest = client._api.rest_client
         assert rest.pool_manager.trust_env is False
         assert rest.proxy == proxy
+        assert client._api.user_agent.startswith("dispatcher/")  # the field manager's name
