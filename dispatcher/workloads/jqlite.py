@@ -598,7 +598,11 @@ class _Parser(Cursor):
                 literal += raw[at:at + step]
                 at += step
         parts.append(_string(f'"{literal}"'))
-        return _single(lambda v, env, run: [_interpolate(parts, v, env, run)])
+        joined: Node = lambda v, env, run: [_interpolate(parts, v, env, run)]  # noqa: E731
+        # one string per value of each part: at most one only when every part is single
+        if all(isinstance(p, str) or _is_single(p) for p in parts):
+            return _single(joined)
+        return joined
 
     def variable(self, token: str) -> Node:
         if token not in self.bound:
@@ -771,7 +775,9 @@ def _binary(op: str, left: Node, right: Node) -> Node:
     func = _OPERATORS[op]
 
     def operator(v: Any, env: Env, run: _Run) -> list[Any]:
-        rights = right(v, env, run)
+        rights = right(v, env, run)  # jq: the right side first; none, and the left never runs
+        if not rights:
+            return []
         lefts = left(v, env, run)
         if len(rights) == 1 and len(lefts) == 1:
             return [func(lefts[0], rights[0])]
@@ -801,8 +807,11 @@ def _then_iterate(term: Node) -> Node:
 
 def _then_index(term: Node, key: Node) -> Node:
     def node(v: Any, env: Env, run: _Run) -> list[Any]:
-        keys = key(v, env, run)
-        return [_index(x, k) for x in term(v, env, run) for k in keys]
+        keys = key(v, env, run)  # jq: the key first, then the term, per key
+        if not keys:
+            return []
+        terms = term(v, env, run)
+        return [_index(x, k) for k in keys for x in terms]
     return _single(node) if _is_single(term) and _is_single(key) else node
 
 
