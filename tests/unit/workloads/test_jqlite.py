@@ -218,14 +218,14 @@ def test_a_shared_binding_head_runs_once_per_object() -> None:
     head = "([.a[] | . + 1] | map(. * 2) | add)"  # the memoised source: 8+ tokens
     programs = [compile_program(f"{head} as $s | $s + {n}") for n in range(3)]
     assert all(p is not None for p in programs)
-    from dispatcher.workloads import jqlite
-    original = jqlite._UNARY["add"]
-    jqlite._UNARY["add"] = lambda v: counting(original(v))
+    from dispatcher.workloads import jqvalues
+    original = jqvalues.UNARY["add"]
+    jqvalues.UNARY["add"] = lambda v: counting(original(v))
     try:
         programs = [compile_program(f"{head} as $s | $s + {n}") for n in range(3)]
         got = run_programs([p for p in programs if p is not None], obj, MAX_RESULTS)
     finally:
-        jqlite._UNARY["add"] = original
+        jqvalues.UNARY["add"] = original
     assert got == [[10], [11], [12]]
     assert len(calls) == 1
 
