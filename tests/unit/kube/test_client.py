@@ -43,21 +43,8 @@ async def test_token_with_control_characters_is_a_kubeconfig_error() -> None:
     assert "sekret" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("env", "proxy"), [
-    ({"HTTPS_PROXY": "http://proxy.corp:3128"}, "http://proxy.corp:3128"),
-    ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "10.1.2.3"}, None),
-    ({}, None)])
-async def test_proxy_from_the_environment_is_read_once_not_per_request(
-        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], proxy: str | None) -> None:
-    """aiohttp's trust_env looks up netrc and proxies in a thread per request; the client
-    takes the environment's proxy for its server once and turns that off."""
-    for name in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+async def test_requests_name_the_dispatcher_as_their_field_manager() -> None:
+    """The apiserver names managedFields entries after the user agent."""
     async with await KubeClient.from_kubeconfig(
             _kubeconfig("t", "https://10.1.2.3:6443"), name="m") as client:
-        rest = client._api.rest_client
-        assert rest.pool_manager.trust_env is False
-        assert rest.proxy == proxy
-        assert client._api.user_agent.startswith("dispatcher/")  # the field manager's name
+        assert client._api.user_agent.startswith("dispatcher/")
