@@ -53,8 +53,8 @@ from dispatcher.workloads.resolve import (
     Resolution,
     Text,
     demand_from,
+    input_text,
     object_input,
-    object_text,
     resolution_from,
     status_from,
 )
@@ -204,8 +204,7 @@ class Evaluator:
         if self.is_trusted(definition):
             return definition, given, batch.evaluate(given)
         return definition, given, self._bounded(definition, batch.expressions,
-                                                object_text(obj, limits=self.limits),
-                                                name=_name(obj))
+                                                input_text(given), name=_name(obj))
 
     def _bounded(self, definition: Definition, expressions: Sequence[str], text: str, *,
                  name: str) -> Results:

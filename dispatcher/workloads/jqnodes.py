@@ -68,13 +68,12 @@ _STEP_BUDGET = 200_000  # values produced per object before handing over to libj
 
 
 class Run:
-    """Per-object evaluation state: the step budget and the memo of closed subexpressions
-    evaluated on the root (shared by every path of a batch)."""
+    """Per-object evaluation state: the step budget and the memo of long binding sources
+    (shared by every path of a batch)."""
 
-    __slots__ = ("memo", "root", "steps")
+    __slots__ = ("memo", "steps")
 
-    def __init__(self, root: Any) -> None:
-        self.root = root
+    def __init__(self) -> None:
         self.steps = _STEP_BUDGET
         self.memo: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...], list[Any]]] = {}
 
@@ -344,7 +343,7 @@ def field_node(name: str) -> Node:
 def run_programs(programs: Sequence[Program], root: Any, limit: int) -> list[list[Any]]:
     """Every program's outputs on ``root``; GiveUp when any of them needs libjq (an error,
     ``limit`` outputs or more)."""
-    run = Run(root)
+    run = Run()
     out = []
     for program in programs:
         values = program(root, run)

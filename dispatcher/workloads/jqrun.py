@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import jq
@@ -410,16 +411,11 @@ class Batch:
         self.expressions = tuple(expressions)
         self._compiled = False
         self._program: Any = None
-        self._fast: tuple[Program, ...] | None = None
         if not lazy:
             self._compile()
 
     def _compile(self) -> None:
         self._compiled = True
-        programs = [compile_program(expression) for expression in self.expressions]
-        self._fast = tuple(p for p in programs if p is not None)
-        if len(self._fast) != len(programs):
-            self._fast = None
         parts = [
             f"(try ([{expression}\n]) catch {{\"jqerror\": .}})" if is_linear(expression)
             else f"(try ([limit({MAX_RESULTS}; ({expression}\n))]) catch {{\"jqerror\": .}})"
@@ -427,19 +423,23 @@ class Batch:
         ]
         self._program = jq.compile("[" + ",\n".join(parts) + "]") if parts else None
 
+    @cached_property
+    def _fast(self) -> tuple[Program, ...] | None:
+        """jqlite's programs when every expression is in its subset; compiled on first use,
+        so text-only callers (the bounded workers) never pay for them."""
+        programs = [compile_program(expression) for expression in self.expressions]
+        fast = tuple(p for p in programs if p is not None)
+        return fast if len(fast) == len(programs) else None
+
     @property
     def in_process(self) -> bool:
         """Whether every expression is in ``jqlite``'s subset (plain objects skip libjq)."""
-        if not self._compiled:
-            self._compile()
         return self._fast is not None
 
     def evaluate(self, given: ObjectInput) -> list[list[Any] | JqFailure]:
         """Every expression on ``given``: walked in Python when the batch and the object
         allow it, else (and whenever ``jqlite`` gives up) by libjq on its text."""
-        if not self._compiled:
-            self._compile()
-        if self._fast is not None and given.plain:
+        if given.plain and self._fast is not None:
             try:
                 return list(run_programs(self._fast, given.obj, MAX_RESULTS))
             except GiveUp:

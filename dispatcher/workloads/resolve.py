@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
 __all__ = ["ComponentView", "Instance", "Resolution", "Text", "demand_from", "demand_of",
-           "object_input", "object_text", "resolution_from", "resolve", "resolve_with",
-           "status_from", "status_of"]
+           "input_text", "object_input", "object_text", "resolution_from", "resolve",
+           "resolve_with", "status_from", "status_of"]
 
 _INT32 = 2**31 - 1
 Results = Sequence[list[Any] | JqFailure]
@@ -133,11 +133,15 @@ def resolve_with(definition: Definition, obj: Any, *,
 
 def object_text(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> str:
     """The JSON text every path of a definition sees (ObjectError if it is not valid)."""
-    given = object_input(obj, limits=limits)
+    return input_text(object_input(obj, limits=limits))
+
+
+def input_text(given: ObjectInput) -> str:
+    """The JSON text of an already checked object (ObjectError if it is not JSON data)."""
     try:
         return given.text
     except ValueError as error:
-        raise ObjectError(str(error), name=_identity(obj)[0]) from None
+        raise ObjectError(str(error), name=_identity(given.obj)[0]) from None
 
 
 def object_input(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> ObjectInput:
