@@ -23,7 +23,13 @@ from dispatcher.control.admission import LEVELS
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
-from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
+from dispatcher.control.settings import (
+    HUB_MODES,
+    ControlSettings,
+    LeaderSettings,
+    ServerSettings,
+    WebhookSettings,
+)
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 
 __all__ = ["Config", "ConfigError", "load", "parse"]
@@ -228,7 +234,25 @@ def _priority(r: _Reader) -> PriorityPolicy:
                           max_by_namespace=MappingProxyType(by_namespace))
 
 
-def _control(r: _Reader) -> ControlSettings:
+def _webhook(r: _Reader, base: Path) -> WebhookSettings:
+    """``webhook``: the shared hub's admission webhook (see ``WebhookSettings``)."""
+    url = r.get("url", str, None)
+    if url is not None and not url.startswith("https://"):
+        r.used.add("url")
+        raise r.error("url", f"must be an https:// URL (the apiserver calls webhooks over "
+                             f"TLS only), got {url!r}")
+    settings = WebhookSettings(
+        address=r.get("address", str, "0.0.0.0"), port=r.integer("port", 9443, minimum=1),
+        cert_dir=_path(r.get("certDir", str, None), base),
+        secret_name=r.get("secretName", str, "dispatcher-webhook-cert"),
+        configuration=r.get("configurationName", str, "dispatcher"),
+        service_name=r.get("serviceName", str, "dispatcher-webhook"), url=url,
+        hosts=r.strings("hosts"))
+    r.done()
+    return settings
+
+
+def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     watch = r.section("watch")
     namespaces, selector = watch.strings("namespaces"), watch.get("labelSelector", str, "")
     watch.done()
@@ -284,6 +308,7 @@ def _control(r: _Reader) -> ControlSettings:
     if not hub_id:
         raise r.error("hubId", "must not be empty")
     return ControlSettings(
+        webhook=_webhook(r.section("webhook"), base), hub_mode=hub_mode,
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
         create_namespaces=create_ns, pod_security_floor=psa_floor,
         admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
@@ -299,9 +324,10 @@ def parse(data: Any, *, source: str, base: Path) -> Config:
     hub = r.section("hub")
     hub_kubeconfig = _path(hub.get("kubeconfig", str, None), base)
     hub_context = hub.get("context", str, None)
+    hub_mode = hub.choice("mode", "dedicated", HUB_MODES)
     hub.done()
     definitions = tuple(_path(p, base) or p for p in r.strings("definitions"))
-    control = _control(r)
+    control = _control(r, hub_mode=hub_mode, base=base)
     fleet = _fleet(r.section("fleet"), base)
     r.done()
     return Config(source=source, hub_kubeconfig=hub_kubeconfig, hub_context=hub_context,

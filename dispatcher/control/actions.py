@@ -18,6 +18,7 @@ from dispatcher.control.decide import Action, ActionKind, Snapshot, after_reject
 from dispatcher.control.names import Phase
 from dispatcher.control.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, Outcome, Writer, later
+from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.workloads.model import GenericStatus
 from dispatcher.workloads.trace import EVENT_DELETED, EVENT_FINISHED
@@ -169,15 +170,26 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
     record, copy, workload = snap.record, snap.copy, snap.workload
     assert action.member is not None and record is not None and workload is not None
     diff = merge_diff(dict(workload.get("status") or {}), dict(copy.status or {}))
-    if diff and not await w.mirror_status(uid, diff):
-        return DONE
+    refused: KubeError | None = None
+    if diff:
+        try:
+            if not await w.mirror_status(uid, diff):
+                return DONE
+        except KubeError as exc:
+            if not exc.permanent:
+                raise
+            refused = exc  # as final as a member's 4xx: said once, not retried
     w.mirrored(uid, copy.resource_version)
     generic = copy.generic
     phase = Phase.of_generic(generic).value
-    if generic != record.generic_status or phase != record.phase:
+    mirrored = _mirrored_condition(refused, record.mirror_refused, now=snap.now,
+                                   member=action.member)
+    if generic != record.generic_status or phase != record.phase or mirrored:
         patch: dict[str, Any] = {
             "phase": phase, "genericStatus": generic, "statuses": list(copy.statuses),
             "remote": {"lastSeen": records.format_time(snap.now)}}
+        if mirrored:
+            patch["conditions"] = mirrored
         if generic in _PODS_UP and record.reservation is not None:
             # Its pods hold the GPUs now (the member's capacity counts them); any part of
             # the reservation their pod events did not take off would count twice.
@@ -194,6 +206,24 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
     log.info("status.mirrored", uid=uid, member=action.member, status=generic,
              lag_ms=round(lag * 1000, 1))
     return DONE
+
+
+def _mirrored_condition(refused: KubeError | None, was_refused: bool, *, now: float,
+                        member: str) -> list[dict[str, Any]]:
+    """The ``StatusMirrored`` condition to write: False with the hub's message when the
+    hub refused the status, True again once a mirror passes after a refusal."""
+    if refused is not None:
+        log.warning("status.refused", member=member, status_code=refused.status,
+                    message=refused.detail[:500])
+        return [records.condition(
+            type_="StatusMirrored", status=False, reason="HubRefused",
+            message=f"the hub refused the status from {member} (HTTP {refused.status}): "
+                    f"{refused.detail}; the generic status here stays current, and the "
+                    f"status is written again when the copy's changes", now=now)]
+    if was_refused:
+        return [records.condition(type_="StatusMirrored", status=True, reason="Mirrored",
+                                  message=f"status from {member} mirrored", now=now)]
+    return []
 
 
 async def _mark_unknown(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:

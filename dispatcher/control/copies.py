@@ -28,6 +28,7 @@ from dispatcher.control.names import (
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import ResourceRef
+from dispatcher.workloads.holds import HOLD_ANNOTATION, clear_hold
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import Locator, in_process, strip_server_set
@@ -38,7 +39,7 @@ __all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "object
 _SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
                  "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
                  "ownerReferences", "finalizers", "selfLink")
-_HUB_ONLY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_HUB_ONLY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", HOLD_ANNOTATION)
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 _MESSAGE_LIMIT = 600
 
@@ -132,7 +133,8 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     What the hub's apiserver or controllers set and the member sets for itself is left
     out: server-owned metadata (``_SERVER_OWNED``), hub-only annotations, the status, and
     what the definition declares in ``copyDefinition.serverSetPaths`` (Job: the generated
-    selector and its template labels).
+    selector and its template labels), and the hub hold (``copyDefinition.hubHold``), so
+    the member's controller runs what the hub's may not.
     Pods of the copy get the hub uid label too, so the member's pods can be matched to the
     workload (reservations shrink as they appear). Raises MutationError when a configured
     mutation cannot be written through the definition. ``locate`` evaluates the
@@ -158,6 +160,7 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     if definition is None:
         return out
     strip_server_set(out, definition, locate=locate)
+    clear_hold(out, definition.hold, hub_annotations=meta.get("annotations") or {})
     pod_labels = {**mutations.labels, HUB_UID_LABEL: uid}
     return mutate_pods(out, definition, labels=pod_labels,
                        annotations=dict(mutations.annotations) or None,

@@ -25,12 +25,14 @@ Branch order (first match wins):
 8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
 9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
 10  no member chosen, nothing feasible             RECORD_PENDING (NOTHING when unchanged)
-11  member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
+11  member unreachable, the workload finished     NOTHING (its result is known: never re-run)
+11a member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
     failover policy allows
 12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
 13  copy state not known yet (watch not synced)    WAIT
 14  a foreign object holds the name                REPORT_CONFLICT (once)
-15  copy absent                                    SUBMIT
+15  copy absent, the workload finished            NOTHING (removed after it finished)
+15a copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, not started (or still initializing) REQUEUE (or FAIL when attempts are used up)
     past stuckAfter
@@ -73,6 +75,9 @@ _NOT_STARTED = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
 # Stuck: never got going (pods unschedulable) or a gang only partly up (still initializing).
 _STUCK = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
                     GenericStatus.INITIALIZING})
+# Finished: its result is known; whatever happens to the member or the copy now, it is
+# never run again (failover, a copy the member's TTL controller removed).
+_FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
 
 
 class ActionKind(StrEnum):
@@ -236,6 +241,10 @@ def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
 def _member_lost(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action:
     rules = snap.rules
     lost_for = snap.now - (snap.health.lost_since or snap.now)
+    if record.generic_status in _FINISHED:
+        return Action(kind=ActionKind.NOTHING, member=cluster,
+                      reason=f"{record.generic_status} on {cluster} before it was lost: "
+                             f"not run again")
     allowed = (rules.policy == "always"
                or (rules.policy == "if-not-started" and not_started(record.generic_status)))
     if allowed and lost_for >= rules.member_lost_after:
@@ -263,6 +272,10 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                       reason=f"{cluster} already has an object with this name that this "
                              f"hub did not create; not overwriting it")
     if copy.state is CopyState.ABSENT:
+        if record.generic_status in _FINISHED:
+            return Action(kind=ActionKind.NOTHING, member=cluster,
+                          reason=f"{record.generic_status}; its copy was removed from "
+                                 f"{cluster} since (not run again)")
         return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")

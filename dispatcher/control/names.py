@@ -66,7 +66,8 @@ class PendingReason(StrEnum):
     """The ``Placed=False`` condition reason of a Pending Dispatch: why no member yet.
 
     Parked reasons (``Unplaceable``, ``InvalidAnnotation``, ``InvalidTemplate``,
-    ``ResolveFailed``) hold nothing in the queue; the last two are ``Resolved=False`` too.
+    ``ResolveFailed``, ``NotHeld``) hold nothing in the queue; ``InvalidTemplate`` and
+    ``ResolveFailed`` are ``Resolved=False`` too.
     """
 
     NO_FEASIBLE_MEMBER = "NoFeasibleMember"  # only needs capacity to free up
@@ -75,6 +76,7 @@ class PendingReason(StrEnum):
     INVALID_ANNOTATION = "InvalidAnnotation"  # fixed by the user
     INVALID_TEMPLATE = "InvalidTemplate"  # a pod template that cannot be a valid Pod
     RESOLVE_FAILED = "ResolveFailed"  # no definition, or it failed on this object
+    NOT_HELD = "NotHeld"  # shared hub: not held there, so the hub may run it (never sent)
 
     @property
     def parked(self) -> bool:

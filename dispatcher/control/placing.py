@@ -3,7 +3,8 @@
 ``place`` is what ``decide`` runs when a workload has no member yet (branch 8 of its
 table). It answers, from plain inputs and without I/O or a clock:
 
-1. may it wait at all? A junk priority or annotation, a definition that cannot read it, a
+1. may it wait at all? A junk priority or annotation, on a shared hub a workload the hub
+   does not hold (its own controllers may run it), a definition that cannot read it, a
    pod template that cannot be a Pod park it (``PendingReason``); parked workloads hold
    nothing in the queue (``control.parking``);
 2. is a copy already on a reachable member (a record lost or requeued)? Then that member
@@ -81,6 +82,7 @@ class PlacementInput:
     default_policy: str
     reservation_ttl_s: float
     now: float
+    unheld: str | None = None  # shared hub: why the hub may be running it (``hubhold``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +203,8 @@ def place(inp: PlacementInput) -> Placement:
     if isinstance(entry, Placement):
         return entry
     policy = inp.default_policy
+    if inp.unheld is not None:
+        return _parked(entry, PendingReason.NOT_HELD, inp.unheld, policy=policy)
     if isinstance(inp.resolution, WorkloadError):
         return _unresolved(entry, inp.resolution, policy=policy)
     if inp.held:

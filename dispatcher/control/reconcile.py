@@ -28,6 +28,8 @@ from dispatcher.control.copies import written_generation
 from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
+from dispatcher.control.hubhold import unheld_reason
+from dispatcher.control.hubstatus import hub_status
 from dispatcher.control.observe import Metrics
 from dispatcher.control.parking import BareFleet
 from dispatcher.control.placing import Placement, PlacementInput, QueueStep
@@ -104,8 +106,11 @@ class Reconciler:
             meta = found.obj["metadata"]
             rv = str(meta.get("resourceVersion", ""))
             # pruned fields would never compare equal: once mirrored, the hub's status is it
-            status = (workload.get("status") or {} if self.writes.last_mirrored(uid) == rv
-                      else strip_nulls(found.obj.get("status") or {}))
+            hub = workload.get("status") or {}
+            target = None if self.writes.last_mirrored(uid) == rv else hub_status(
+                workload, strip_nulls(found.obj.get("status") or {}),
+                hub_owns_status=self._hub_owns_status(workload))
+            status = hub if target is None else target
             return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
@@ -115,6 +120,23 @@ class Reconciler:
         key = kind_key(str(workload.get("apiVersion")), str(workload.get("kind")))
         synced = (cluster, key) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
+
+    def _hub_owns_status(self, workload: Mapping[str, Any]) -> bool:
+        """On a shared hub, a kind held by a pause has its status written by the hub's own
+        controller: the mirror leaves it (``control.hubstatus``)."""
+        if self.settings.hub_mode != "shared":
+            return False
+        definition = self.catalog.find(str(workload.get("apiVersion") or ""),
+                                       str(workload.get("kind") or ""))
+        return definition is not None and definition.hold is not None \
+            and definition.hold.hub_writes_status
+
+    def _unheld(self, workload: Mapping[str, Any]) -> str | None:
+        if self.settings.hub_mode != "shared":
+            return None
+        definition = self.catalog.find(str(workload.get("apiVersion") or ""),
+                                       str(workload.get("kind") or ""))
+        return None if definition is None else unheld_reason(workload, definition)
 
     async def placement_input(self, uid: str, snap: Snapshot) -> PlacementInput:
         """What placing reads: the workload resolved (``prepare`` may await the bounded
@@ -129,7 +151,8 @@ class Reconciler:
             excluded=record.excluded, held=held, members=self.fleet.snapshots,
             bare=self._bare, queue=self.queue, priority=self.settings.priority,
             default_policy=self.settings.default_policy,
-            reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now)
+            reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now,
+            unheld=self._unheld(workload))
 
     # -- loop ------------------------------------------------------------------------------
 

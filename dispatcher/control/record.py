@@ -84,6 +84,7 @@ class DispatchRecord:
     summary: str = ""  # the placement decision's summary
     last_seen: float | None = None
     synced_generation: int = 0  # hub metadata.generation last written to the copy
+    mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
 
 
 def read(obj: Mapping[str, Any]) -> DispatchRecord:
@@ -119,6 +120,8 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         summary=str(decision.get("summary") or ""),
         last_seen=parse_time(remote.get("lastSeen")),
         synced_generation=int(remote.get("hubGeneration") or 0),
+        mirror_refused=any(c.get("type") == "StatusMirrored" and c.get("status") == "False"
+                           for c in status.get("conditions") or ()),
     )
 
 

@@ -12,7 +12,9 @@ from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PriorityPolicy
 
-__all__ = ["ControlSettings", "LeaderSettings", "ServerSettings"]
+__all__ = ["HUB_MODES", "ControlSettings", "LeaderSettings", "ServerSettings", "WebhookSettings"]
+
+HUB_MODES = ("dedicated", "shared")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +41,30 @@ class ServerSettings:
     """Listen address."""
     port: int = 8080
     """Listen port (0: no server)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookSettings:
+    """The mutating admission webhook that holds workloads on a shared hub
+    (``control/hubhold.py``; served only with ``hub.mode: shared``)."""
+
+    address: str = "0.0.0.0"
+    """Listen address of the HTTPS server."""
+    port: int = 9443
+    """Listen port."""
+    cert_dir: str | None = None
+    """``tls.crt`` and ``tls.key`` read from here (cert-manager, a mounted Secret); None:
+    self-managed (a CA and serving certificate kept in ``secret_name``)."""
+    secret_name: str = "dispatcher-webhook-cert"
+    """Self-managed certificates: the Secret (in ``leaderElection.namespace``) holding them."""
+    configuration: str = "dispatcher"
+    """The MutatingWebhookConfiguration the controller keeps current (rules, caBundle)."""
+    service_name: str = "dispatcher-webhook"
+    """How the hub's apiserver reaches the webhook: this Service in the controller's namespace."""
+    url: str | None = None
+    """Instead of the Service: a URL (a controller running outside the hub)."""
+    hosts: tuple[str, ...] = ()
+    """Extra names or IPs the self-managed serving certificate is valid for."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +110,11 @@ class ControlSettings:
     server: ServerSettings = field(default_factory=ServerSettings)
     log_level: str = "info"
     """Log level: debug, info, warning, error."""
+    hub_mode: str = "dedicated"
+    """``dedicated``: the hub runs no workload controllers (Karmada/Nova style); ``shared``:
+    the hub's controllers and operators run, and every dispatched workload is held there by
+    the webhook (``webhook``)."""
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
 
     def __post_init__(self) -> None:
         if not self.hub_id:

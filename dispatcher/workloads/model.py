@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from dispatcher.kube.resources import GroupVersionKind
+from dispatcher.workloads.holds import Hold
 from dispatcher.workloads.jqrun import Batch
 
 __all__ = [
@@ -221,6 +222,8 @@ class Definition:
     full_batch: Batch  # demand slots, then status slots: one jq call per full resolve
     # copyDefinition.serverSetPaths: what the hub's apiserver set, removed from a copy
     server_set: tuple[Expr, ...] = ()
+    # copyDefinition.hubHold: how the kind is kept from running on a shared hub
+    hold: Hold | None = None
     document: dict[str, Any] = field(repr=False)
 
     @property

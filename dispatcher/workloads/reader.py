@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.errors import Issue
+from dispatcher.workloads.holds import MANAGED_BY, Hold, parse_path
 from dispatcher.workloads.jqrun import Batch
 from dispatcher.workloads.model import (
     DEMAND_FRAGMENTS,
@@ -112,6 +113,9 @@ class DocReader(StatusReader):
                             names={c.name for c in components})
         server_set = self._server_set((spec or {}).get("copyDefinition"),
                                       "spec.copyDefinition")
+        hold = self._hold(((spec or {}).get("copyDefinition") or {}).get("hubHold")
+                          if isinstance((spec or {}).get("copyDefinition"), Mapping) else None,
+                          "spec.copyDefinition.hubHold")
         self._compile_checks()
         if self.issues:
             return None
@@ -128,7 +132,7 @@ class DocReader(StatusReader):
             name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
             group=kind.group, version=kind.version, kind=kind.kind, components=tuple(components),
             status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
-            full_batch=full_batch, server_set=server_set,
+            full_batch=full_batch, server_set=server_set, hold=hold,
             document=dict(doc))
 
     # -- components ------------------------------------------------------------------------
@@ -242,7 +246,8 @@ class DocReader(StatusReader):
 
     def _server_set(self, value: Any, field: str) -> tuple[Expr, ...]:
         """``copyDefinition.serverSetPaths``: jq path expressions removed from a copy."""
-        raw = self._mapping(value, field, allowed=frozenset({"serverSetPaths"})) or {}
+        raw = self._mapping(value, field,
+                            allowed=frozenset({"serverSetPaths", "hubHold"})) or {}
         out = []
         for i, item in enumerate(self._list(raw.get("serverSetPaths"), f"{field}.serverSetPaths")):
             expr = self._expr(item, f"{field}.serverSetPaths[{i}]", section=None)
@@ -254,6 +259,35 @@ class DocReader(StatusReader):
             else:
                 out.append(expr)
         return tuple(out)
+
+    def _hold(self, value: Any, field: str) -> Hold | None:
+        """``copyDefinition.hubHold``: exactly one of ``managedBy: {path}``,
+        ``pause: {path, value}`` or ``refuse: REASON`` (``workloads/holds.py``)."""
+        raw = self._mapping(value, field, allowed=frozenset({"managedBy", "pause", "refuse"}))
+        if raw is None:
+            return None
+        if len(raw) != 1:
+            self._issue(field, "give exactly one of managedBy, pause, refuse")
+            return None
+        (kind, body), = raw.items()
+        if kind == "refuse":
+            reason = self._string(body, f"{field}.refuse") or ""
+            if not reason:
+                self._issue(f"{field}.refuse", "say why nothing can hold this kind")
+            return Hold(kind="refuse", reason=reason)
+        allowed = frozenset({"path"} if kind == "managedBy" else {"path", "value"})
+        item = self._mapping(body, f"{field}.{kind}", required=True, allowed=allowed) or {}
+        path = parse_path(str(item.get("path") or ""))
+        if path is None:
+            self._issue(f"{field}.{kind}.path",
+                        "must be a plain field path like .spec.managedBy (no indexes, no jq)")
+            return None
+        if kind == "managedBy":
+            return Hold(kind="managedBy", path=path, value=MANAGED_BY)
+        if item.get("value") is None or isinstance(item.get("value"), (dict, list)):
+            self._issue(f"{field}.pause.value", "must be a scalar (e.g. true)")
+            return None
+        return Hold(kind="pause", path=path, value=item["value"])
 
     # -- gangs -----------------------------------------------------------------------------
 

@@ -1,0 +1,128 @@
+"""The shared hub's admission decision: hold each dispatched workload, refuse what cannot be.
+
+On a shared hub (``hub.mode: shared``) the hub's own controllers and operators run, so a
+workload the dispatcher sends to a member would also run on the hub. The dispatcher's
+mutating webhook (``shell/webhook.py``) asks ``review`` for every create and update of a
+catalog kind; the answer is an AdmissionReview response:
+
+- out of scope (a namespace or labels the controller does not dispatch): allowed as is;
+- CREATE of a kind whose definition holds it: the hold's JSON Patch (``workloads/holds``);
+- CREATE of a kind nothing can hold (``hubHold.refuse``, or no ``hubHold``): denied with the
+  reason, so it never runs twice silently;
+- UPDATE that would drop a hold the object had: the hold put back;
+- a ``managedBy`` someone else set (Kueue MultiKueue): allowed unchanged, with a warning;
+  the controller does not dispatch it either (``unheld_reason``).
+
+``unheld_reason`` is the controller's own check of the same rule (an object created before
+the webhook was installed, or while ``failurePolicy`` was not ``Fail``): such a workload is
+parked, never dispatched. Pure: plain dicts in, plain dicts out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.placement.selector import Selector
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.holds import HoldState, hold_patch, hold_state
+from dispatcher.workloads.model import Definition
+
+__all__ = ["HoldScope", "review", "unheld_reason"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldScope:
+    """Which hub objects the controller dispatches (``watch.*`` of the config)."""
+
+    namespaces: tuple[str, ...] = ()  # empty: all
+    skip: frozenset[str] = frozenset()  # the controller's own namespace
+    selector: Selector = field(default_factory=Selector)
+
+    def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """True when the controller would dispatch an object here with these labels."""
+        if not namespace or namespace in self.skip or namespace.startswith("kube-"):
+            return False
+        if self.namespaces and namespace not in self.namespaces:
+            return False
+        return self.selector.matches(labels)
+
+
+def unheld_reason(obj: Mapping[str, Any], definition: Definition) -> str | None:
+    """Why the controller must not dispatch ``obj`` from a shared hub (None: it is held)."""
+    hold = definition.hold
+    if hold is None:
+        return (f"definition {definition.name} declares no copyDefinition.hubHold: nothing "
+                f"keeps the shared hub's own controllers from running it; dispatch it from a "
+                f"dedicated hub, or give the definition a hold")
+    state = hold_state(obj, hold)
+    if state == HoldState.HELD:
+        return None
+    if state == HoldState.REFUSED:
+        return f"cannot be held on a shared hub: {hold.reason}"
+    if state == HoldState.FOREIGN:
+        return (f"{hold.dotted} is {_value_at(obj, hold.path)!r}: another system manages it, "
+                f"so the dispatcher leaves it alone")
+    return (f"created without the hub hold ({hold.dotted}: {hold.value!r}), so the shared "
+            f"hub's controllers may be running it: not dispatched. Recreate it while the "
+            f"dispatcher's webhook is installed")
+
+
+def _value_at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def _response(uid: str, *, allowed: bool = True, message: str = "",
+              patch: list[dict[str, Any]] | None = None,
+              warnings: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        out["status"] = {"code": 403, "reason": "Forbidden", "message": message}
+    if patch:
+        out["patchType"] = "JSONPatch"
+        out["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        out["warnings"] = [w[:256] for w in warnings]
+    return out
+
+
+def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
+           ) -> dict[str, Any]:
+    """The AdmissionReview ``response`` for one ``request`` (see the module docstring)."""
+    uid = str(request.get("uid") or "")
+    obj = request.get("object")
+    if not isinstance(obj, Mapping) or request.get("operation") not in ("CREATE", "UPDATE"):
+        return _response(uid)
+    definition = catalog.find(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    raw_meta = obj.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    raw_labels = meta.get("labels")
+    labels: Mapping[str, str] = raw_labels if isinstance(raw_labels, Mapping) else {}
+    if definition is None or not scope.covers(namespace, labels):
+        return _response(uid)
+    hold = definition.hold
+    kind = f"{obj.get('kind')} {namespace}/{meta.get('name') or meta.get('generateName') or ''}"
+    if request.get("operation") == "UPDATE":
+        old = request.get("oldObject")
+        if (hold is None or hold.kind == "refuse" or not isinstance(old, Mapping)
+                or hold_state(old, hold) != HoldState.HELD
+                or hold_state(obj, hold) == HoldState.HELD):
+            return _response(uid)
+        return _response(uid, patch=hold_patch(obj, hold), warnings=[
+            f"{hold.dotted} is how the dispatcher keeps {kind} from running on this hub: "
+            f"kept at {hold.value!r}"])
+    reason = unheld_reason(obj, definition)
+    if hold is None or hold.kind == "refuse":
+        return _response(uid, allowed=False,
+                         message=f"dispatcher.io: {kind} {reason}")
+    state = hold_state(obj, hold)
+    if state == HoldState.FOREIGN:
+        return _response(uid, warnings=[f"dispatcher.io: {reason}"])
+    return _response(uid, patch=hold_patch(obj, hold))

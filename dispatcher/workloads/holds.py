@@ -1,0 +1,172 @@
+"""How a kind is kept from running on a shared hub: the definition's ``copyDefinition.hubHold``.
+
+A workload on the hub is an intent; on a *shared* hub (one whose own controllers and
+operators run) the hub's controller would run it too. The dispatcher's mutating webhook
+puts the hold a definition declares on every dispatched object when it is created, and
+the member copy has it removed, so only the member's controller runs it:
+
+- ``managedBy`` (a path, value ``dispatcher.io/dispatcher``): the hub's controller skips
+  the object entirely and writes no status, so the mirror owns the hub status (Job,
+  JobSet, MPIJob).
+- ``pause`` (a path and a value): the hub's controller creates nothing for the object but
+  keeps writing its status (Deployment ``spec.paused``), so on a shared hub the member's
+  status goes to the Dispatch only. The webhook notes that it set the value
+  (``HOLD_ANNOTATION``); only then does the copy drop it, so a user's own pause is kept.
+- ``refuse`` (a reason): nothing holds the kind; on a shared hub it is refused at
+  admission with that reason (dispatch it from a dedicated hub).
+
+Everything here is pure: plain objects in, plain objects (or JSON Patch operations) out.
+Paths are plain field paths (``.spec.runPolicy.managedBy``), checked at load and never
+evaluated as jq, so tenants' objects cost nothing but a dict walk.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "HOLD_ANNOTATION",
+    "MANAGED_BY",
+    "Hold",
+    "HoldState",
+    "clear_hold",
+    "hold_patch",
+    "hold_state",
+    "parse_path",
+]
+
+MANAGED_BY = "dispatcher.io/dispatcher"
+"""The managedBy value the dispatcher owns (a domain-prefixed path, as Job and JobSet want)."""
+HOLD_ANNOTATION = "dispatcher.io/hub-hold"
+"""Set by the webhook on an object it paused: the path it set (the copy clears only then)."""
+
+HoldKind = Literal["managedBy", "pause", "refuse"]
+_SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def parse_path(text: str) -> tuple[str, ...] | None:
+    """``.spec.runPolicy.managedBy`` -> ("spec", "runPolicy", "managedBy"); None if it is not
+    a plain field path (no indexes, no jq)."""
+    if not text.startswith(".") or len(text) > 200:
+        return None
+    parts = tuple(text[1:].split("."))
+    if not parts or not all(_SEGMENT.fullmatch(p) for p in parts):
+        return None
+    return parts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hold:
+    """One kind's hub hold (see the module docstring)."""
+
+    kind: HoldKind
+    path: tuple[str, ...] = ()
+    value: Any = None
+    reason: str = ""
+
+    @property
+    def hub_writes_status(self) -> bool:
+        """True when the hub's controller keeps writing a held object's status (pause): the
+        mirror must then leave the hub status alone on a shared hub."""
+        return self.kind == "pause"
+
+    @property
+    def dotted(self) -> str:
+        """The path as written in the definition."""
+        return "." + ".".join(self.path)
+
+
+class HoldState:
+    """What an object carries at the hold's path (``hold_state``)."""
+
+    HELD = "held"  # our hold is there
+    FREE = "free"  # nothing there: the hub's controller would run it
+    FOREIGN = "foreign"  # another value: someone else manages it (e.g. Kueue MultiKueue)
+    REFUSED = "refused"  # the kind cannot be held
+
+
+def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for part in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def hold_state(obj: Mapping[str, Any], hold: Hold) -> str:
+    """Whether ``obj`` is held on the hub by ``hold`` (a ``HoldState`` value)."""
+    if hold.kind == "refuse":
+        return HoldState.REFUSED
+    value = _get(obj, hold.path)
+    if value == hold.value:
+        return HoldState.HELD
+    if hold.kind == "managedBy" and value not in (None, ""):
+        return HoldState.FOREIGN
+    return HoldState.FREE
+
+
+def _pointer(parts: tuple[str, ...]) -> str:
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def hold_patch(obj: Mapping[str, Any], hold: Hold) -> list[dict[str, Any]]:
+    """JSON Patch operations that put ``hold`` on ``obj`` (empty when already held).
+
+    Missing parents are added whole (``/spec/runPolicy`` with the value inside), since a
+    JSON Patch ``add`` needs its parent to exist. A pause also records itself in
+    ``HOLD_ANNOTATION``."""
+    if hold.kind == "refuse" or _get(obj, hold.path) == hold.value:
+        return []
+    ops: list[dict[str, Any]] = []
+    node: Any = obj
+    for depth, part in enumerate(hold.path):
+        last = depth == len(hold.path) - 1
+        child = node.get(part) if isinstance(node, Mapping) else None
+        if last or not isinstance(child, Mapping):
+            value: Any = hold.value
+            for inner in reversed(hold.path[depth + 1:]):
+                value = {inner: value}
+            ops.append({"op": "add", "path": _pointer(hold.path[:depth + 1]), "value": value})
+            break
+        node = child
+    if hold.kind == "pause":
+        annotations = (obj.get("metadata") or {}).get("annotations")
+        if not isinstance(annotations, Mapping):
+            ops.append({"op": "add", "path": "/metadata/annotations",
+                        "value": {HOLD_ANNOTATION: hold.dotted}})
+        else:
+            ops.append({"op": "add", "path": _pointer(("metadata", "annotations",
+                                                       HOLD_ANNOTATION)),
+                        "value": hold.dotted})
+    return ops
+
+
+def clear_hold(obj: dict[str, Any], hold: Hold | None, *, hub_annotations: Mapping[str, Any]
+               ) -> None:
+    """Remove, in place, the hold from a member copy so the member's controller runs it.
+
+    ``managedBy`` is removed when it is ours (the value names the dispatcher); a pause only
+    when the hub object's ``HOLD_ANNOTATION`` says the webhook set it (a user's own pause is
+    the user's). Parents left empty are removed too (``runPolicy: {}`` stays valid, but the
+    copy then reads as the user wrote it)."""
+    if hold is None or hold.kind == "refuse" or _get(obj, hold.path) != hold.value:
+        return
+    if hold.kind == "pause" and hub_annotations.get(HOLD_ANNOTATION) != hold.dotted:
+        return
+    chain: list[dict[str, Any]] = []
+    node: Any = obj
+    for part in hold.path[:-1]:
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return
+        chain.append(node)
+    node.pop(hold.path[-1], None)
+    for depth in range(len(chain) - 1, -1, -1):
+        if chain[depth]:
+            break
+        parent = obj if depth == 0 else chain[depth - 1]
+        parent.pop(hold.path[depth], None)
