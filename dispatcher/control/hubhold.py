@@ -31,7 +31,11 @@ from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.holds import HoldState, hold_patch, hold_state
 from dispatcher.workloads.model import Definition
 
-__all__ = ["HoldScope", "review", "unheld_reason"]
+__all__ = ["WEBHOOK_NAME", "WEBHOOK_PATH", "HoldScope", "configuration", "review",
+           "unheld_reason"]
+
+WEBHOOK_NAME = "hold.dispatcher.io"
+WEBHOOK_PATH = "/mutate"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,3 +130,38 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
     if state == HoldState.FOREIGN:
         return _response(uid, warnings=[f"dispatcher.io: {reason}"])
     return _response(uid, patch=hold_patch(obj, hold))
+
+
+def configuration(*, name: str, resources: Mapping[tuple[str, str], list[str]],
+                  client_config: Mapping[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration the controller keeps current on a shared hub.
+
+    ``resources`` maps (group, version) to the plural names of the catalog's kinds the hub
+    serves. ``failurePolicy: Fail``: while the webhook cannot answer, creating a dispatched
+    kind fails (the client retries) instead of passing unheld and running on the hub as
+    well as on a member. ``skip`` (the controller's own namespace and the ``kube-*`` ones)
+    is never sent, so the controller itself and the cluster's add-ons never wait on it.
+    ``reinvocationPolicy: IfNeeded``: called again if a later webhook changes the object.
+    """
+    rules = [{"apiGroups": [group], "apiVersions": [version], "resources": sorted(plurals),
+              "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}
+             for (group, version), plurals in sorted(resources.items()) if plurals]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "dispatcher"}},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "reinvocationPolicy": "IfNeeded",
+            "timeoutSeconds": 5,
+            "clientConfig": dict(client_config),
+            "namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": sorted(set(skip))}]},
+            "rules": rules,
+        }],
+    }

@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,15 @@ from dispatcher.aiotasks import on_crash
 from dispatcher.config import Config
 from dispatcher.control.controller import Controller
 from dispatcher.control.fleetview import LiveFleet
+from dispatcher.control.hubhold import HoldScope
 from dispatcher.control.leader import LeaderElector
 from dispatcher.control.observe import Metrics, configure_logging, serve
+from dispatcher.control.settings import ControlSettings
 from dispatcher.fleet.kubeconfigs import skips_tls_verify
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient
+from dispatcher.placement.selector import parse_selector
+from dispatcher.shell.webhook import HubWebhook
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
 
@@ -65,6 +70,20 @@ async def _hub_client(config: Config) -> KubeClient:
     return await KubeClient.from_kubeconfig(data, name="hub", context=config.hub_context)
 
 
+async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller
+                         ) -> Callable[[], Awaitable[None]]:
+    """Serve and register the shared hub's webhook (every replica serves it: the decision
+    needs only the catalog; the Service reaches the Ready one, the leader)."""
+    scope = HoldScope(namespaces=settings.namespaces,
+                      skip=frozenset({settings.leader.namespace}),
+                      selector=parse_selector(settings.label_selector))
+    webhook = HubWebhook(hub=hub, settings=settings.webhook,
+                         namespace=settings.leader.namespace,
+                         catalog=lambda: controller.live.current, scope=scope)
+    controller.live.subscribe(lambda _old, _new: webhook.catalog_changed())
+    return await webhook.start()
+
+
 async def run(config: Config) -> int:
     """Run the controller until SIGTERM/SIGINT (0), leadership loss (1) or a crashed
     background task (3)."""
@@ -94,13 +113,16 @@ async def run(config: Config) -> int:
                             metrics=metrics)
     elector: LeaderElector | None = None
     cleanup = None
+    stop_webhook = None
     code = 0
     try:
         if settings.server.port:
             cleanup = await serve(metrics=metrics, address=settings.server.address,
                                   port=settings.server.port, ready=controller.ready)
         log.info("controller.starting", config=config.source, hub=hub.server,
-                 hub_id=settings.hub_id, definitions=len(catalog))
+                 hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode)
+        if settings.hub_mode == "shared":
+            stop_webhook = await _start_webhook(settings, hub, controller)
         if settings.leader.enabled:
             elector = LeaderElector(
                 client=hub, namespace=settings.leader.namespace, name=settings.leader.name,
@@ -133,6 +155,8 @@ async def run(config: Config) -> int:
             await elector.release()
     finally:
         remove_crash_hook()
+        if stop_webhook is not None:
+            await stop_webhook()
         if cleanup is not None:
             await cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -151,8 +151,8 @@ def clear_hold(obj: dict[str, Any], hold: Hold | None, *, hub_annotations: Mappi
 
     ``managedBy`` is removed when it is ours (the value names the dispatcher); a pause only
     when the hub object's ``HOLD_ANNOTATION`` says the webhook set it (a user's own pause is
-    the user's). Parents left empty are removed too (``runPolicy: {}`` stays valid, but the
-    copy then reads as the user wrote it)."""
+    the user's). Parents below the top level left empty are removed too (``runPolicy: {}``
+    is valid, but the copy then reads as the user wrote it)."""
     if hold is None or hold.kind == "refuse" or _get(obj, hold.path) != hold.value:
         return
     if hold.kind == "pause" and hub_annotations.get(HOLD_ANNOTATION) != hold.dotted:
@@ -165,8 +165,7 @@ def clear_hold(obj: dict[str, Any], hold: Hold | None, *, hub_annotations: Mappi
             return
         chain.append(node)
     node.pop(hold.path[-1], None)
-    for depth in range(len(chain) - 1, -1, -1):
+    for depth in range(len(chain) - 1, 0, -1):  # never the top level (``spec``)
         if chain[depth]:
             break
-        parent = obj if depth == 0 else chain[depth - 1]
-        parent.pop(hold.path[depth], None)
+        chain[depth - 1].pop(hold.path[depth], None)
