@@ -109,7 +109,9 @@ def flatten(kubeconfig: Mapping[str, Any], *, context: str | None = None,
     """A kubeconfig holding only ``context`` (default: current), files inlined.
 
     Relative file paths resolve against ``base_dir`` (the kubeconfig's folder), as kubectl
-    does. Exec plugins are kept as they are: the controller's image must provide them.
+    does. The result names no file (the data-only rule holds by construction); exec plugins
+    are kept as they are (``create_identity`` runs the admin's with this kubeconfig, and
+    ``clusters add`` refuses to store one).
     """
     name, ctx, cluster, user = _context_parts(kubeconfig, context)
     cluster = _inline(cluster, _CLUSTER_FILES, base_dir)
