@@ -36,6 +36,8 @@ examples:
 inlined, in the Secret dispatcher-system/NAME-kubeconfig on the hub, then creates or updates
 the MemberCluster NAME that points at it (with --namespace: spec.allowedNamespaces, so only
 those namespaces' workloads are placed there). The running controller connects within seconds.
+A kubeconfig that would reach the member unverified (insecure-skip-tls-verify, an http://
+server) is refused before anything is contacted; --allow-insecure-tls stores it with a warning.
 With --create-identity, say where the member identity may write: --namespace (the default
 install, deploy/member/) or --cluster-wide (deploy/member/cluster-wide/); re-running with
 other choices removes the bindings the new choice does not hold.
@@ -96,6 +98,11 @@ def register(subparsers: Any) -> None:
                           "TokenRequest (expires, works without a token controller), or the "
                           "Secret when it fills within seconds, else a TokenRequest "
                           "(default: %(default)s)")
+    add.add_argument("--allow-insecure-tls", action="store_true",
+                     help="store a kubeconfig that reaches the member unverified "
+                          "(insecure-skip-tls-verify or an http:// server) instead of refusing "
+                          "it; the controller still refuses it unless its config sets "
+                          "fleet.allowInsecureTLS: true")
     _hub_flags(add)
     add.set_defaults(run=_add)
     remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
@@ -184,6 +191,12 @@ def _parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
+INSECURE_WARNING = """\
+warning: --allow-insecure-tls: the kubeconfig of {name} {risk}.
+  Anyone on the network path can impersonate the member{clear}. The controller refuses this
+  member unless its config sets fleet.allowInsecureTLS: true; then its MemberCluster shows
+  TLSVerified=False."""
+
 CLUSTER_WIDE_WARNING = """\
 warning: --cluster-wide: the member identity of {name} may create, patch and delete workloads
   (Deployments, Jobs, Pods, ... every catalog kind) in EVERY namespace of the member,
@@ -202,7 +215,15 @@ def _add(args: argparse.Namespace) -> int:
     import yaml
 
     from dispatcher.fleet import identity, registration
-    from dispatcher.fleet.kubeconfigs import KubeconfigProblem, credential_plugin, flatten
+    from dispatcher.fleet.kubeconfigs import (
+        INSECURE,
+        PLAIN_HTTP,
+        KubeconfigProblem,
+        credential_plugin,
+        file_reference,
+        flatten,
+        transport_risk,
+    )
     from dispatcher.kube.errors import KubeError
 
     try:
@@ -221,10 +242,23 @@ def _add(args: argparse.Namespace) -> int:
             return _fail(f"{args.kubeconfig} is not a kubeconfig", 2)
         kubeconfig = flatten(source, context=args.context,
                              base_dir=args.kubeconfig.resolve().parent)
+        # Before anything is contacted: with --create-identity the admin credentials would
+        # cross this transport too, and the minted kubeconfig keeps the same server.
+        risk = transport_risk(kubeconfig)
     except (ValueError, OSError, yaml.YAMLError, KubeconfigProblem) as exc:
         # YAML errors can quote lines of the file: print only their kind.
         text = "kubeconfig is not valid YAML" if isinstance(exc, yaml.YAMLError) else str(exc)
         return _fail(text, 2)
+    if risk and not args.allow_insecure_tls:
+        fix = ("use the member's https:// address" if risk == PLAIN_HTTP
+               else "give it the member's CA (certificate-authority-data)")
+        return _fail(f"the kubeconfig {INSECURE[risk]}: {fix}, or store it anyway with "
+                     "--allow-insecure-tls (the controller also needs "
+                     "fleet.allowInsecureTLS: true)", 2)
+    if risk:
+        print(INSECURE_WARNING.format(
+            name=args.name, risk=INSECURE[risk],
+            clear=" and read its credentials" if risk == PLAIN_HTTP else ""), file=sys.stderr)
     if args.create_identity:
         if args.cluster_wide:
             allowed = (f"Placement is restricted to {', '.join(namespaces)} "
@@ -252,9 +286,13 @@ def _add(args: argparse.Namespace) -> int:
         for warning in minted.warnings:
             print(f"warning: {warning}", file=sys.stderr)
 
+    # What the controller refuses to read from a Secret, refused before it is stored.
     plugin = credential_plugin(kubeconfig)
     if plugin:
         return _fail(f"{plugin}: register with --create-identity to store a minted token", 2)
+    files = file_reference(kubeconfig)  # flatten inlined every file: a guard, never expected
+    if files:
+        return _fail(files, 2)
 
     async def apply() -> registration.Registered:
         async with await _hub(args) as hub:

@@ -31,7 +31,7 @@ import tenacity
 from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.kubeconfigs import KubeconfigProblem, skips_tls_verify
+from dispatcher.fleet.kubeconfigs import INSECURE, SKIP_VERIFY, KubeconfigProblem, transport_risk
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
@@ -87,7 +87,9 @@ class MemberConnection:
         self.reservations = MemberReservations(member=spec.name, capacity=self.capacity)
         self.health = healthmod.initial()
         self.kubernetes_version: str | None = None
-        self.tls_verified = True  # False: connected with insecure-skip-tls-verify (opt-in)
+        self.insecure_transport = ""
+        """Why the current connection is not verified TLS (``kubeconfigs.INSECURE``'s keys:
+        plain http or insecure-skip-tls-verify, allowed by fleet.allowInsecureTLS); ''."""
         # uid of the member's kube-system namespace: the same cluster registered twice
         # shows up as two members with one id (None: not readable)
         self.cluster_id: str | None = None
@@ -126,6 +128,11 @@ class MemberConnection:
             raise NotConnected(f"member {self.name} is not connected: "
                                f"{self.health.reason}: {self.health.message}")
         return self._client
+
+    @property
+    def tls_verified(self) -> bool:
+        """Whether the member's identity is verified (False only by the fleet's opt-in)."""
+        return not self.insecure_transport
 
     @property
     def connected(self) -> bool:
@@ -234,22 +241,26 @@ class MemberConnection:
         raise _SessionEnded  # reload: reconnect at once
 
     async def _connect(self) -> KubeClient:
+        self.insecure_transport = ""  # not connected: no insecure connection to report
         kubeconfig, version = await self._load()
         # Remembered before validation: a broken kubeconfig is retried when it changes.
         self.credentials_version = version
-        self.tls_verified = not skips_tls_verify(kubeconfig, context=self.spec.context)
-        if not self.tls_verified:
+        # Before any request: a refused server never sees a byte, let alone a credential.
+        risk = transport_risk(kubeconfig, context=self.spec.context)
+        if risk:
             if not self._settings.allow_insecure_tls:
+                fix = ("give it the member's CA" if risk == SKIP_VERIFY
+                       else "use the member's https:// address")
                 raise KubeconfigProblem(
-                    "the kubeconfig sets insecure-skip-tls-verify: give it the member's CA, "
-                    "or allow unverified members with fleet.allowInsecureTLS: true",
-                    reason="KubeconfigInvalid")
-            self._log.warning("member.tls_unverified",
-                              hint="the kubeconfig sets insecure-skip-tls-verify "
+                    f"the kubeconfig {INSECURE[risk]}: {fix}, or allow unverified members "
+                    "with fleet.allowInsecureTLS: true", reason="KubeconfigInvalid")
+            self._log.warning("member.tls_unverified", reason=risk,
+                              hint=f"the kubeconfig {INSECURE[risk]} "
                                    "(allowed by fleet.allowInsecureTLS)")
         client = await KubeClient.from_kubeconfig(kubeconfig, name=self.name,
                                                   context=self.spec.context)
         self._client = client
+        self.insecure_transport = risk
         return client
 
     async def _close(self) -> None:

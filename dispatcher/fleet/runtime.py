@@ -417,7 +417,7 @@ class Fleet:
             desired = statusmod.member_status(
                 health=self.health(name), capacity=conn.capacity if conn.synced else None,
                 version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now,
-                tls_verified=conn.tls_verified)
+                insecure=conn.insecure_transport)
             if not statusmod.needs_write(
                     desired, written=written[0] if written else None,
                     written_at=written[1] if written else None, now=now,

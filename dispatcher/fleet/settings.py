@@ -3,8 +3,9 @@
 The controller's config loader (``dispatcher.config``) parses the ``fleet:`` section of the
 config file into ``FleetSettings``; every field has a safe default, so an empty section
 works. Field names are snake_case and values simple types (str, float, bool, tuples), so the
-loader maps keys one to one. TLS is not a setting: it follows each member's kubeconfig, and
-``insecure-skip-tls-verify`` in a kubeconfig is honoured with a warning in the log.
+loader maps keys one to one. TLS follows each member's kubeconfig; one that would reach its
+member unverified (``insecure-skip-tls-verify``, an ``http://`` server) is refused unless
+``allow_insecure_tls`` says otherwise.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ class FleetSettings:
     watch_timeout_s: int = 300
     """Server-side timeout of one watch request (the informer resumes from its version)."""
     allow_insecure_tls: bool = False
-    """Whether a member kubeconfig may set ``insecure-skip-tls-verify`` (off: such a member
-    is refused with KubeconfigInvalid; on: it connects, warned and marked
-    ``TLSVerified=False`` on its MemberCluster)."""
+    """Whether a member kubeconfig may set ``insecure-skip-tls-verify`` or an ``http://``
+    server (off: such a member is refused with KubeconfigInvalid before any request; on: it
+    connects, warned at each connect and marked ``TLSVerified=False`` on its
+    MemberCluster)."""
 
     def __post_init__(self) -> None:
         for name in ("probe_interval_s", "unreachable_after_s", "request_timeout_s",

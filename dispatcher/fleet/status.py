@@ -16,6 +16,7 @@ from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.health import Health
+from dispatcher.fleet.kubeconfigs import INSECURE
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "format_time",
@@ -65,18 +66,18 @@ def _status_word(value: bool | None) -> str:
 
 
 def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: datetime,
-               tls_verified: bool = True) -> list[dict[str, Any]]:
+               insecure: str = "") -> list[dict[str, Any]]:
     """``Reachable`` and ``Ready`` (and ``TLSVerified=False`` while the member is reached
-    without verifying its certificate); a condition keeps its transition time while
-    unchanged."""
+    without verifying its identity: ``insecure`` is the reason, a key of
+    ``kubeconfigs.INSECURE``); a condition keeps its transition time while unchanged."""
     before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
     wanted = [("Reachable", _status_word(health.reachable), str(health.reachable_reason),
                "the member's apiserver answers" if health.reachable else health.message),
               ("Ready", _status_word(health.ready), str(health.reason), health.message)]
-    if not tls_verified:
-        wanted.append(("TLSVerified", "False", "InsecureSkipTLSVerify",
-                       "the kubeconfig sets insecure-skip-tls-verify (fleet.allowInsecureTLS): "
-                       "the member's identity is not verified"))
+    if insecure:
+        wanted.append(("TLSVerified", "False", insecure,
+                       f"the kubeconfig {INSECURE.get(insecure, insecure)} "
+                       "(allowed by fleet.allowInsecureTLS)"))
     out = []
     for kind, status, reason, message in wanted:
         old = before.get(kind) or {}
@@ -89,7 +90,7 @@ def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: da
 def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
                   kinds: Iterable[GroupVersionKind] | None,
                   previous: Mapping[str, Any], now: datetime,
-                  tls_verified: bool = True) -> dict[str, Any]:
+                  insecure: str = "") -> dict[str, Any]:
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
 
     ``capacity`` None (never synced) leaves the last written capacity in place, so a member
@@ -97,7 +98,7 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
     """
     status: dict[str, Any] = {
         "conditions": conditions(health, previous=previous.get("conditions") or (), now=now,
-                                 tls_verified=tls_verified)}
+                                 insecure=insecure)}
     if health.last_seen is not None:
         status["lastSeen"] = format_time(health.last_seen)
     if version:

@@ -30,7 +30,7 @@ from dispatcher.control.hubhold import HoldScope
 from dispatcher.control.leader import LeaderElector
 from dispatcher.control.observe import Metrics, configure_logging, serve
 from dispatcher.control.settings import ControlSettings
-from dispatcher.fleet.kubeconfigs import skips_tls_verify
+from dispatcher.fleet.kubeconfigs import INSECURE, KubeconfigProblem, transport_risk
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient
 from dispatcher.placement.selector import parse_selector
@@ -63,10 +63,15 @@ def load_catalog(config: Config) -> Catalog:
 async def _hub_client(config: Config) -> KubeClient:
     path = hub_kubeconfig_path(config)
     data: Any = await asyncio.to_thread(lambda: yaml.safe_load(path.read_text()))
-    if isinstance(data, dict) and skips_tls_verify(data, context=config.hub_context):
-        log.warning("hub.tls_unverified", kubeconfig=str(path),
-                    hint="the hub kubeconfig sets insecure-skip-tls-verify: the hub's "
-                         "identity is not verified")
+    # The hub kubeconfig is the operator's own input (it may reference files, as the
+    # shipped in-cluster one does): an insecure transport is warned about, not refused.
+    try:
+        risk = transport_risk(data, context=config.hub_context) if isinstance(data, dict) else ""
+    except KubeconfigProblem:
+        risk = ""  # the client below says what is wrong with it
+    if risk:
+        log.warning("hub.tls_unverified", kubeconfig=str(path), reason=risk,
+                    hint=f"the hub kubeconfig {INSECURE[risk]}")
     return await KubeClient.from_kubeconfig(data, name="hub", context=config.hub_context)
 
 

@@ -3,13 +3,16 @@
 ``KubeClient.from_kubeconfig`` returns a client or raises ``KubeconfigError``; the fleet's
 readers (``from_secret``, ``flatten``, ``skips_tls_verify``) return or raise
 ``KubeconfigProblem`` with a health reason. None of their messages may quote the token or
-the key material of the kubeconfig they were given.
+the key material of the kubeconfig they were given. The hub's data-only rule: whatever
+``from_secret`` accepts names no file and no plugin, and whatever ``flatten`` (``clusters
+add``) produces is data only, however many file keys the input has and wherever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 from typing import Any
 
 import yaml
@@ -17,10 +20,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dispatcher.fleet.kubeconfigs import (
+    FILE_KEYS,
     KubeconfigProblem,
+    data_only_problem,
+    file_reference,
     flatten,
     from_secret,
     skips_tls_verify,
+    transport_risk,
 )
 from dispatcher.kube.client import KubeClient, KubeconfigError
 
@@ -113,3 +120,50 @@ def test_a_broken_yaml_secret_does_not_quote_its_token() -> None:
     text = f"users: [{{name: a, user: {{token: {TOKEN}}}}}\n  bad: [\n"
     data = {"kubeconfig": base64.b64encode(text.encode()).decode()}
     assert _reader(lambda: from_secret(_secret(data))) is None
+
+
+@st.composite
+def with_file_keys(draw: st.DrawFn) -> dict[str, Any]:
+    """VALID (or a mutation of it) with file keys planted in random entries."""
+    drawn = draw(mutations(VALID) | st.just(VALID))
+    kubeconfig: dict[str, Any] = copy.deepcopy(drawn if isinstance(drawn, dict) else VALID)
+    for _ in range(draw(st.integers(0, 4))):
+        list_key, section = draw(st.sampled_from([("clusters", "cluster"), ("users", "user")]))
+        items = kubeconfig.get(list_key)
+        if not isinstance(items, list) or not items:
+            continue
+        item = draw(st.sampled_from(items))
+        body = item.get(section) if isinstance(item, dict) else None
+        if isinstance(body, dict):
+            body[draw(st.sampled_from(sorted(FILE_KEYS[section])))] = draw(
+                st.sampled_from(["/etc/passwd", "token", "", None, 7]))
+    return kubeconfig
+
+
+@BUDGET
+@given(with_file_keys(), st.sampled_from([None, "m1", "m1-cert"]))
+def test_whatever_flatten_returns_is_data_only(kubeconfig: dict[str, Any],
+                                               context: str | None) -> None:
+    flat = _reader(lambda: flatten(kubeconfig, context=context))
+    if flat is not None:
+        assert file_reference(flat) == ""
+
+
+@BUDGET
+@given(with_file_keys())
+def test_whatever_a_secret_yields_is_data_only(kubeconfig: dict[str, Any]) -> None:
+    encoded = base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()
+    parsed = _reader(lambda: from_secret(_secret({"kubeconfig": encoded})))
+    if parsed is not None:
+        assert data_only_problem(parsed) == ""
+        _reader(lambda: transport_risk(parsed))
+
+
+@BUDGET
+@given(mutations(VALID) | json_values, st.sampled_from([None, "m1", "m1-cert", "nope"]))
+def test_the_rules_never_crash_and_never_quote(kubeconfig: Any, context: str | None) -> None:
+    if not isinstance(kubeconfig, dict):
+        return
+    _no_secret(data_only_problem(kubeconfig))
+    risk = _reader(lambda: transport_risk(kubeconfig, context=context))
+    assert risk in (None, "", "PlainHTTP", "InsecureSkipTLSVerify")

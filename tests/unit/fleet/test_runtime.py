@@ -59,6 +59,6 @@ async def test_fixing_a_static_kubeconfig_file_retries_at_once(tmp_path: Path) -
                 seen = await fleet.wait_changed(seen)
         path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: missing\n")
         async with asyncio.timeout(5):
-            while "not usable" not in fleet.health("m").message:
+            while "no context named 'missing'" not in fleet.health("m").message:
                 seen = await fleet.wait_changed(seen)
         assert fleet.health("m").reason == "KubeconfigInvalid"

@@ -35,7 +35,8 @@ def _others() -> set[asyncio.Task[Any]]:
 
 @pytest.fixture
 async def silent_server() -> AsyncIterator[int]:
-    """A port that accepts TCP connections and never says a word (a hung apiserver)."""
+    """A port that accepts TCP connections and never says a word (a hung apiserver: the
+    TLS handshake never completes)."""
     held: list[asyncio.StreamWriter] = []
 
     async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -52,7 +53,7 @@ async def silent_server() -> AsyncIterator[int]:
 def _kubeconfig(path: Path, port: int) -> str:
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     return str(path)
