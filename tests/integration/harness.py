@@ -8,6 +8,7 @@ a deadline (never a sleep-and-hope).
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +31,7 @@ from dispatcher.kube.errors import KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES
 from dispatcher.workloads.catalog import Catalog
 
-__all__ = ["Harness", "eventually", "get_or_none", "running"]
+__all__ = ["Harness", "eventually", "get_or_none", "kubectl", "running"]
 
 HUB_ID = f"it-{uuid.uuid4().hex[:6]}"
 TIMEOUT_S = 20.0
@@ -131,3 +132,17 @@ async def get_or_none(client: KubeClient, path: str) -> Any:
         return await client.request("GET", path)
     except NotFound:
         return None
+
+
+def kubectl(state: FleetState, *args: str, cluster: str = "hub", stdin: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the fleet's own kubectl against ``cluster`` (as a user would); with ``check``,
+    a failure fails the test with kubectl's stderr."""
+    from dispatcher.devfleet.binaries import ensure_binaries
+    cmd = [str(ensure_binaries().kubectl), "--kubeconfig", state.cluster(cluster).kubeconfig,
+           *args]
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60,
+                          check=False)
+    if check and done.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done

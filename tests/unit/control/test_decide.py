@@ -60,6 +60,8 @@ FULL_SUMMARY = place(placement(False)).decision.summary
 PLACED = record(phase=Phase.PLACED, cluster="m1", attempt=1)
 SUBMITTED = record(phase=Phase.SUBMITTED, cluster="m1", attempt=1, submitted_at=NOW - 10)
 RUNNING = replace(SUBMITTED, phase=Phase.RUNNING, generic_status="running")
+COMPLETED = replace(SUBMITTED, phase=Phase.COMPLETED, generic_status="completed")
+FAILED = replace(SUBMITTED, phase=Phase.FAILED, generic_status="failed")
 OURS = Copy(state=CopyState.OURS, uid="r1")
 LOST_LONG = MemberHealth(reachable=False, lost_since=NOW - 1000)
 LOST_NOW = MemberHealth(reachable=False, lost_since=NOW - 1)
@@ -118,6 +120,18 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("lost long, running, always", Snapshot(now=NOW, workload=workload(), record=RUNNING,
                                             health=LOST_LONG, rules=Rules(policy="always")),
      ActionKind.REQUEUE),
+    ("lost long, completed, always: never run again",
+     Snapshot(now=NOW, workload=workload(), record=COMPLETED, health=LOST_LONG,
+              rules=Rules(policy="always")), ActionKind.NOTHING),
+    ("lost long, failed, always: never run again",
+     Snapshot(now=NOW, workload=workload(), record=FAILED, health=LOST_LONG,
+              rules=Rules(policy="always")), ActionKind.NOTHING),
+    ("completed, copy removed since (member TTL)",
+     Snapshot(now=NOW, workload=workload(), record=COMPLETED,
+              copy=Copy(state=CopyState.ABSENT)), ActionKind.NOTHING),
+    ("running, copy gone: submitted again",
+     Snapshot(now=NOW, workload=workload(), record=RUNNING,
+              copy=Copy(state=CopyState.ABSENT)), ActionKind.SUBMIT),
     ("lost long, never", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
                                   health=LOST_LONG, rules=Rules(policy="never")),
      ActionKind.MARK_UNKNOWN),

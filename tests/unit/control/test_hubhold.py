@@ -1,0 +1,135 @@
+"""The shared hub's admission decision (``control.hubhold.review``) on plain AdmissionReview
+requests, and the controller's own check (``unheld_reason``).
+
+Covered: hold on create per form, refusal with the definition's reason, scope (namespaces,
+kube-*, the controller's own, label selector), re-hold on an update that drops it, a foreign
+managedBy left alone with a warning, non-catalog kinds and deletes untouched, the webhook
+configuration's shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from dispatcher.control.hubhold import HoldScope, configuration, review, unheld_reason
+from dispatcher.placement.selector import parse_selector
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.holds import HOLD_ANNOTATION, MANAGED_BY
+from tests.unit.workloads.test_holds import apply
+
+CATALOG = Catalog.builtin()
+SCOPE = HoldScope(skip=frozenset({"dispatcher-system"}))
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "eval", "namespace": "team-a", "labels": {"team": "a"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+                     **spec}}
+
+
+def request(obj: dict[str, Any], *, operation: str = "CREATE",
+            old: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"uid": "r1", "operation": operation, "object": obj, "oldObject": old,
+            "namespace": obj["metadata"].get("namespace")}
+
+
+def patched(response: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    assert response["allowed"] and response["patchType"] == "JSONPatch"
+    return apply(obj, json.loads(base64.b64decode(response["patch"])))
+
+
+def test_a_job_is_held_by_managed_by() -> None:
+    obj = job()
+    response = review(request(obj), catalog=CATALOG, scope=SCOPE)
+    assert response["uid"] == "r1"
+    assert patched(response, obj)["spec"]["managedBy"] == MANAGED_BY
+
+
+def test_a_deployment_is_paused_and_marked() -> None:
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "d", "namespace": "team-a"}, "spec": {"replicas": 2}}
+    held = patched(review(request(obj), catalog=CATALOG, scope=SCOPE), obj)
+    assert held["spec"]["paused"] is True
+    assert held["metadata"]["annotations"][HOLD_ANNOTATION] == ".spec.paused"
+
+
+def test_a_kind_nothing_can_hold_is_refused_with_the_reason() -> None:
+    obj = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "lws", "namespace": "team-a"}, "spec": {}}
+    response = review(request(obj), catalog=CATALOG, scope=SCOPE)
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    message = response["status"]["message"]
+    assert "LeaderWorkerSet team-a/lws" in message and "dedicated hub" in message
+
+
+def test_an_update_of_a_refused_kind_is_allowed() -> None:
+    """Finalizer removal must never be blocked (objects from before the webhook)."""
+    obj = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "s", "namespace": "team-a"}, "spec": {}}
+    response = review(request(obj, operation="UPDATE", old=obj), catalog=CATALOG,
+                      scope=SCOPE)
+    assert response == {"uid": "r1", "allowed": True}
+
+
+def test_out_of_scope_objects_pass_untouched() -> None:
+    scope = HoldScope(namespaces=("team-a",), skip=frozenset({"dispatcher-system"}),
+                      selector=parse_selector("team=a"))
+    for namespace, labels in (("team-b", {"team": "a"}), ("kube-flannel", {"team": "a"}),
+                              ("dispatcher-system", {"team": "a"}), ("team-a", {"team": "b"})):
+        obj = job()
+        obj["metadata"].update(namespace=namespace, labels=labels)
+        assert review(request(obj), catalog=CATALOG, scope=scope) == {
+            "uid": "r1", "allowed": True}, namespace
+    assert review(request(job()), catalog=CATALOG, scope=scope).get("patch")
+
+
+def test_other_kinds_and_operations_pass_untouched() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}}
+    assert review(request(pod), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
+    assert review({**request(job()), "operation": "DELETE"}, catalog=CATALOG,
+                  scope=SCOPE) == {"uid": "r1", "allowed": True}
+
+
+def test_an_update_that_drops_the_hold_gets_it_back() -> None:
+    old = job(managedBy=MANAGED_BY)
+    new = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "m", "namespace": "team-a"}, "spec": {"runPolicy": {}}}
+    old = {**new, "spec": {"runPolicy": {"managedBy": MANAGED_BY}}}
+    response = review(request(new, operation="UPDATE", old=old), catalog=CATALOG, scope=SCOPE)
+    assert patched(response, new)["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
+    assert response["warnings"]
+    unchanged = review(request(old, operation="UPDATE", old=old), catalog=CATALOG, scope=SCOPE)
+    assert "patch" not in unchanged
+
+
+def test_a_foreign_managed_by_is_left_with_a_warning_and_not_dispatched() -> None:
+    obj = job(managedBy="kueue.x-k8s.io/multikueue")
+    response = review(request(obj), catalog=CATALOG, scope=SCOPE)
+    assert response["allowed"] and "patch" not in response
+    assert "another system manages it" in response["warnings"][0]
+    definition = CATALOG.find("batch/v1", "Job")
+    assert definition is not None
+    assert "another system" in (unheld_reason(obj, definition) or "")
+
+
+def test_the_controller_never_dispatches_an_unheld_object_from_a_shared_hub() -> None:
+    definition = CATALOG.find("batch/v1", "Job")
+    assert definition is not None
+    assert unheld_reason(job(managedBy=MANAGED_BY), definition) is None
+    assert "created without the hub hold" in (unheld_reason(job(), definition) or "")
+
+
+def test_the_configuration_fails_closed_and_skips_system_namespaces() -> None:
+    body = configuration(name="dispatcher", resources={("batch", "v1"): ["jobs"],
+                                                       ("apps", "v1"): ["deployments"]},
+                         client_config={"url": "https://127.0.0.1:9443/mutate"},
+                         skip=("dispatcher-system", "kube-system"))
+    (hook,) = body["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert [r["apiGroups"] for r in hook["rules"]] == [["apps"], ["batch"]]
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "dispatcher-system", "kube-system"]
