@@ -152,21 +152,31 @@ def _fail(message: str, code: int = 1) -> int:
 def _list(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
+    from dispatcher.control.leader import HUB_MODE_ANNOTATION
     from dispatcher.fleet import status
     from dispatcher.kube import watch
     from dispatcher.kube.errors import KubeError
-    from dispatcher.kube.resources import MEMBER_CLUSTERS
+    from dispatcher.kube.resources import LEASES, MEMBER_CLUSTERS
     from dispatcher.output import emit, table
 
-    async def fetch() -> list[dict[str, Any]]:
+    async def fetch() -> tuple[list[dict[str, Any]], str]:
         async with await _hub(args) as hub:
             listed = await watch.list_objects(hub, MEMBER_CLUSTERS)
-        return sorted(listed.objects, key=lambda o: str(o["metadata"]["name"]))
+            try:
+                lease = await hub.request("GET", LEASES.item("dispatcher", "dispatcher-system"))
+                mode = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+                    HUB_MODE_ANNOTATION, "")
+            except KubeError:
+                mode = ""
+        return sorted(listed.objects, key=lambda o: str(o["metadata"]["name"])), mode
 
     try:
-        objects = asyncio.run(fetch())
+        objects, mode = asyncio.run(fetch())
     except (KubeError, OSError) as exc:
         return _fail(str(exc))
+    if args.output not in ("json", "yaml"):
+        print(f"hub mode: {mode or 'unknown (no controller Lease dispatcher-system/dispatcher)'}",
+              file=sys.stderr)
     if args.output in ("json", "yaml"):
         emit({"apiVersion": "v1", "kind": "List", "items": objects}, fmt=args.output)
         return 0

@@ -28,7 +28,11 @@ examples:
   dispatcher dev up && dispatcher run --config config/local.yaml
                                     the controller against the local dev fleet
   dispatcher run --config config/local.yaml --check
-                                    validate the configuration and print it, then exit
+                                    validate the configuration and print it, warn when the
+                                    hub does not look like hub.mode says, then exit
+  dispatcher dev up --hub shared && dispatcher run -c config/local.yaml --hub-mode shared
+                                    a hub that runs its own controllers: the webhook holds
+                                    every dispatched workload there
   dispatcher run -c prod.yaml --set failover.policy=never --set workers=128
                                     any key of the file, overridden from the command line
   dispatcher run --hub-kubeconfig hub.kubeconfig --member gpu-a=a.kubeconfig \\
@@ -53,6 +57,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--hub-kubeconfig", metavar="FILE", help="hub kubeconfig (hub.kubeconfig)")
     parser.add_argument("--hub-context", metavar="NAME", help="hub context (hub.context)")
     parser.add_argument("--hub-id", metavar="ID", help="origin id stamped on copies (hubId)")
+    parser.add_argument("--hub-mode", choices=("dedicated", "shared"),
+                        help="dedicated: the hub runs no workload controllers; shared: they "
+                             "run, and the webhook holds dispatched workloads there (hub.mode)")
     parser.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                         help="hub namespace to watch (watch.namespaces; repeatable)")
     parser.add_argument("--member", action="append", default=[], metavar="NAME=KUBECONFIG",
@@ -71,7 +78,7 @@ def register(subparsers: Any) -> None:
 def _overrides(args: argparse.Namespace) -> list[str]:
     out = list(args.overrides)
     for flag, key in (("hub_kubeconfig", "hub.kubeconfig"), ("hub_context", "hub.context"),
-                      ("hub_id", "hubId"), ("port", "server.port"),
+                      ("hub_id", "hubId"), ("hub_mode", "hub.mode"), ("port", "server.port"),
                       ("log_level", "log.level")):
         value = getattr(args, flag)
         if value is not None:
@@ -107,6 +114,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.check:
         print(json.dumps(_plain(config), indent=2))
+        for warning in asyncio.run(app.check_hub(config)):
+            print(f"warning: {warning}", file=sys.stderr)
         return 0
     return asyncio.run(app.run(config))
 

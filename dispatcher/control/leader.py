@@ -21,7 +21,10 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import LEASES
 
-__all__ = ["LeaderElector", "is_free"]
+__all__ = ["HUB_MODE_ANNOTATION", "LeaderElector", "is_free"]
+
+HUB_MODE_ANNOTATION = "dispatcher.io/hub-mode"
+"""On the leader Lease: the hub topology the leader runs with (dedicated or shared)."""
 
 log = structlog.get_logger("dispatcher.leader")
 
@@ -43,8 +46,10 @@ class LeaderElector:
 
     def __init__(self, *, client: KubeClient, namespace: str, name: str, identity: str,
                  lease_duration: float, renew_every: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 annotations: Mapping[str, str] | None = None) -> None:
         self._client = client
+        self._annotations = dict(annotations or {})
         self._namespace = namespace
         self._name = name
         self.identity = identity
@@ -65,6 +70,9 @@ class LeaderElector:
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
                 1 if current else 0)
         meta: dict[str, Any] = {"name": self._name, "namespace": self._namespace}
+        if self._annotations:  # what the leader runs with (``dispatcher clusters`` reads it)
+            meta["annotations"] = {**((current or {}).get("metadata") or {}).get(
+                "annotations", {}), **self._annotations}
         if current is not None:
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,

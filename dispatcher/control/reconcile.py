@@ -74,7 +74,7 @@ class Reconciler:
         self.writes = Writes(hub=hub, cache=hub_cache, members=self.members, fleet=fleet,
                              queue=queue, resolutions=self.resolutions, metrics=metrics,
                              events=events, default_policy=settings.default_policy,
-                             monotonic=monotonic)
+                             monotonic=monotonic, hub_mode=settings.hub_mode)
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
 
     @property

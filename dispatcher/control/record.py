@@ -137,8 +137,11 @@ def dispatch_name(workload: Mapping[str, Any]) -> str:
     return f"{full[:_NAME_LIMIT - 11].rstrip('-.')}-{digest}"
 
 
-def dispatch_body(*, workload: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """A new Dispatch for ``workload``: same namespace, owned by it (garbage-collected with it)."""
+def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "dedicated"
+                  ) -> dict[str, Any]:
+    """A new Dispatch for ``workload``: same namespace, owned by it (garbage-collected with
+    it), saying which hub topology it was dispatched under (``kubectl get dispatches -o
+    wide``)."""
     meta = workload["metadata"]
     ref = {"apiVersion": workload["apiVersion"], "kind": workload["kind"],
            "name": meta["name"], "uid": meta["uid"]}
@@ -147,7 +150,7 @@ def dispatch_body(*, workload: Mapping[str, Any], name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": meta.get("namespace") or "default",
                      "ownerReferences": [{**ref, "controller": True,
                                           "blockOwnerDeletion": False}]},
-        "spec": {"workload": ref},
+        "spec": {"workload": ref, "hubMode": hub_mode},
     }
 
 

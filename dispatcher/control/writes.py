@@ -38,8 +38,9 @@ class Writes:
     def __init__(self, *, hub: KubeClient, cache: HubCache, members: MemberWrites,
                  fleet: FleetView, queue: PendingQueue, resolutions: Resolutions,
                  metrics: Metrics, events: EventRecorder | None, default_policy: str,
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], hub_mode: str = "dedicated") -> None:
         self.hub = hub
+        self.hub_mode = hub_mode
         self.cache = cache
         self.members = members
         self.fleet = fleet
@@ -69,7 +70,7 @@ class Writes:
     async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
         name = records.dispatch_name(workload)
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = records.dispatch_body(workload=workload, name=name)
+        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode)
         try:
             created = await self.hub.request("POST", DISPATCHES.collection(namespace),
                                              body=body)

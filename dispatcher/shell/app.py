@@ -27,18 +27,20 @@ from dispatcher.config import Config
 from dispatcher.control.controller import Controller
 from dispatcher.control.fleetview import LiveFleet
 from dispatcher.control.hubhold import HoldScope
-from dispatcher.control.leader import LeaderElector
+from dispatcher.control.leader import HUB_MODE_ANNOTATION, LeaderElector
 from dispatcher.control.observe import Metrics, configure_logging, serve
 from dispatcher.control.settings import ControlSettings
 from dispatcher.fleet.kubeconfigs import INSECURE, KubeconfigProblem, transport_risk
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import KubeError
 from dispatcher.placement.selector import parse_selector
+from dispatcher.shell.hubmode import mode_warnings, read_evidence
 from dispatcher.shell.webhook import HubWebhook
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
 
-__all__ = ["hub_kubeconfig_path", "load_catalog", "run"]
+__all__ = ["check_hub", "hub_kubeconfig_path", "load_catalog", "run"]
 
 log = structlog.get_logger("dispatcher")
 
@@ -73,6 +75,20 @@ async def _hub_client(config: Config) -> KubeClient:
         log.warning("hub.tls_unverified", kubeconfig=str(path), reason=risk,
                     hint=f"the hub kubeconfig {INSECURE[risk]}")
     return await KubeClient.from_kubeconfig(data, name="hub", context=config.hub_context)
+
+
+async def check_hub(config: Config) -> list[str]:
+    """Warnings about the hub against ``hub.mode`` (``run --check``); an unreachable hub is
+    a warning too, never an error: the check is advice."""
+    try:
+        hub = await _hub_client(config)
+    except (OSError, ValueError, KubeError) as exc:
+        return [f"could not read the hub to check hub.mode: {exc}"]
+    try:
+        evidence = await read_evidence(hub, own_webhook=config.control.webhook.configuration)
+    finally:
+        await hub.close()
+    return mode_warnings(config.control.hub_mode, evidence)
 
 
 async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller
@@ -126,6 +142,9 @@ async def run(config: Config) -> int:
                                   port=settings.server.port, ready=controller.ready)
         log.info("controller.starting", config=config.source, hub=hub.server,
                  hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode)
+        for warning in mode_warnings(settings.hub_mode, await read_evidence(
+                hub, own_webhook=settings.webhook.configuration)):
+            log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
         if settings.hub_mode == "shared":
             stop_webhook = await _start_webhook(settings, hub, controller)
         if settings.leader.enabled:
@@ -133,7 +152,8 @@ async def run(config: Config) -> int:
                 client=hub, namespace=settings.leader.namespace, name=settings.leader.name,
                 identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
                 lease_duration=settings.leader.lease_duration_s,
-                renew_every=settings.leader.renew_every_s)
+                renew_every=settings.leader.renew_every_s,
+                annotations={HUB_MODE_ANNOTATION: settings.hub_mode})
             acquire = asyncio.ensure_future(elector.acquire())
             halt = asyncio.ensure_future(stop.wait())
             await asyncio.wait({acquire, halt}, return_when=asyncio.FIRST_COMPLETED)

@@ -8,8 +8,8 @@ a deadline (never a sleep-and-hope).
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import contextlib
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -63,10 +64,8 @@ async def hub(dev_fleet: FleetState) -> AsyncIterator[Hub]:
     try:
         yield Hub(client, names[0], names[1], names[2], settings)
     finally:
-        try:
+        with contextlib.suppress(NotFound):
             await client.request("DELETE", WEBHOOK_CONFIGURATIONS.item(settings.configuration))
-        except NotFound:
-            pass
         await client.close()
 
 
@@ -121,9 +120,9 @@ async def test_the_hub_calls_the_webhook_and_each_kind_is_held_or_refused(
             "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
                 "containers": [{"name": "c", "image": "i"}]}}}}}})
         assert json.loads(out)["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
-        dropped = await asyncio.to_thread(kubectl, dev_fleet, "patch", "-n", hub.namespace, "mpijob", "mpi",
-                          "--type=json", "-o", "json",
-                          "-p", '[{"op":"remove","path":"/spec/runPolicy/managedBy"}]')
+        dropped = await asyncio.to_thread(
+            kubectl, dev_fleet, "patch", "-n", hub.namespace, "mpijob", "mpi", "--type=json",
+            "-o", "json", "-p", '[{"op":"remove","path":"/spec/runPolicy/managedBy"}]')
         assert json.loads(dropped.stdout)["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
     finally:
         await stop()
