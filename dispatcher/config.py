@@ -19,18 +19,19 @@ from typing import Any
 
 import yaml
 
-from dispatcher.control.admission import LEVELS
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
 from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["Config", "ConfigError", "load", "parse"]
 
 POLICIES = ("never", "if-not-started", "always")
 PLACEMENT_POLICIES = ("most-free", "best-fit")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+WEAKER_NAMESPACES = ("refuse", "allow")
 
 
 class ConfigError(ValueError):
@@ -238,6 +239,7 @@ def _control(r: _Reader) -> ControlSettings:
     submit = r.section("submit")
     create_ns = submit.get("createNamespaces", bool, False)
     psa_floor = submit.choice("podSecurityFloor", "baseline", LEVELS)
+    weaker = submit.choice("weakerMemberNamespaces", "refuse", WEAKER_NAMESPACES)
     admission_check = submit.get("admissionCheck", bool, True)
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
@@ -286,6 +288,7 @@ def _control(r: _Reader) -> ControlSettings:
     return ControlSettings(
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
         create_namespaces=create_ns, pod_security_floor=psa_floor,
+        weaker_member_namespaces=weaker,
         admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
         priority=priority,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,

@@ -60,6 +60,10 @@ class ControlSettings:
     are used, and a missing one is a rejection."""
     pod_security_floor: str = "baseline"
     """The weakest Pod Security level of a namespace the dispatcher creates on a member."""
+    weaker_member_namespaces: str = "refuse"
+    """``refuse``: a member namespace that exists with a weaker Pod Security ``enforce``
+    level than its hub namespace (or none) gets no copy, the Dispatch says why;
+    ``allow``: the member's namespace is taken as it is (``control/namespaces``)."""
     admission_check: bool = True
     """Dry-run each pod template as a Pod on the member before creating the copy, so a
     pod the member would not admit is a rejection with its reason."""
