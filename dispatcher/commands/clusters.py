@@ -29,7 +29,8 @@ examples:
                                   (a RoleBinding each); placement sends it only those
   dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity \\
       --namespaces team-a,team-c --create-namespaces
-                                  ... creating team-c on the member first if missing
+                                  ... creating team-c on the member first if missing,
+                                  with hub namespace team-c's Pod Security labels
   dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity --cluster-wide
                                   opt-in: the token writes in EVERY namespace of the member,
                                   kube-system included (see the warning it prints)
@@ -91,7 +92,8 @@ def register(subparsers: Any) -> None:
                           "restrict placement")
     add.add_argument("--create-namespaces", action="store_true",
                      help="with --create-identity: with --namespace, create the missing "
-                          "listed namespaces on the member now (admin kubeconfig); with "
+                          "listed namespaces on the member now (admin kubeconfig), with "
+                          "their hub namespace's Pod Security labels; with "
                           "--cluster-wide, let the identity create namespaces itself (for "
                           "config submit.createNamespaces: true)")
     add.add_argument("--pod-security-floor", choices=("privileged", "baseline", "restricted"),

@@ -61,7 +61,8 @@ class MemberNamespaces:
 
     @property
     def checking(self) -> bool:
-        return self.settings.weaker_member_namespaces == "refuse"
+        """Existing member namespaces are compared (anything but an explicit ``allow``)."""
+        return self.settings.weaker_member_namespaces != "allow"
 
     async def check(self, client: KubeClient, *, cluster: str, namespace: str
                     ) -> Rejection | None:

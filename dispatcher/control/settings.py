@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PriorityPolicy
+from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["ControlSettings", "LeaderSettings", "ServerSettings"]
 
@@ -92,6 +93,12 @@ class ControlSettings:
     def __post_init__(self) -> None:
         if not self.hub_id:
             raise ValueError("hubId must not be empty")
+        if self.pod_security_floor not in LEVELS:
+            raise ValueError(f"podSecurityFloor must be one of {', '.join(LEVELS)}, got "
+                             f"{self.pod_security_floor!r}")
+        if self.weaker_member_namespaces not in ("refuse", "allow"):
+            raise ValueError(f"weakerMemberNamespaces must be refuse or allow, got "
+                             f"{self.weaker_member_namespaces!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.backfill_limit < 0:

@@ -107,3 +107,11 @@ def test_any_value_is_accepted_or_named(value: object) -> None:
         config.parse({"queue": {"backfillLimit": value}}, source="f.yaml", base=Path("."))
     except config.ConfigError as exc:
         assert str(exc).startswith("f.yaml: queue.backfillLimit:")
+
+
+@pytest.mark.parametrize("changes", [{"weaker_member_namespaces": "alow"},
+                                     {"pod_security_floor": "strict"}])
+def test_settings_refuse_an_unknown_pod_security_choice(changes: dict[str, str]) -> None:
+    """Built directly (not from a file), a typo must not turn the namespace check off."""
+    with pytest.raises(ValueError, match=r"weakerMemberNamespaces|podSecurityFloor"):
+        ControlSettings(**changes)  # type: ignore[arg-type]
