@@ -18,7 +18,9 @@ before the admission dry-run:
 
 A namespace found strong enough is not read again for ``ttl_s`` (a burst asks once per
 member and namespace); the price, as for ``admission.AdmittedPods``: a namespace
-weakened, or a hub namespace tightened, is seen up to ``ttl_s`` late.
+weakened, or a hub namespace tightened, is seen up to ``ttl_s`` late. A refusal is logged
+once, as the ``workload.rejected`` line of every rejection; a namespace created here is
+logged ``namespace.created`` with its enforce level.
 """
 
 from __future__ import annotations
@@ -88,8 +90,6 @@ class MemberNamespaces:
         theirs = (found.get("metadata") or {}).get("labels") or {}
         gap = podsecurity.weaker(theirs, hub)
         if gap is not None:
-            log.warning("namespace.weaker", member=cluster, namespace=namespace,
-                        member_level=str(gap[0]), hub_level=str(gap[1]))
             return Rejection.of(
                 cluster, status=0, reason="NamespaceWeaker",
                 message=f"namespace {namespace} on {cluster} enforces Pod Security "
@@ -131,8 +131,6 @@ class MemberNamespaces:
         except KubeError as exc:
             if not exc.permanent:
                 raise
-            log.warning("namespace.hub_unreadable", namespace=namespace,
-                        status_code=exc.status, message=exc.detail[:300])
             return Rejection.of(
                 cluster, status=exc.status, reason="HubNamespaceUnreadable",
                 message=f"cannot read hub namespace {namespace}, so its Pod Security "

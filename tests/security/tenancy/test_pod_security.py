@@ -6,7 +6,8 @@ The finding, replayed: (a) ``clusters add --create-identity --namespace NS
 privileged, hostNetwork, hostPID, hostPath ``/`` Job from a hub namespace enforcing
 ``restricted`` ran; (b) the shipped hub ClusterRole could not read namespaces, the 403 was
 swallowed and the member namespace got the ``baseline`` floor instead of the hub's
-``restricted``. Now: (a) the command labels the member namespace ``restricted`` and the
+``restricted``. Now: (a) the command labels the member namespace ``restricted`` (one
+listed but missing on the hub gets the floor, and the command says so) and the
 controller, with the very identity the command minted, has that Job refused by the
 member's own PodSecurity admission in the dry-run (``PodNotAdmitted``, no copy) while a
 compliant Job is copied (so the identity may read its namespace); (b) the controller bound
@@ -114,20 +115,27 @@ def test_clusters_add_carries_the_hub_level_and_the_escape_is_refused(
         dev_fleet: FleetState, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suffix = uuid.uuid4().hex[:6]
     namespace, name = f"team-a-{suffix}", f"psa-{suffix}"
+    nowhere = f"team-b-{suffix}"  # listed, but no such namespace on the hub
     hub, member = dev_fleet.cluster("hub"), dev_fleet.cluster("member-1")
     hub.rest().request("POST", NAMESPACES.collection(), {
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": namespace, "labels": {ENFORCE: "restricted"}}})
     try:
         code = main(["clusters", "add", name, "--kubeconfig", member.kubeconfig,
-                     "--create-identity", "--namespace", namespace, "--create-namespaces",
+                     "--create-identity", "--namespace", namespace, "--namespace", nowhere,
+                     "--create-namespaces",
                      "--token-source", "request", "--hub-kubeconfig", hub.kubeconfig])
         out = capsys.readouterr().out
         assert code == 0, out
         assert (f"namespace/{namespace} created on {name}: Pod Security enforce "
                 f"restricted:latest (hub namespace {namespace})") in out
+        assert (f"namespace/{nowhere} created on {name}: Pod Security enforce "
+                f"baseline:latest (no hub namespace {nowhere}: the floor, "
+                f"--pod-security-floor baseline)") in out
         labels = member.rest().get(NAMESPACES.item(namespace))["metadata"]["labels"]
         assert labels[ENFORCE] == "restricted"
+        labels = member.rest().get(NAMESPACES.item(nowhere))["metadata"]["labels"]
+        assert labels[ENFORCE] == "baseline"
         # the controller with the identity the command registered, not the admin
         secret = hub.rest().get(SECRETS.item(f"{name}-kubeconfig", SYSTEM))
         minted = tmp_path / "minted.kubeconfig"
@@ -135,8 +143,9 @@ def test_clusters_add_carries_the_hub_level_and_the_escape_is_refused(
         asyncio.run(_escape_refused_with_the_minted_identity(dev_fleet, namespace, minted))
     finally:
         main(["clusters", "remove", name, "--hub-kubeconfig", hub.kubeconfig])
-        for rest in (hub.rest(), member.rest()):
-            rest.request("DELETE", NAMESPACES.item(namespace))
+        for rest, names in ((hub.rest(), [namespace]), (member.rest(), [namespace, nowhere])):
+            for ns in names:
+                rest.request("DELETE", NAMESPACES.item(ns))
 
 
 async def _escape_refused_with_the_minted_identity(dev_fleet: FleetState, namespace: str,
