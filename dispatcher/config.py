@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from dispatcher.control.admission import LEVELS
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
@@ -31,12 +30,14 @@ from dispatcher.control.settings import (
     WebhookSettings,
 )
 from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["Config", "ConfigError", "load", "parse"]
 
 POLICIES = ("never", "if-not-started", "always")
 PLACEMENT_POLICIES = ("most-free", "best-fit")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+WEAKER_NAMESPACES = ("refuse", "allow")
 
 
 class ConfigError(ValueError):
@@ -262,6 +263,7 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     submit = r.section("submit")
     create_ns = submit.get("createNamespaces", bool, False)
     psa_floor = submit.choice("podSecurityFloor", "baseline", LEVELS)
+    weaker = submit.choice("weakerMemberNamespaces", "refuse", WEAKER_NAMESPACES)
     admission_check = submit.get("admissionCheck", bool, True)
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
@@ -311,6 +313,7 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
         webhook=_webhook(r.section("webhook"), base), hub_mode=hub_mode,
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
         create_namespaces=create_ns, pod_security_floor=psa_floor,
+        weaker_member_namespaces=weaker,
         admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
         priority=priority,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,

@@ -7,7 +7,10 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatcher.fleet.membernamespaces import MemberNamespace
 
 __all__ = ["register"]
 
@@ -26,7 +29,8 @@ examples:
                                   (a RoleBinding each); placement sends it only those
   dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity \\
       --namespaces team-a,team-c --create-namespaces
-                                  ... creating team-c on the member first if missing
+                                  ... creating team-c on the member first if missing,
+                                  with hub namespace team-c's Pod Security labels
   dispatcher clusters add gpu-east --kubeconfig east-admin.yaml --create-identity --cluster-wide
                                   opt-in: the token writes in EVERY namespace of the member,
                                   kube-system included (see the warning it prints)
@@ -90,9 +94,16 @@ def register(subparsers: Any) -> None:
                           "restrict placement")
     add.add_argument("--create-namespaces", action="store_true",
                      help="with --create-identity: with --namespace, create the missing "
-                          "listed namespaces on the member now (admin kubeconfig); with "
+                          "listed namespaces on the member now (admin kubeconfig), with "
+                          "their hub namespace's Pod Security labels; with "
                           "--cluster-wide, let the identity create namespaces itself (for "
                           "config submit.createNamespaces: true)")
+    add.add_argument("--pod-security-floor", choices=("privileged", "baseline", "restricted"),
+                     default="baseline",
+                     help="with --create-namespaces: the weakest Pod Security level of a "
+                          "namespace created on the member; it gets its hub namespace's "
+                          "pod-security.kubernetes.io labels, never below this (default: "
+                          "%(default)s, as the config's submit.podSecurityFloor)")
     add.add_argument("--token-source", choices=("auto", "secret", "request"), default="auto",
                      help="with --create-identity: the token Secret (long-lived), a "
                           "TokenRequest (expires, works without a token controller), or the "
@@ -279,11 +290,21 @@ def _add(args: argparse.Namespace) -> int:
                 create=", and create namespaces" if args.create_namespaces else ""),
                 file=sys.stderr)
         try:
+            hub_labels = asyncio.run(_hub_namespace_labels(args, namespaces))
+        except (KubeError, OSError) as exc:
+            return _fail(f"cannot read the hub namespaces, whose Pod Security level the member "
+                         f"namespaces must carry: {exc}")
+        try:
             minted = asyncio.run(identity.create_identity(
                 kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
-                create_namespaces=args.create_namespaces, token_source=args.token_source))
+                create_namespaces=args.create_namespaces, token_source=args.token_source,
+                hub_labels=hub_labels, pod_security_floor=args.pod_security_floor,
+                member=args.name))
         except (identity.IdentityError, KubeError, OSError) as exc:
             return _fail(f"cannot create the member identity: {exc}")
+        for made in minted.created_namespaces:
+            print(_created_line(made, member=args.name, from_hub=made.name in hub_labels,
+                                floor=args.pod_security_floor))
         kubeconfig = minted.kubeconfig
         print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
               f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
@@ -318,6 +339,39 @@ def _add(args: argparse.Namespace) -> int:
     print(f"membercluster/{done.member} {verb} (kubeconfig in secret {done.secret}, context "
           f"{kubeconfig['current-context']})")
     return 0
+
+
+async def _hub_namespace_labels(args: argparse.Namespace, namespaces: tuple[str, ...]
+                                ) -> dict[str, dict[str, str]]:
+    """The labels of each listed namespace that exists on the hub (one that does not is
+    left out: the floor alone applies to it, and the command says so). Any other failure
+    raises: a member namespace is never made with the floor because the hub's could not
+    be read."""
+    from dispatcher.kube.errors import NotFound
+    from dispatcher.kube.resources import NAMESPACES
+
+    out: dict[str, dict[str, str]] = {}
+    if not namespaces:
+        return out
+    async with await _hub(args) as hub:
+        for name in namespaces:
+            try:
+                found = await hub.request("GET", NAMESPACES.item(name))
+            except NotFound:
+                continue
+            out[name] = dict((found.get("metadata") or {}).get("labels") or {})
+    return out
+
+
+def _created_line(made: MemberNamespace, *, member: str, from_hub: bool, floor: str) -> str:
+    """``namespace/team-a created on gpu-east: enforce restricted:latest (hub namespace
+    team-a)`` or ``... (no hub namespace team-a: the floor, --pod-security-floor baseline)``."""
+    from dispatcher.kube import podsecurity
+
+    level = podsecurity.policy(made.labels)["enforce"]
+    where = (f"hub namespace {made.name}" if from_hub else
+             f"no hub namespace {made.name}: the floor, --pod-security-floor {floor}")
+    return f"namespace/{made.name} created on {member}: Pod Security enforce {level} ({where})"
 
 
 def _remove(args: argparse.Namespace) -> int:

@@ -1,9 +1,8 @@
 """What a copy may do on a member: never more than its hub namespace allows.
 
 A hub namespace's Pod Security level is the hub operator's word on what that tenant's pods
-may do. A namespace the dispatcher creates on a member carries the same level, never a
-weaker one than the configured floor (``submit.podSecurityFloor``, default ``baseline``:
-no privileged containers, host namespaces or hostPath). Before a copy is created, each of
+may do; the member namespace is made or checked to be at least as strict first
+(``control/namespaces``, ``kube/podsecurity``). Before a copy is created, each of
 its pod templates is sent to the member as a Pod with ``dryRun=All``: the member's own
 admission (Pod Security, ServiceAccount, quotas, LimitRanges, policy webhooks) judges it,
 and a refusal is a rejection with the member's reason instead of a copy whose pods can
@@ -23,34 +22,9 @@ from typing import Any
 from dispatcher.control.names import PREFIX
 from dispatcher.workloads.mutate import PodTemplate
 
-__all__ = ["LEVELS", "PSA_PREFIX", "AdmittedPods", "dry_run_pods", "namespace_labels"]
+__all__ = ["AdmittedPods", "dry_run_pods"]
 
-PSA_PREFIX = "pod-security.kubernetes.io/"
-LEVELS: tuple[str, ...] = ("privileged", "baseline", "restricted")
-_MODES = ("enforce", "audit", "warn")
 _PLACEHOLDER_IMAGE = "dispatcher.invalid/admission-check"
-
-
-def _level(value: Any) -> int:
-    return LEVELS.index(value) if value in LEVELS else -1
-
-
-def namespace_labels(hub_labels: Mapping[str, str] | None, *, floor: str) -> dict[str, str]:
-    """Pod Security labels for a member namespace created for a hub namespace's workloads:
-    each mode at the hub's level, ``enforce`` (and ``warn``) at least at ``floor``."""
-    hub = hub_labels or {}
-    out: dict[str, str] = {}
-    for mode in _MODES:
-        key = f"{PSA_PREFIX}{mode}"
-        level = _level(hub.get(key))
-        if mode != "audit":
-            level = max(level, _level(floor))
-        if level >= 0:
-            out[key] = LEVELS[level]
-            version = hub.get(f"{key}-version")
-            out[f"{key}-version"] = version if isinstance(version, str) and version \
-                else "latest"
-    return out
 
 
 def dry_run_pods(templates: Sequence[PodTemplate], *, namespace: str

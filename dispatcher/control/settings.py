@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
 from dispatcher.control.priority import PriorityPolicy
+from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["HUB_MODES", "ControlSettings", "LeaderSettings", "ServerSettings", "WebhookSettings"]
 
@@ -86,6 +87,10 @@ class ControlSettings:
     are used, and a missing one is a rejection."""
     pod_security_floor: str = "baseline"
     """The weakest Pod Security level of a namespace the dispatcher creates on a member."""
+    weaker_member_namespaces: str = "refuse"
+    """``refuse``: a member namespace that exists with a weaker Pod Security ``enforce``
+    level than its hub namespace (or none) gets no copy, the Dispatch says why;
+    ``allow``: the member's namespace is taken as it is (``control/namespaces``)."""
     admission_check: bool = True
     """Dry-run each pod template as a Pod on the member before creating the copy, so a
     pod the member would not admit is a rejection with its reason."""
@@ -119,6 +124,12 @@ class ControlSettings:
     def __post_init__(self) -> None:
         if not self.hub_id:
             raise ValueError("hubId must not be empty")
+        if self.pod_security_floor not in LEVELS:
+            raise ValueError(f"podSecurityFloor must be one of {', '.join(LEVELS)}, got "
+                             f"{self.pod_security_floor!r}")
+        if self.weaker_member_namespaces not in ("refuse", "allow"):
+            raise ValueError(f"weakerMemberNamespaces must be refuse or allow, got "
+                             f"{self.weaker_member_namespaces!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.backfill_limit < 0:

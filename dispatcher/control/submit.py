@@ -9,7 +9,6 @@ comes back as a ``Rejection``; a transient failure raises for the worker's back-
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,12 +28,13 @@ from dispatcher.control.copies import (
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import HUB_GENERATION_ANNOTATION
+from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
 from dispatcher.control.readings import member_copy
 from dispatcher.control.settings import ControlSettings
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
 from dispatcher.kube.patches import merge_diff
-from dispatcher.kube.resources import NAMESPACES, PODS, ResourceRef
+from dispatcher.kube.resources import PODS, ResourceRef
 from dispatcher.workloads.bounded import DefinitionQuarantined
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.model import Definition
@@ -65,6 +65,7 @@ class MemberWrites:
         self.monotonic = monotonic
         self._foreign: dict[tuple[str, str], float] = {}
         self._admitted = admission.AdmittedPods()
+        self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
 
     def foreign(self, cluster: str, uid: str) -> bool:
         """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
@@ -81,21 +82,6 @@ class MemberWrites:
         """The workload is gone: drop what is remembered about it."""
         for key in [k for k in self._foreign if k[1] == uid]:
             del self._foreign[key]
-
-    async def ensure_namespace(self, client: KubeClient, namespace: str) -> None:
-        """Create ``namespace`` on a member with the hub namespace's Pod Security labels,
-        never below ``submit.podSecurityFloor`` (``admission.namespace_labels``)."""
-        try:
-            hub_ns = await self.hub.request("GET", NAMESPACES.item(namespace))
-            hub_labels = (hub_ns.get("metadata") or {}).get("labels") or {}
-        except KubeError:
-            hub_labels = {}  # unreadable: the floor alone applies
-        labels = admission.namespace_labels(hub_labels,
-                                            floor=self.settings.pod_security_floor)
-        with contextlib.suppress(Conflict):
-            await client.request("POST", NAMESPACES.collection(), body={
-                "apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": namespace, "labels": labels}})
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool | Rejection:
@@ -145,17 +131,22 @@ class MemberWrites:
     async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
                       namespace: str, body: Mapping[str, Any],
                       pods: Sequence[Mapping[str, Any]]) -> Any:
-        """Admission dry-run of the pods, then the create; the namespace is created first
-        when it is missing and ``submit.createNamespaces`` allows it."""
+        """The member namespace's Pod Security level checked against the hub namespace's
+        (``namespaces.MemberNamespaces``), the admission dry-run of the pods, then the
+        create; a missing namespace is created first when ``submit.createNamespaces``
+        allows it, with the hub namespace's level."""
         for last in (False, True):
             try:
-                refused = await self._admit(client, cluster=cluster, namespace=namespace,
-                                            pods=pods)
+                refused = await self.namespaces.check(client, cluster=cluster,
+                                                      namespace=namespace)
+                if refused is None:
+                    refused = await self._admit(client, cluster=cluster,
+                                                namespace=namespace, pods=pods)
                 if refused is not None:
                     return refused
                 return await client.request("POST", ref.collection(namespace), body=body)
             except NotFound as exc:
-                if last or f'namespaces "{namespace}" not found' not in exc.detail:
+                if last or not namespace_missing(exc, namespace):
                     raise
                 if not self.settings.create_namespaces:
                     return Rejection.of(
@@ -163,7 +154,10 @@ class MemberWrites:
                         message=f"namespace {namespace} does not exist on {cluster}; the "
                                 f"member's operator prepares the namespaces it takes "
                                 f"(submit.createNamespaces is off)")
-                await self.ensure_namespace(client, namespace)
+                refused = await self.namespaces.create(client, cluster=cluster,
+                                                       namespace=namespace)
+                if refused is not None:
+                    return refused
         raise AssertionError("unreachable")
 
     async def _admit(self, client: KubeClient, *, cluster: str, namespace: str,

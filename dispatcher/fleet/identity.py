@@ -44,10 +44,11 @@ from typing import Any, Literal
 
 import yaml
 
+from dispatcher.fleet import membernamespaces
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
 from dispatcher.kube import errors
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NAMESPACES, NODES, SECRETS, ResourceRef
+from dispatcher.kube.resources import NODES, SECRETS, ResourceRef
 from dispatcher.sources import SourceMissing, source_path
 
 __all__ = [
@@ -117,8 +118,11 @@ class MemberIdentity:
     cluster_wide: bool = False
     removed: tuple[str, ...] = ()
     """Bindings of an earlier install the plan no longer holds, deleted."""
+    created_namespaces: tuple[membernamespaces.MemberNamespace, ...] = ()
+    """Listed namespaces created here, with the Pod Security labels they got."""
     warnings: tuple[str, ...] = ()
-    """What the check of the minted token found suspicious (it can write in kube-system)."""
+    """What the checks found suspicious: the minted token can write in kube-system, a listed
+    namespace exists with a weaker Pod Security level than its hub namespace."""
 
 
 def identity_dir() -> Path:
@@ -238,12 +242,13 @@ def plan(directory: Path, *, namespaces: Sequence[str] = (), cluster_wide: bool 
          create_namespaces: bool = False) -> list[dict[str, Any]]:
     """Every object to apply on the member, in order.
 
-    Namespaced (``namespaces``, not ``cluster_wide``): ``directory`` itself, then the
-    listed Namespaces when ``create_namespaces``, then one RoleBinding per namespace.
-    ``cluster_wide``: the overlay ``directory/cluster-wide``, its namespace-creation part
-    only with ``create_namespaces``; ``namespaces`` then only restrict placement (the
-    caller's MemberCluster ``allowedNamespaces``), no RoleBinding is needed. Neither:
-    IdentityError saying what to choose.
+    Namespaced (``namespaces``, not ``cluster_wide``): ``directory`` itself, then one
+    RoleBinding per namespace (the listed namespaces themselves are created, never applied,
+    by ``create_identity``: see ``fleet/membernamespaces``). ``cluster_wide``: the overlay
+    ``directory/cluster-wide``, its namespace-creation part only with
+    ``create_namespaces``; ``namespaces`` then only restrict placement (the caller's
+    MemberCluster ``allowedNamespaces``), no RoleBinding is needed. Neither: IdentityError
+    saying what to choose.
     """
     chosen = check_namespaces(namespaces)
     if cluster_wide:
@@ -251,9 +256,7 @@ def plan(directory: Path, *, namespaces: Sequence[str] = (), cluster_wide: bool 
     if not chosen:
         raise IdentityError(CHOOSE)
     manifests = load_manifests(directory, create_namespaces=False)
-    created = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
-               for n in chosen] if create_namespaces else []
-    return manifests + created + namespace_bindings(manifests, chosen)
+    return manifests + namespace_bindings(manifests, chosen)
 
 
 def service_account_of(manifests: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
@@ -353,16 +356,6 @@ async def prune_bindings(client: KubeClient, keep: Sequence[Mapping[str, Any]]) 
     return removed
 
 
-async def _missing_namespaces(client: KubeClient, namespaces: Iterable[str]) -> list[str]:
-    missing = []
-    for name in namespaces:
-        try:
-            await client.request("GET", NAMESPACES.item(name))
-        except errors.NotFound:
-            missing.append(name)
-    return missing
-
-
 async def _can_write_kube_system(client: KubeClient) -> bool:
     """Whether the client may create Deployments in kube-system (SelfSubjectAccessReview,
     which every authenticated user may ask)."""
@@ -419,16 +412,24 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
                           cluster_wide: bool = False, create_namespaces: bool = False,
                           token_source: TokenSource = "auto",
                           expiration_s: int = DEFAULT_TOKEN_SECONDS,
-                          secret_wait_s: float = SECRET_WAIT_S) -> MemberIdentity:
+                          secret_wait_s: float = SECRET_WAIT_S,
+                          hub_labels: Mapping[str, Mapping[str, str]] | None = None,
+                          pod_security_floor: str = "baseline",
+                          member: str = "the member") -> MemberIdentity:
     """Apply the member manifests (``plan``) with ``admin_kubeconfig``, remove the bindings
     of an earlier install the plan no longer holds, mint a token, check it works.
 
     Namespaced: the listed namespaces must exist unless ``create_namespaces`` (checked
-    before anything is applied). The check lists one Node with the new kubeconfig, so a
+    before anything is applied); missing ones are then created with the Pod Security
+    labels of their hub namespace, ``hub_labels[name]`` (absent: no hub namespace), never
+    below ``pod_security_floor`` (``podsecurity.member_labels``). A listed namespace that
+    exists with a weaker enforce level than its hub namespace's is left as it is and
+    reported in ``warnings``. The check lists one Node with the new kubeconfig, so a
     wrong server, CA or binding fails here and not later inside the controller; a token
     that may still create Deployments in kube-system without ``cluster_wide`` (a binding
     made by hand) is reported in ``warnings``.
     """
+    hubs = hub_labels or {}
     manifests = plan(directory or identity_dir(), namespaces=namespaces,
                      cluster_wide=cluster_wide, create_namespaces=create_namespaces)
     chosen = check_namespaces(namespaces)
@@ -439,13 +440,21 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
     except KubeconfigProblem as exc:
         raise IdentityError(str(exc)) from None
     async with await KubeClient.from_kubeconfig(flat_admin, name="member (admin)") as admin:
-        if not cluster_wide and not create_namespaces:
-            missing = await _missing_namespaces(admin, chosen)
-            if missing:
-                raise IdentityError(
-                    f"namespace {', '.join(missing)} does not exist on the member: create "
-                    "it first (with the Pod Security labels it should have), or pass "
-                    "--create-namespaces")
+        found = await membernamespaces.read(admin, chosen)
+        missing = [name for name, ns in found.items() if ns is None]
+        if missing and not cluster_wide and not create_namespaces:
+            raise IdentityError(
+                f"namespace {', '.join(missing)} does not exist on the member: create "
+                "it first (with the Pod Security labels it should have), or pass "
+                "--create-namespaces")
+        existing = [ns for ns in found.values() if ns is not None]
+        created: list[membernamespaces.MemberNamespace] = []
+        for name in [] if cluster_wide else missing:
+            made = await membernamespaces.create(admin, name, hub_labels=hubs.get(name),
+                                                 floor=pod_security_floor)
+            (created if made.created else existing).append(made)
+        warnings = [w for ns in existing if (w := membernamespaces.weaker_warning(
+            ns, hub_labels=hubs.get(ns.name), member=member))]
         applied = await apply_manifests(admin, manifests)
         removed = await prune_bindings(admin, manifests)
         token: str | None = None
@@ -463,7 +472,6 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
                                                  expiration_s=expiration_s)
             source = "request"
     kubeconfig = token_kubeconfig(flat_admin, token=token, user=account)
-    warnings = []
     async with await KubeClient.from_kubeconfig(kubeconfig, name="member (identity)") as mine:
         try:
             await mine.request("GET", NODES.collection(), query=[("limit", "1")])
@@ -478,4 +486,4 @@ async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str |
                           token_source=source, expires=expires, applied=tuple(applied),
                           namespaces=() if cluster_wide else chosen,
                           cluster_wide=cluster_wide, removed=tuple(removed),
-                          warnings=tuple(warnings))
+                          created_namespaces=tuple(created), warnings=tuple(warnings))

@@ -27,7 +27,7 @@ from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES
 from dispatcher.workloads.catalog import Catalog
 
@@ -57,22 +57,30 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   catalog: Catalog | None = None, tenants: int = 0,
                   changes: dict[str, Any] | None = None,
                   aliases: dict[str, str] | None = None,
-                  create_namespaces: bool = True) -> AsyncIterator[Harness]:
+                  create_namespaces: bool = True, namespace: str | None = None,
+                  hub_kubeconfig: dict[str, Any] | None = None,
+                  kubeconfigs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
     with ``changes`` to its ControlSettings, stopped on exit.
 
     ``aliases`` registers more members under other names (alias -> fleet cluster name):
     the same cluster twice, as an operator's mistake would. ``create_namespaces`` is on:
-    the test namespaces exist on the hub only."""
-    namespace = f"ctl-{uuid.uuid4().hex[:8]}"
+    the test namespaces exist on the hub only. ``namespace``: watch that hub namespace
+    (created when missing) instead of a fresh one. The controller reaches the hub as
+    ``hub_kubeconfig`` (default: the admin; e.g. a token of the shipped RBAC) and a member
+    through ``kubeconfigs[name]`` (default: its admin kubeconfig); the harness's own
+    clients stay the admin ones."""
+    namespace = namespace or f"ctl-{uuid.uuid4().hex[:8]}"
     others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
     members = {name: await _client(dev_fleet, name) for name in ("member-1", "member-2")}
     for name in (namespace, *others):
-        await hub.request("POST", NAMESPACES.collection(), body={
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        with contextlib.suppress(Conflict):
+            await hub.request("POST", NAMESPACES.collection(), body={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     catalog = catalog or Catalog.builtin()
-    statics = tuple(StaticMember(name=n, kubeconfig=dev_fleet.cluster(n).kubeconfig)
+    paths = {n: dev_fleet.cluster(n).kubeconfig for n in members} | (kubeconfigs or {})
+    statics = tuple(StaticMember(name=n, kubeconfig=paths[n])
                     for n in members) + tuple(
         StaticMember(name=alias, kubeconfig=dev_fleet.cluster(n).kubeconfig)
         for alias, n in (aliases or {}).items())
@@ -86,7 +94,9 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                                sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
                                server=ServerSettings(port=0), **(changes or {}))
-    controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet)
+    own_hub = hub if hub_kubeconfig is None else await KubeClient.from_kubeconfig(
+        hub_kubeconfig, name="hub (controller)")
+    controller = Controller(settings=settings, catalog=catalog, hub=own_hub, fleet=fleet)
     stop = asyncio.Event()
     await fleet.start()
     task = asyncio.create_task(controller.run(stop))
@@ -104,7 +114,7 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
             for name in (namespace, *others):
                 with contextlib.suppress(KubeError):
                     await hub.request("DELETE", DISPATCHES.collection(name))
-            for client in (hub, *members.values()):
+            for client in {hub, own_hub, *members.values()}:
                 await client.close()
 
 

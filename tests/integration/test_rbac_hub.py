@@ -125,6 +125,7 @@ ALLOWED = [
     ("watch", "batch", "jobs", "", "team-b", ""),
     ("patch", "apps", "deployments", "status", "team-b", "embed"),
     ("create", "", "events", "", "team-b", ""),
+    ("get", "", "namespaces", "", "", "team-b"),  # its Pod Security labels
     ("get", "", "secrets", "", SYSTEM, "member-1-kubeconfig"),
     ("list", "", "secrets", "", SYSTEM, ""),
     ("watch", "", "secrets", "", SYSTEM, ""),
@@ -159,6 +160,8 @@ REFUSED = [
     ("impersonate", "", "users", "", "", "admin"),
     ("create", "", "serviceaccounts", "token", SYSTEM, "dispatcher"),
     ("delete", "", "namespaces", "", "", "team-a"),
+    ("list", "", "namespaces", "", "", ""),
+    ("patch", "", "namespaces", "", "", "team-a"),
 ]
 
 
@@ -188,6 +191,9 @@ async def test_real_calls_with_the_token(controller: KubeClient, admin: KubeClie
         "stringData": {"password": "x"}})
     await controller.request("GET", MEMBER_CLUSTERS.collection())
     await controller.request("GET", f"/api/v1/namespaces/{SYSTEM}/secrets")
+    await controller.request("GET", NAMESPACES.item(namespace))  # Pod Security labels
+    with pytest.raises(errors.Forbidden):
+        await controller.request("GET", NAMESPACES.collection())
     with pytest.raises(errors.Forbidden):
         await controller.request("GET", f"/api/v1/namespaces/{namespace}/secrets/db")
     with pytest.raises(errors.Forbidden):

@@ -2,8 +2,9 @@
 
 Covers: no wildcard in any Role or ClusterRole; the hub ClusterRole and the member
 ClusterRoles (read, bound cluster-wide; write, bound per namespace) grant each catalog
-workload kind exactly the verbs the controller uses (pods create: the admission dry-run),
-and no resource outside the catalog; every CRD of deploy/crds is installed by the
+workload kind exactly the verbs the controller uses (pods create: the admission dry-run;
+namespaces get: the Pod Security labels, hub and member), and no resource outside the
+catalog; every CRD of deploy/crds is installed by the
 kustomization; the Deployment is hardened (non-root, read-only root, no capabilities, RuntimeDefault
 seccomp, probes on the config's server port) and runs as the ServiceAccount the RBAC
 binds; the in-cluster config is config/default.yaml but for the hub kubeconfig.
@@ -123,7 +124,7 @@ def test_hub_role_grants_each_catalog_kind_exactly_what_the_controller_uses() ->
         ("apiextensions.k8s.io", "customresourcedefinitions"), ("", "events"),
         ("optimization.nvidia.com", "resourceinterfaces"),
         ("optimization.nvidia.com", "resourceinterfaces/status"),
-        ("run.ai", "kartas"), ("run.ai", "kartas/status")]} == {
+        ("run.ai", "kartas"), ("run.ai", "kartas/status"), ("", "namespaces")]} == {
         ("dispatcher.io", "memberclusters"): {"list", "watch"},
         ("dispatcher.io", "memberclusters/status"): {"patch"},
         ("dispatcher.io", "dispatches"): {"get", "list", "watch", "create", "delete"},
@@ -132,7 +133,9 @@ def test_hub_role_grants_each_catalog_kind_exactly_what_the_controller_uses() ->
         ("", "events"): {"create"},
         ("optimization.nvidia.com", "resourceinterfaces"): {"list", "watch"},
         ("optimization.nvidia.com", "resourceinterfaces/status"): {"patch"},
-        ("run.ai", "kartas"): {"list", "watch"}, ("run.ai", "kartas/status"): {"patch"}}
+        ("run.ai", "kartas"): {"list", "watch"}, ("run.ai", "kartas/status"): {"patch"},
+        # the hub namespace's Pod Security labels, carried to the member (by name only)
+        ("", "namespaces"): {"get"}}
     extra = set(granted) - workloads - {(g, f"{p}/status") for g, p in workloads}
     assert extra == set()
 
@@ -162,8 +165,10 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
         assert read[resource] | write[resource] == MEMBER_WORKLOAD_VERBS
     assert read[("", "nodes")] == read[("", "pods")] == {"list", "watch"}
     assert write[("", "pods")] == {"create"}  # the pod admission dry-run (?dryRun=All)
+    # the bound namespace's own Pod Security labels, compared with the hub namespace's
+    assert write[("", "namespaces")] == {"get"}
     assert set(read) - workloads - {("", "nodes"), ("", "pods")} == set()
-    assert set(write) - workloads - {("", "pods")} == set()
+    assert set(write) - workloads - {("", "pods"), ("", "namespaces")} == set()
     overlay = list(kustomized(DEPLOY / "member" / "cluster-wide"))
     create_ns = grants(one(overlay, "ClusterRole", "dispatcher-member-namespaces")["rules"])
     assert create_ns == {("", "namespaces"): {"create"}}

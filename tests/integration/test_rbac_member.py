@@ -14,6 +14,8 @@ and ConfigMaps in kube-system, deleting Pods, writing Nodes, creating Pods outsi
 listed namespaces, replacing a copy or writing its status, RBAC and CRD writes; the
 cluster-wide opt-in (``clusters add --cluster-wide``, with its printed warning) does reach
 kube-system, and re-running namespaced removes that again, as does dropping a namespace;
+listed namespaces are created with their hub namespace's Pod Security level, and one that
+exists weaker is left as it is and reported;
 ``dispatcher clusters add --create-identity --namespace`` registers the minted kubeconfig
 on the hub, never the admin one, with the namespaces as ``allowedNamespaces``, and refuses
 to run without a choice. Not covered: the controller using it
@@ -49,6 +51,7 @@ LISTED = (f"rbac-a-{SUFFIX}", f"rbac-b-{SUFFIX}")
 UNLISTED = f"rbac-other-{SUFFIX}"
 DRY_RUN = [("dryRun", "All")]
 ACCOUNT = "system:serviceaccount:dispatcher-system:dispatcher-member"
+ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 def privileged_deployment(name: str = "root") -> dict[str, Any]:
@@ -124,8 +127,10 @@ def test_minted_kubeconfig_holds_only_the_service_account_token(
     assert {"serviceaccount/dispatcher-member", "clusterrole/dispatcher-member",
             "clusterrolebinding/dispatcher-member", "secret/dispatcher-member-token",
             "clusterrole/dispatcher-member-write",
-            *(f"rolebinding/{ns}/dispatcher-member" for ns in LISTED),
-            *(f"namespace/{ns}" for ns in LISTED)} <= set(minted.applied)
+            *(f"rolebinding/{ns}/dispatcher-member" for ns in LISTED)} <= set(minted.applied)
+    # created (never applied), with the floor: no hub namespace labels were given
+    assert [(n.name, n.labels.get(ENFORCE)) for n in minted.created_namespaces] == [
+        (ns, "baseline") for ns in LISTED]
     assert "clusterrolebinding/dispatcher-member-write" not in minted.applied
     assert minted.namespaces == LISTED and not minted.cluster_wide
     assert minted.warnings == ()
@@ -198,6 +203,9 @@ async def test_identity_may_do_what_dispatch_needs(member: KubeClient, admin: Ku
         await admin.request("GET", PODS.item("probe", namespace))
     # the cluster's identity: namespace kube-system by name
     await member.request("GET", NAMESPACES.item("kube-system"))
+    # a listed namespace's own Pod Security labels (the RoleBinding there grants it)
+    for namespace in LISTED:
+        await member.request("GET", NAMESPACES.item(namespace))
 
 
 async def test_writes_reach_the_listed_namespaces_only(member: KubeClient) -> None:
@@ -249,6 +257,10 @@ async def test_identity_is_refused_the_rest(member: KubeClient, admin: KubeClien
         ("POST", NAMESPACES.collection(), {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": f"new-{name}"}}),
         ("DELETE", NAMESPACES.item(LISTED[0]), None),
+        ("GET", NAMESPACES.item(UNLISTED), None),
+        ("GET", NAMESPACES.item("default"), None),
+        ("GET", NAMESPACES.collection(), None),
+        ("PATCH", NAMESPACES.item(LISTED[0]), {"metadata": {"labels": {ENFORCE: "privileged"}}}),
         ("POST", f"{DEPLOYMENTS}/namespaces/kube-system/deployments", privileged_deployment()),
         ("PUT", f"{JOBSETS}/namespaces/default/jobsets/train", {
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
@@ -312,6 +324,37 @@ def test_clusters_add_create_identity_without_a_choice_is_refused(
         assert code == 2
         assert ("--namespace" in err and "--cluster-wide" in err) if not extra \
             else "kube-* namespaces" in err
+
+
+async def test_namespaces_get_the_hub_level_and_a_weaker_existing_one_is_reported(
+        minted: identity.MemberIdentity, dev_fleet: FleetState, admin: KubeClient) -> None:
+    """A new listed namespace is created with its hub namespace's level; one that exists
+    (LISTED[0], at the baseline floor) under a hub namespace at restricted is left as it
+    is, and the warning says the controller refuses copies there and how to label it."""
+    fresh = f"rbac-psa-{SUFFIX}"
+    restricted = {ENFORCE: "restricted"}
+    try:
+        got = await identity.create_identity(
+            admin_kubeconfig(dev_fleet), namespaces=[*LISTED, fresh], create_namespaces=True,
+            token_source="request", expiration_s=600, member=MEMBER,
+            hub_labels={fresh: restricted, LISTED[0]: restricted})
+        (made,) = got.created_namespaces
+        assert made.name == fresh and made.labels[ENFORCE] == "restricted"
+        found = await admin.request("GET", NAMESPACES.item(fresh))
+        assert found["metadata"]["labels"][ENFORCE] == "restricted"
+        (warning,) = got.warnings
+        assert (f"namespace {LISTED[0]} on {MEMBER} enforces Pod Security baseline:latest, "
+                f"weaker than hub namespace {LISTED[0]}'s restricted:latest") in warning
+        assert "the controller refuses copies" in warning
+        assert f"kubectl label namespace {LISTED[0]} --overwrite " \
+               f"{ENFORCE}=restricted" in warning
+        kept = await admin.request("GET", NAMESPACES.item(LISTED[0]))
+        assert kept["metadata"]["labels"][ENFORCE] == "baseline"  # never overwritten
+    finally:
+        back = await identity.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
+                                              token_source="request", expiration_s=600)
+        assert back.removed == (f"rolebinding/{fresh}/dispatcher-member",)
+        await admin.request("DELETE", NAMESPACES.item(fresh))
 
 
 def test_cluster_wide_opt_in_reaches_kube_system_and_namespaced_takes_it_back(

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.admission import dry_run_pods, namespace_labels
+from dispatcher.control.admission import dry_run_pods
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
+from dispatcher.kube.podsecurity import member_labels
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
 from dispatcher.workloads.mutate import PodTemplate
 from tests.integration.harness import Harness, eventually, get_or_none, running
@@ -104,11 +105,10 @@ async def test_a_namespace_the_member_does_not_have_is_a_rejection(
     ({ENFORCE: "restricted"}, "baseline", "restricted"),
     ({ENFORCE: "privileged"}, "baseline", "baseline"),   # never below the floor
     ({ENFORCE: "bogus"}, "restricted", "restricted"),
-    ({}, "privileged", "privileged"),
 ])
 def test_namespace_level_is_the_hubs_never_below_the_floor(
         hub: dict[str, str], floor: str, enforce: str) -> None:
-    labels = namespace_labels(hub, floor=floor)
+    labels = member_labels(hub, floor=floor)
     assert labels[ENFORCE] == enforce
     assert labels[f"{ENFORCE}-version"] == "latest"
 

@@ -47,7 +47,8 @@ hubId: h1
 hub: {kubeconfig: hub.kc}
 watch: {namespaces: [a, b], labelSelector: team=x}
 failover: {policy: always, memberLostAfter: 7, stuckAfter: 9, maxAttempts: 2}
-submit: {podTemplate: {schedulerName: kai, labels: {x: "1"}}}
+submit: {podTemplate: {schedulerName: kai, labels: {x: "1"}}, weakerMemberNamespaces: allow,
+         podSecurityFloor: restricted}
 fleet:
   staticMembers: [{name: m1, kubeconfig: m1.kc, labels: {region: eu}}]
   unreachableAfter: 4
@@ -57,6 +58,7 @@ fleet:
     assert (c.rules.policy, c.rules.member_lost_after, c.rules.stuck_after,
             c.rules.max_attempts) == ("always", 7.0, 9.0, 2)
     assert c.pod_mutations.scheduler_name == "kai"
+    assert (c.weaker_member_namespaces, c.pod_security_floor) == ("allow", "restricted")
     assert dict(c.pod_mutations.labels) == {"x": "1"}
     assert loaded.hub_kubeconfig == str(tmp_path / "hub.kc")
     (member,) = loaded.fleet.static_members
@@ -81,6 +83,9 @@ def test_overrides_win(tmp_path: Path) -> None:
     ("fleet: {staticMembers: [{name: m}]}", "fleet.staticMembers[0].kubeconfig"),
     ("fleet: {probeInterval: 0}", "fleet.probeInterval"),
     ("events: yes-please", "events"),
+    ("submit: {weakerMemberNamespaces: warn}", "submit.weakerMemberNamespaces"),
+    ("submit: {weakerMemberNamespaces: false}", "submit.weakerMemberNamespaces"),
+    ("submit: {podSecurityFloor: strict}", "submit.podSecurityFloor"),
 ])
 def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = write(tmp_path, text)
@@ -102,3 +107,11 @@ def test_any_value_is_accepted_or_named(value: object) -> None:
         config.parse({"queue": {"backfillLimit": value}}, source="f.yaml", base=Path("."))
     except config.ConfigError as exc:
         assert str(exc).startswith("f.yaml: queue.backfillLimit:")
+
+
+@pytest.mark.parametrize("changes", [{"weaker_member_namespaces": "alow"},
+                                     {"pod_security_floor": "strict"}])
+def test_settings_refuse_an_unknown_pod_security_choice(changes: dict[str, str]) -> None:
+    """Built directly (not from a file), a typo must not turn the namespace check off."""
+    with pytest.raises(ValueError, match=r"weakerMemberNamespaces|podSecurityFloor"):
+        ControlSettings(**changes)  # type: ignore[arg-type]
