@@ -225,3 +225,25 @@ def test_image_runs_as_non_root(path: str) -> None:
     assert "FROM python:3.11-slim" in text
     users = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
     assert users and all(not u.startswith(("root", "0")) for u in users)
+
+
+def test_shared_hub_overlay_holds_every_catalog_kind_and_fails_closed() -> None:
+    """``deploy/shared-hub``: the webhook's rules name every kind of the catalog (so no
+    dispatched kind is created unheld), it fails closed, skips the controller's namespace,
+    and the controller may patch that one configuration and nothing else of its kind."""
+    docs = list(kustomized(DEPLOY / "shared-hub"))
+    hook = one(docs, "MutatingWebhookConfiguration", "dispatcher")["webhooks"][0]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    held = {(g, r) for rule in hook["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"]}
+    assert held == catalog_resources()
+    assert "dispatcher-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    role = one(docs, "ClusterRole", "dispatcher-webhook")
+    assert role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                              "resources": ["mutatingwebhookconfigurations"],
+                              "resourceNames": ["dispatcher"], "verbs": ["get", "patch"]}]
+    kustomization = yaml.safe_load((DEPLOY / "shared-hub" / "kustomization.yaml").read_text())
+    patch = yaml.safe_load(kustomization["patches"][0]["patch"])
+    assert [op["value"] for op in patch[:2]] == ["--hub-mode", "shared"]
+    service = one(docs, "Service", "dispatcher-webhook")
+    assert service["spec"]["ports"][0]["targetPort"] == patch[2]["value"]["name"]
