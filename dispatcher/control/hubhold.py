@@ -132,17 +132,49 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
     return _response(uid, patch=hold_patch(obj, hold))
 
 
+_OBJECT_OPERATORS = {"=": "In", "in": "In", "!=": "NotIn", "notin": "NotIn",
+                     "exists": "Exists", "!": "DoesNotExist"}
+
+
+def _namespace_selector(scope: HoldScope, skip: tuple[str, ...]) -> dict[str, Any]:
+    key = "kubernetes.io/metadata.name"
+    if scope.namespaces:  # only what is dispatched: a webhook that is down stalls no one else
+        wanted = sorted(set(scope.namespaces) - set(skip))
+        return {"matchExpressions": [{"key": key, "operator": "In", "values": wanted}]}
+    return {"matchExpressions": [{"key": key, "operator": "NotIn",
+                                  "values": sorted(set(skip))}]}
+
+
+def _object_selector(scope: HoldScope) -> dict[str, Any] | None:
+    """``watch.labelSelector`` as the webhook's objectSelector (None when it has ``>``/``<``,
+    which an objectSelector cannot say: ``review`` then filters alone)."""
+    terms = []
+    for req in scope.selector.requirements:
+        operator = _OBJECT_OPERATORS.get(req.operator)
+        if operator is None:
+            return None
+        term: dict[str, Any] = {"key": req.key, "operator": operator}
+        if operator in ("In", "NotIn"):
+            term["values"] = sorted(req.values)
+        terms.append(term)
+    return {"matchExpressions": terms} if terms else None
+
+
 def configuration(*, name: str, resources: Mapping[tuple[str, str], list[str]],
-                  client_config: Mapping[str, Any], skip: tuple[str, ...]) -> dict[str, Any]:
+                  client_config: Mapping[str, Any], skip: tuple[str, ...],
+                  scope: HoldScope | None = None) -> dict[str, Any]:
     """The MutatingWebhookConfiguration the controller keeps current on a shared hub.
 
     ``resources`` maps (group, version) to the plural names of the catalog's kinds the hub
     serves. ``failurePolicy: Fail``: while the webhook cannot answer, creating a dispatched
     kind fails (the client retries) instead of passing unheld and running on the hub as
     well as on a member. ``skip`` (the controller's own namespace and the ``kube-*`` ones)
-    is never sent, so the controller itself and the cluster's add-ons never wait on it.
+    is never sent, so the controller itself and the cluster's add-ons never wait on it; with
+    ``watch.namespaces`` (``scope``) only those namespaces are, and ``watch.labelSelector``
+    becomes the objectSelector.
     ``reinvocationPolicy: IfNeeded``: called again if a later webhook changes the object.
     """
+    scope = scope or HoldScope()
     rules = [{"apiGroups": [group], "apiVersions": [version], "resources": sorted(plurals),
               "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}
              for (group, version), plurals in sorted(resources.items()) if plurals]
@@ -159,9 +191,8 @@ def configuration(*, name: str, resources: Mapping[tuple[str, str], list[str]],
             "reinvocationPolicy": "IfNeeded",
             "timeoutSeconds": 5,
             "clientConfig": dict(client_config),
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": sorted(set(skip))}]},
+            "namespaceSelector": _namespace_selector(scope, skip),
             "rules": rules,
+            **({"objectSelector": selector} if (selector := _object_selector(scope)) else {}),
         }],
     }

@@ -188,7 +188,7 @@ class HubWebhook:
                              resources=await self._resources(),
                              client_config=self._client_config(),
                              skip=(self.namespace, "kube-system", "kube-public",
-                                   "kube-node-lease"))
+                                   "kube-node-lease"), scope=self.scope)
         item = WEBHOOK_CONFIGURATIONS.item(self.settings.configuration)
         try:
             await self.hub.request("PATCH", item, body={"webhooks": body["webhooks"]},

@@ -133,3 +133,19 @@ def test_the_configuration_fails_closed_and_skips_system_namespaces() -> None:
     assert [r["apiGroups"] for r in hook["rules"]] == [["apps"], ["batch"]]
     assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "dispatcher-system", "kube-system"]
+
+
+def test_the_configuration_sends_only_watched_namespaces_and_labels() -> None:
+    scope = HoldScope(namespaces=("team-a", "dispatcher-system"),
+                      selector=parse_selector("dispatcher.io/dispatch=true,tier in (x,y),!skip"))
+    (hook,) = configuration(name="d", resources={}, client_config={}, skip=(
+        "dispatcher-system",), scope=scope)["webhooks"]
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]
+    assert hook["objectSelector"]["matchExpressions"] == [
+        {"key": "dispatcher.io/dispatch", "operator": "In", "values": ["true"]},
+        {"key": "tier", "operator": "In", "values": ["x", "y"]},
+        {"key": "skip", "operator": "DoesNotExist"}]
+    (numeric,) = configuration(name="d", resources={}, client_config={}, skip=(),
+                               scope=HoldScope(selector=parse_selector("gen>2")))["webhooks"]
+    assert "objectSelector" not in numeric  # review() filters it alone
