@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dispatcher.cli import main
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.errors import EvaluationError, ObjectError
@@ -128,6 +129,28 @@ def test_status_frame(sample: Path, frame: dict[str, Any], catalog: Catalog) -> 
     assert result.status == frame["expect"], result.statuses
     if "statuses" in frame:
         assert list(result.statuses) == frame["statuses"]
+
+
+def test_inspect_reads_every_frame_as_decided(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """What a user sees: each frame written out as the object the member holds and given to
+    ``dispatcher inspect -o json`` (built-in catalog, one call) reads as its frame says."""
+    paths, wanted = [], []
+    for sample in SAMPLES:
+        for index, frame in enumerate(_frames(sample)):
+            obj = _load(sample)
+            if frame.get("status") is None:
+                obj.pop("status", None)
+            else:
+                obj["status"] = frame["status"]
+            path = tmp_path / f"{sample.parent.name}-{sample.stem}-{index}.yaml"
+            path.write_text(yaml.safe_dump(obj), encoding="utf-8")
+            paths.append(str(path))
+            wanted.append((path.name, frame["name"], frame["expect"]))
+    assert main(["inspect", *paths, "-o", "json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [(name, what, r["status"]) for (name, what, _), r in zip(wanted, results, strict=True)] \
+        == wanted
 
 
 def test_every_catalog_kind_has_samples_and_frames(catalog: Catalog) -> None:
