@@ -357,12 +357,20 @@ def _scheduling(comp: Component, values: _Values, expr: Expr, index: int, spec: 
     found = scheduling_fields(spec)
     if not found:
         return []
-    pattern = comp.spec.pattern if comp.spec else ""
-    inner = _SPEC_IN[pattern]
-    if expr.slot < 0 or pattern == "fragmented":
+    source = comp.spec
+    pattern = source.pattern if source else ""
+    if source is not None and pattern == "fragmented":
+        out = []
+        for key, value in found:  # each field from its own fragment path
+            fragment = source.fragment(f"{key}Path")
+            path = values.location(fragment, index) if fragment is not None \
+                and fragment.slot >= 0 else f"({comp.name} pod spec).{key}"
+            out.append(PodField(path=path, field=key, value=value))
+        return out
+    if expr.slot < 0:
         base = f"({comp.name} pod spec)"
     else:
-        base = values.location(expr, index, inner=inner)
+        base = values.location(expr, index, inner=_SPEC_IN[pattern])
     return [PodField(path=f"{base}.{key}", field=key, value=value) for key, value in found]
 
 
@@ -433,6 +441,7 @@ def _specs(comp: Component, values: _Values, *, count: int
 
 
 _SIMPLE = {"schedulerNamePath": "schedulerName", "priorityClassNamePath": "priorityClassName",
+           "nodeNamePath": "nodeName",
            "nodeSelectorPath": "nodeSelector", "tolerationsPath": "tolerations",
            "initContainersPath": "initContainers", "resourceClaimsPath": "resourceClaims"}
 
