@@ -54,11 +54,12 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 @contextlib.asynccontextmanager
 async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   catalog: Catalog | None = None, tenants: int = 0,
-                  changes: dict[str, Any] | None = None,
+                  changes: dict[str, Any] | Callable[[str], dict[str, Any]] | None = None,
                   aliases: dict[str, str] | None = None,
                   create_namespaces: bool = True) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
-    with ``changes`` to its ControlSettings, stopped on exit.
+    with ``changes`` to its ControlSettings (or a function of the namespace giving them,
+    for settings that name it), stopped on exit.
 
     ``aliases`` registers more members under other names (alias -> fleet cluster name):
     the same cluster twice, as an operator's mistake would. ``create_namespaces`` is on:
@@ -84,7 +85,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                                create_namespaces=create_namespaces,
                                sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
-                               server=ServerSettings(port=0), **(changes or {}))
+                               server=ServerSettings(port=0),
+                               **(changes(namespace) if callable(changes) else changes or {}))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet)
     stop = asyncio.Event()
     await fleet.start()
