@@ -28,11 +28,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from dispatcher.workloads.podfields import NODE_NAME, PRIORITY, PRIORITY_CLASS, SCHEDULER, PodField
+from dispatcher.workloads.podfields import (
+    DEFAULT_SCHEDULER,
+    NODE_NAME,
+    PRIORITY,
+    PRIORITY_CLASS,
+    SCHEDULER,
+    PodField,
+)
 
 __all__ = ["DEFAULT_SCHEDULER", "Allowed", "PodFieldPolicy", "refusal", "refusals"]
 
-DEFAULT_SCHEDULER = "default-scheduler"
 _NO_NAMESPACES: Mapping[str, Allowed] = MappingProxyType({})
 _LISTED = 5  # allowed names (and refusals) shown in a message
 _VALUE_LIMIT = 80

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NODE_NAME", "PRIORITY", "PRIORITY_CLASS", "SCHEDULER", "SCHEDULING_FIELDS",
-           "PodField", "scheduling_fields"]
+__all__ = ["DEFAULT_SCHEDULER", "NODE_NAME", "PRIORITY", "PRIORITY_CLASS", "SCHEDULER",
+           "SCHEDULING_FIELDS", "PodField", "scheduling_fields"]
 
 NODE_NAME = "nodeName"
 PRIORITY = "priority"
@@ -36,6 +36,8 @@ PRIORITY_CLASS = "priorityClassName"
 SCHEDULER = "schedulerName"
 SCHEDULING_FIELDS = (NODE_NAME, PRIORITY, PRIORITY_CLASS, SCHEDULER)
 """Pod-spec keys that are the member's scheduling policy (module docstring)."""
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The member's own scheduler: what an unset ``schedulerName`` is defaulted to."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,11 +53,14 @@ class PodField:
 def scheduling_fields(spec: Any) -> tuple[tuple[str, Any], ...]:
     """The scheduling fields ``spec`` (a pod spec) sets, in ``SCHEDULING_FIELDS`` order.
 
-    Unset means absent, null or the empty string (the apiserver treats ``""`` as unset;
-    ``schedulerName: ""`` is defaulted to ``default-scheduler``). Any other value counts,
+    Unset means absent, null or the empty string (the apiserver treats ``""`` as unset),
+    and ``schedulerName: default-scheduler``, which is what the hub's apiserver writes into
+    every built-in pod template (a Job's) when none is given: the member's own scheduler,
+    nothing to judge, and no JSON path to look up on every Job. Any other value counts,
     whatever its type: the policy judges it, the member's validation refuses a wrong type.
     """
     if not isinstance(spec, dict | Mapping):
         return ()
     return tuple((key, spec[key]) for key in SCHEDULING_FIELDS
-                 if spec.get(key) is not None and spec.get(key) != "")
+                 if spec.get(key) is not None and spec.get(key) != ""
+                 and not (key == SCHEDULER and spec.get(key) == DEFAULT_SCHEDULER))

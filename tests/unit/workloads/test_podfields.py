@@ -103,6 +103,7 @@ def test_a_kserve_predictor_and_transformer_are_read_too() -> None:
 @pytest.mark.parametrize(("spec", "found"), [
     (None, ()), ([], ()), ({}, ()),
     ({"nodeName": ""}, ()),                       # "" is unset for the apiserver
+    ({"schedulerName": "default-scheduler"}, ()),  # what the hub defaults a Job's to
     ({"nodeName": None, "priority": None}, ()),
     ({"priority": 0}, (("priority", 0),)),        # 0 is a value
     ({"schedulerName": 7}, (("schedulerName", 7),)),  # a wrong type is still judged
