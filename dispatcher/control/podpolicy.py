@@ -127,8 +127,11 @@ def refusals(fields: Iterable[PodField], *, namespace: str, policy: PodFieldPoli
              ) -> list[str]:
     """Every field of ``fields`` a pod template of ``namespace`` may not set, each as
     ``<JSON path>: <why>``, in the order given (pod templates in definition order)."""
+    items = tuple(fields)
+    if not items:  # the common case, on every placement: nothing to look up
+        return []
     allowed = policy.for_namespace(namespace)
-    return [why for item in fields if (why := _why(item, allowed, namespace)) is not None]
+    return [why for item in items if (why := _why(item, allowed, namespace)) is not None]
 
 
 def refusal(fields: Iterable[PodField], *, namespace: str, policy: PodFieldPolicy
