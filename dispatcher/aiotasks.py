@@ -31,8 +31,14 @@ def on_crash(hook: CrashHook) -> Callable[[], None]:
     return lambda: _crash_hooks.remove(hook)
 
 
-def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
-    """Start ``coro`` as a task called ``name``; log if it crashes or ends by itself."""
+def guarded(coro: Coroutine[Any, Any, None], *, name: str, finite: bool = False
+            ) -> asyncio.Task[None]:
+    """Start ``coro`` as a task called ``name``; log if it crashes or ends by itself.
+
+    A long-running task that returns has stopped doing its job: ``task.exited`` is a
+    warning. ``finite``: a one-shot job (following a catalog change) is meant to return,
+    so its end is ``task.done`` at debug level; a crash is an error either way.
+    """
 
     async def run() -> None:
         try:
@@ -45,7 +51,10 @@ def guarded(coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]
             for hook in list(_crash_hooks):
                 hook(name, exc)
             raise
-        log.warning("task.exited", task=name)
+        if finite:
+            log.debug("task.done", task=name)
+        else:
+            log.warning("task.exited", task=name)
 
     task = asyncio.create_task(run(), name=name)
     # Cancelled before its first step, the wrapper never awaits ``coro``: close it, so a

@@ -21,6 +21,7 @@ import yaml
 
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.podpolicy import Allowed, PodFieldPolicy
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import (
     HUB_MODES,
@@ -214,6 +215,33 @@ def _fleet(r: _Reader, base: Path) -> FleetSettings:
         raise r.error("", str(exc)) from None
 
 
+def _allowed(r: _Reader) -> Allowed:
+    """``allowedPriorityClasses`` and ``allowedSchedulers`` of one level (non-empty names)."""
+    lists = {}
+    for key in ("allowedPriorityClasses", "allowedSchedulers"):
+        names = r.strings(key)
+        for i, name in enumerate(names):
+            if not name:
+                raise r.error(f"{key}[{i}]", "must not be empty")
+        lists[key] = frozenset(names)
+    return Allowed(priority_classes=lists["allowedPriorityClasses"],
+                   schedulers=lists["allowedSchedulers"])
+
+
+def _pod_fields(tpl: _Reader) -> PodFieldPolicy:
+    """The scheduling fields tenants' pod templates may set (``control.podpolicy``):
+    the allow-lists of every namespace, and more per namespace under ``byNamespace``."""
+    allowed = _allowed(tpl)
+    by_ns = tpl.section("byNamespace")
+    namespaces = {}
+    for name in list(by_ns.data):
+        entry = by_ns.section(str(name))
+        namespaces[str(name)] = _allowed(entry)
+        entry.done()
+    by_ns.done()
+    return PodFieldPolicy(allowed=allowed, by_namespace=MappingProxyType(namespaces))
+
+
 def _priority(r: _Reader) -> PriorityPolicy:
     """``queue.priority``: default, max, maxByNamespace (integers within the sane range)."""
 
@@ -268,8 +296,10 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
                              annotations=tpl.string_map("annotations"),
-                             scheduler_name=tpl.get("schedulerName", str, None),
-                             priority_class_name=tpl.get("priorityClassName", str, None))
+                             scheduler_name=tpl.get("schedulerName", str, None) or None,
+                             priority_class_name=tpl.get("priorityClassName", str, None)
+                             or None)
+    pod_fields = _pod_fields(tpl)
     tpl.done()
     submit.done()
     queue = r.section("queue")
@@ -314,7 +344,8 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
         create_namespaces=create_ns, pod_security_floor=psa_floor,
         weaker_member_namespaces=weaker,
-        admission_check=admission_check, pod_mutations=mutations, backfill_limit=backfill,
+        admission_check=admission_check, pod_mutations=mutations, pod_fields=pod_fields,
+        backfill_limit=backfill,
         priority=priority,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,
         workers=r.integer("workers", 64, minimum=1), record_events=r.get("events", bool, True),

@@ -15,7 +15,7 @@ import structlog
 from dispatcher.control import record as records
 from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import Action, ActionKind, Snapshot, after_rejection
-from dispatcher.control.names import Phase
+from dispatcher.control.names import PendingReason, Phase
 from dispatcher.control.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, Outcome, Writer, later
 from dispatcher.kube.errors import KubeError
@@ -157,7 +157,25 @@ async def _update_copy(w: Writer, uid: str, snap: Snapshot, action: Action) -> O
     update = await w.update_copy(uid, cluster=action.member, workload=snap.workload)
     if update is None:
         return DONE
-    await w.patch_record(uid, {"remote": {"hubGeneration": update.generation}})
+    if update.refused is not None:
+        # Not written: the copy runs on as it was. The generation counts as handled (the
+        # next spec change is checked again), so mirroring goes on meanwhile.
+        await w.patch_record(uid, {"remote": {"hubGeneration": update.generation},
+                                   "conditions": [records.condition(
+                                       type_="Updated", status=False,
+                                       reason=PendingReason.POD_TEMPLATE_REFUSED,
+                                       message=update.refused, now=snap.now)]})
+        log.warning("workload.update_refused", uid=uid, member=action.member,
+                    generation=update.generation, message=update.refused)
+        w.event(snap.workload, reason="UpdateRefused", warning=True,
+                message=f"spec (generation {update.generation}) not written to the copy "
+                        f"on {action.member}: {update.refused}")
+        return AGAIN
+    await w.patch_record(uid, {"remote": {"hubGeneration": update.generation},
+                               "conditions": [records.condition(
+                                   type_="Updated", status=True, reason="Written",
+                                   message=f"generation {update.generation} written to the "
+                                           f"copy on {action.member}", now=snap.now)]})
     log.info("workload.updated", uid=uid, member=action.member,
              generation=update.generation, changed=list(update.changed))
     w.event(snap.workload, reason="Updated",

@@ -117,7 +117,7 @@ class Controller:
         removed = set(before) - set(after)
         added = set(after) - set(before)
         self._tasks.append(guarded(self._follow_catalog(changed, removed, added),
-                                   name="catalog-follow"))
+                                   name="catalog-follow", finite=True))
 
     async def _follow_catalog(self, changed: set[GroupVersionKind],
                               removed: set[GroupVersionKind], added: set[GroupVersionKind]

@@ -66,8 +66,9 @@ class PendingReason(StrEnum):
     """The ``Placed=False`` condition reason of a Pending Dispatch: why no member yet.
 
     Parked reasons (``Unplaceable``, ``InvalidAnnotation``, ``InvalidTemplate``,
-    ``ResolveFailed``, ``NotHeld``) hold nothing in the queue; ``InvalidTemplate`` and
-    ``ResolveFailed`` are ``Resolved=False`` too.
+    ``PodTemplateRefused``, ``ResolveFailed``, ``NotHeld``) hold nothing in the queue;
+    ``InvalidTemplate`` and ``ResolveFailed`` are ``Resolved=False`` too (a refused pod
+    template resolved: the operator's policy refuses it, ``control.podpolicy``).
     """
 
     NO_FEASIBLE_MEMBER = "NoFeasibleMember"  # only needs capacity to free up
@@ -75,6 +76,7 @@ class PendingReason(StrEnum):
     UNPLACEABLE = "Unplaceable"  # no member could run it even with every GPU free
     INVALID_ANNOTATION = "InvalidAnnotation"  # fixed by the user
     INVALID_TEMPLATE = "InvalidTemplate"  # a pod template that cannot be a valid Pod
+    POD_TEMPLATE_REFUSED = "PodTemplateRefused"  # sets a scheduling field policy refuses
     RESOLVE_FAILED = "ResolveFailed"  # no definition, or it failed on this object
     NOT_HELD = "NotHeld"  # shared hub: not held there, so the hub may run it (never sent)
 

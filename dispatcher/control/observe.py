@@ -25,7 +25,8 @@ __all__ = ["EVENTS", "FIELD_LIMIT", "Metrics", "cap_fields", "configure_logging"
 EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workload.submitted",
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
           "workload.failed", "workload.conflict", "workload.updated", "workload.finished",
-          "copy.deleted", "copy.swept", "workload.rejected", "workload.retry")
+          "copy.deleted", "copy.swept", "workload.rejected", "workload.retry",
+          "workload.update_refused")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

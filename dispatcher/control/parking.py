@@ -42,8 +42,9 @@ def annotation_error(request: PlacementRequest) -> str | None:
                 f"until it is fixed")
     try:
         engine.eligible((), request)
-    except PlacementError as exc:
-        return f"{INVALID_ANNOTATION}{exc}; not dispatched until it is fixed"
+    except PlacementError as exc:  # names the annotation itself ("annotation ...: ...")
+        detail = str(exc).removeprefix("annotation ")
+        return f"{INVALID_ANNOTATION}{detail}; not dispatched until it is fixed"
     return None
 
 

@@ -9,6 +9,9 @@ table). It answers, from plain inputs and without I/O or a clock:
    nothing in the queue (``control.parking``);
 2. is a copy already on a reachable member (a record lost or requeued)? Then that member
    is chosen: adopt, never duplicate;
+   otherwise a pod template that sets a scheduling field the operator's policy refuses
+   (``control.podpolicy``: ``nodeName``, a priority class or scheduler not allowed in its
+   namespace) parks it;
 3. does its namespace's gate hold it (bounded backfill, ``control.queue``)?
 4. the engine's decision over the members it may use (earlier failed attempts excluded);
 5. with no member now: could one ever run it (the bare fleet)? Else it is parked.
@@ -21,12 +24,13 @@ synchronous step that asked, so two decisions never take the same GPUs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
 from dispatcher.control import parking
 from dispatcher.control.names import PendingReason
+from dispatcher.control.podpolicy import PodFieldPolicy, refusal
 from dispatcher.control.priority import InvalidPriority, PriorityPolicy
 from dispatcher.control.queue import Entry
 from dispatcher.control.record import parse_time
@@ -83,6 +87,7 @@ class PlacementInput:
     reservation_ttl_s: float
     now: float
     unheld: str | None = None  # shared hub: why the hub may be running it (``hubhold``)
+    pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +214,10 @@ def place(inp: PlacementInput) -> Placement:
         return _unresolved(entry, inp.resolution, policy=policy)
     if inp.held:
         return _adopting(entry, inp.resolution, inp.held[0], policy=policy)
+    refused = refusal(inp.resolution.scheduling, namespace=entry.namespace,
+                      policy=inp.pod_fields)
+    if refused is not None:
+        return _parked(entry, PendingReason.POD_TEMPLATE_REFUSED, refused, policy=policy)
     request = request_for(inp.workload, inp.resolution, default_policy=policy)
     invalid = parking.annotation_error(request)
     if invalid is not None:

@@ -68,9 +68,11 @@ class Reconciler:
         self.queue = queue
         self.metrics = metrics
         self.clock = clock
+        self._pod_fields = settings.pod_policy
         self.resolutions = Resolutions(live=live, priority=settings.priority, clock=clock)
         self.members = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
-                                    copies=copies, clock=clock, monotonic=monotonic)
+                                    copies=copies, clock=clock, monotonic=monotonic,
+                                    resolutions=self.resolutions)
         self.writes = Writes(hub=hub, cache=hub_cache, members=self.members, fleet=fleet,
                              queue=queue, resolutions=self.resolutions, metrics=metrics,
                              events=events, default_policy=settings.default_policy,
@@ -152,7 +154,7 @@ class Reconciler:
             bare=self._bare, queue=self.queue, priority=self.settings.priority,
             default_policy=self.settings.default_policy,
             reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now,
-            unheld=self._unheld(workload))
+            unheld=self._unheld(workload), pod_fields=self._pod_fields)
 
     # -- loop ------------------------------------------------------------------------------
 

@@ -184,7 +184,8 @@ def pending_status(*, message: str, reason: PendingReason, now: float) -> dict[s
 
 def placed_status(*, decision: Decision, reservation: Reservation | None, attempt: int,
                   now: float) -> dict[str, Any]:
-    """Status patch: the decision and its reservation, written before the member is touched."""
+    """Status patch: the decision and its reservation, written before the member is
+    touched; ``Resolved=True`` (placing needs a resolution)."""
     chosen = decision.chosen or ""
     verdict = decision.verdict(chosen)
     return {
@@ -194,8 +195,12 @@ def placed_status(*, decision: Decision, reservation: Reservation | None, attemp
                      "summary": decision.summary[:1000],
                      "reservation": reservation.to_dict() if reservation else None},
         "remote": None, "genericStatus": None, "statuses": None,
+        # A placed workload was resolved, whatever an earlier attempt said (a definition
+        # quarantined then, the fallback now): the condition is the current resolution's.
         "conditions": [condition(type_="Placed", status=True, reason="Placed",
-                                 message=decision.summary, now=now)],
+                                 message=decision.summary, now=now),
+                       condition(type_="Resolved", status=True, reason="Resolved",
+                                 message="", now=now)],
     }
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.podpolicy import PodFieldPolicy
 from dispatcher.control.priority import PriorityPolicy
 from dispatcher.kube.podsecurity import LEVELS
 
@@ -96,6 +97,10 @@ class ControlSettings:
     pod the member would not admit is a rejection with its reason."""
     pod_mutations: PodMutations = field(default_factory=PodMutations)
     """Pod-template changes applied to every copy (labels, scheduler, ...)."""
+    pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
+    """Which scheduling fields a tenant's pod template may set (``submit.podTemplate
+    .allowedPriorityClasses``, ``allowedSchedulers``, ``byNamespace``); ``nodeName`` and
+    ``priority`` never. Read it through ``pod_policy`` (the forced values added)."""
     backfill_limit: int = 50
     """How many later workloads of its namespace may be placed ahead of a waiting one before
     it blocks them (other namespaces are never blocked by it)."""
@@ -120,6 +125,14 @@ class ControlSettings:
     the hub's controllers and operators run, and every dispatched workload is held there by
     the webhook (``webhook``)."""
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
+
+    @property
+    def pod_policy(self) -> PodFieldPolicy:
+        """``pod_fields`` with the values ``pod_mutations`` forces on every pod (a tenant
+        value equal to a forced one is allowed, any other refused)."""
+        return self.pod_fields.with_forced(
+            priority_class=self.pod_mutations.priority_class_name,
+            scheduler=self.pod_mutations.scheduler_name)
 
     def __post_init__(self) -> None:
         if not self.hub_id:

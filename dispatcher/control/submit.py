@@ -27,9 +27,11 @@ from dispatcher.control.copies import (
 )
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.names import HUB_GENERATION_ANNOTATION
+from dispatcher.control.names import HUB_GENERATION_ANNOTATION, PendingReason
 from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
+from dispatcher.control.podpolicy import refusal
 from dispatcher.control.readings import member_copy
+from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
@@ -40,6 +42,7 @@ from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import PodTemplate, pod_templates
 from dispatcher.workloads.paths import in_process
+from dispatcher.workloads.resolve import Resolution
 
 __all__ = ["CopyUpdate", "MemberWrites"]
 
@@ -55,8 +58,10 @@ class MemberWrites:
 
     def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
                  fleet: FleetView, copies: CopyCache, clock: Callable[[], float],
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], resolutions: Resolutions | None = None
+                 ) -> None:
         self.settings = settings
+        self.resolutions = resolutions
         self.live = live
         self.hub = hub
         self.fleet = fleet
@@ -66,6 +71,7 @@ class MemberWrites:
         self._foreign: dict[tuple[str, str], float] = {}
         self._admitted = admission.AdmittedPods()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
+        self._pod_fields = settings.pod_policy
 
     def foreign(self, cluster: str, uid: str) -> bool:
         """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
@@ -93,6 +99,10 @@ class MemberWrites:
         if client is None:
             return False
         namespace = str(workload["metadata"].get("namespace") or "default")
+        refused = await self.refused_fields(uid, workload)  # its spec may have changed
+        if refused is not None:
+            return Rejection.of(cluster, status=0, reason=PendingReason.POD_TEMPLATE_REFUSED,
+                                message=refused)
         try:
             body, templates = await self._off_loop(workload, self._copy_and_templates)
             pods = admission.dry_run_pods(templates, namespace=namespace)
@@ -243,14 +253,39 @@ class MemberWrites:
         """``obj`` as the copy cache holds it (generic status read now)."""
         return await member_copy(obj, live=self.live, seen_at=self.monotonic())
 
+    async def refused_fields(self, uid: str, workload: Mapping[str, Any]) -> str | None:
+        """Why the scheduling fields of ``workload``'s pod templates may not reach a member
+        (``control.podpolicy``, the same rule placing applies), or None. The resolution
+        placing used serves when it is of this generation (no second evaluation); a spec
+        changed since is resolved again. A workload that cannot be resolved now cannot be
+        checked, and is refused with that reason."""
+        known = self.resolutions.get(uid, workload) if self.resolutions is not None else None
+        if isinstance(known, Resolution):
+            resolution = known
+        else:
+            try:
+                resolution = await self.live.evaluator.resolve_async(workload)
+            except WorkloadError as exc:
+                if isinstance(exc, DefinitionQuarantined):
+                    self.live.notify_quarantine()
+                return f"pod templates cannot be checked: {str(exc).splitlines()[0][:500]}"
+        namespace = str(workload["metadata"].get("namespace") or "")
+        return refusal(resolution.scheduling, namespace=namespace, policy=self._pod_fields)
+
     async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> CopyUpdate | None:
         """Write the hub object's spec to our copy on ``cluster`` (spec only: the member's
-        own metadata and status stay); None when there is no copy or client to write."""
+        own metadata and status stay); None when there is no copy or client to write. A
+        spec whose pod templates set a refused scheduling field is not written
+        (``CopyUpdate.refused`` says why): the copy keeps running as it was."""
         found = self.copies.get(cluster, uid)
         client = self.fleet.client(cluster)
         if found is None or client is None:
             return None
+        refused = await self.refused_fields(uid, workload)
+        if refused is not None:
+            return CopyUpdate(generation=int(workload["metadata"].get("generation") or 0),
+                              changed=(), refused=refused)
         wanted = await self.copy_body(workload)
         patch: dict[str, Any] = {}
         spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
@@ -271,7 +306,9 @@ class MemberWrites:
 
 @dataclass(frozen=True, kw_only=True)
 class CopyUpdate:
-    """What ``update_copy`` wrote: the hub generation and the top-level spec keys changed."""
+    """What ``update_copy`` wrote: the hub generation and the top-level spec keys changed;
+    ``refused``: why nothing was written (a pod template sets a refused field)."""
 
     generation: int
     changed: tuple[str, ...]
+    refused: str | None = None

@@ -24,7 +24,7 @@ from dispatcher.kube import errors
 from dispatcher.kube.client import KubeconfigError
 
 __all__ = ["Health", "Problem", "Reason", "classify", "connected", "expire", "failed",
-           "initial", "probed", "synced", "unreachable_deadline"]
+           "initial", "probed", "spec_invalid", "synced", "unreachable_deadline"]
 
 
 class Reason(StrEnum):
@@ -43,6 +43,7 @@ class Reason(StrEnum):
     KUBECONFIG_INVALID = "KubeconfigInvalid"  # malformed, missing context, bad credentials
     SECRET_MISSING = "SecretMissing"  # the referenced Secret or its key does not exist
     DUPLICATE_CLUSTER = "DuplicateCluster"  # another member is the same cluster
+    SPEC_INVALID = "SpecInvalid"  # the MemberCluster's spec cannot be used as written
 
 
 # Reasons that say the server answered (so it is reachable) versus the network failed.
@@ -87,6 +88,17 @@ def duplicate(health: Health, *, of: str, cluster_id: str) -> Health:
     return replace(health, ready=False, reason=Reason.DUPLICATE_CLUSTER,
                    message=f"the same cluster as member {of} (kube-system namespace uid "
                            f"{cluster_id}); unregister one of them")
+
+
+def spec_invalid(health: Health, *, message: str, running: bool) -> Health:
+    """The MemberCluster's spec is invalid (``message`` says which field): not Ready, so
+    nothing new is placed through it. ``running``: a connection made from its last valid
+    spec goes on (its copies are still mirrored; reachability is kept, so they are not
+    failed over for an edit), until the spec is fixed or the object deleted."""
+    kept = "; the last valid spec is still used for the copies already there" \
+        if running else ""
+    return replace(health, ready=False, reason=Reason.SPEC_INVALID,
+                   message=f"{message}{kept}")
 
 
 def initial() -> Health:

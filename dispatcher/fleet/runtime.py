@@ -44,7 +44,7 @@ from dispatcher.fleet.health import Health, Reason
 from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
-from dispatcher.fleet.signals import FleetSignals
+from dispatcher.fleet.signals import Change, FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
@@ -99,6 +99,8 @@ class Fleet:
         self._objects: dict[str, Mapping[str, Any]] = {}
         self._written: dict[str, tuple[dict[str, Any], datetime]] = {}
         self._secret_versions: dict[tuple[str, str], str] = {}
+        self._invalid: dict[str, str] = {}
+        """MemberClusters whose spec is invalid: name -> why (``Ready=False SpecInvalid``)."""
         self.signals = FleetSignals()
         self.pulse: Pulse = self.signals.any
         """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
@@ -209,9 +211,13 @@ class Fleet:
 
     def health(self, member: str) -> Health:
         """The member's health (``first_loss`` is kept across failed reconnects); not Ready
-        with reason DuplicateCluster when it is the same cluster as a member named before
-        it (the first name keeps the cluster)."""
+        with reason SpecInvalid while its MemberCluster's spec is invalid, or
+        DuplicateCluster when it is the same cluster as a member named before it (the
+        first name keeps the cluster)."""
         conn = self.connection(member)
+        invalid = self._invalid.get(member)
+        if invalid is not None and not conn.spec.static:
+            return healthmod.spec_invalid(conn.health, message=invalid, running=True)
         first = self.same_cluster_as(member)
         if first is not None and conn.cluster_id is not None:
             return healthmod.duplicate(conn.health, of=first, cluster_id=conn.cluster_id)
@@ -263,6 +269,7 @@ class Fleet:
         conn = self._connections.pop(name, None)
         self._objects.pop(name, None)
         self._written.pop(name, None)
+        self._invalid.pop(name, None)
         if conn is not None:
             await conn.stop()
             log.info("member.removed", member=name)
@@ -273,8 +280,11 @@ class Fleet:
             spec = membersmod.from_member_cluster(
                 obj, default_namespace=self._settings.secret_namespace)
         except ValueError as exc:
-            log.warning("member.invalid_spec", message=str(exc))
+            self._spec_invalid(obj, str(exc))
             return
+        if self._invalid.pop(spec.name, None) is not None:
+            log.info("member.spec_valid", member=spec.name)
+            self.signals.changed(spec.name, Change.STATE)
         self._objects[spec.name] = obj
         current = self._connections.get(spec.name)
         if current is not None and current.spec.static:
@@ -291,12 +301,27 @@ class Fleet:
         elif current.spec != spec:
             current.update_spec(spec)
 
+    def _spec_invalid(self, obj: Mapping[str, Any], message: str) -> None:
+        """A MemberCluster whose spec cannot be used: ``Ready=False`` with reason
+        SpecInvalid and the message on its status (written by ``write_statuses_once``).
+        A connection made from its last valid spec is kept but not Ready (``health``):
+        nothing new is placed there, and its copies are not failed over for an edit."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        log.warning("member.invalid_spec", member=name, message=message)
+        if not name:
+            return  # nothing to write a status to
+        self._invalid[name] = message
+        self._objects[name] = obj
+        self.signals.changed(name, Change.STATE)
+
     async def _on_member_clusters(self, item: watch.Listed | watch.Changed) -> None:
         if isinstance(item, watch.Listed):
             listed = {str(o["metadata"]["name"]) for o in item.objects}
             for name in [n for n, c in self._connections.items()
                          if not c.spec.static and n not in listed]:
                 await self._remove(name)
+            for name in [n for n in self._invalid if n not in listed]:
+                self._forget_invalid(name)
             for obj in item.objects:
                 await self._upsert(obj)
         elif item.type == "DELETED":
@@ -304,8 +329,15 @@ class Fleet:
             conn = self._connections.get(name)
             if conn is not None and not conn.spec.static:
                 await self._remove(name)
+            self._forget_invalid(name)
         else:
             await self._upsert(item.object)
+
+    def _forget_invalid(self, name: str) -> None:
+        """An invalid MemberCluster without a connection is gone from the hub."""
+        if self._invalid.pop(name, None) is not None and name not in self._connections:
+            self._objects.pop(name, None)
+            self._written.pop(name, None)
 
     async def _on_secrets(self, item: watch.Listed | watch.Changed) -> None:
         if isinstance(item, watch.Listed):
@@ -407,17 +439,25 @@ class Fleet:
             return 0
         settings = self._settings
         writes = 0
-        for name, conn in list(self._connections.items()):
-            if conn.spec.static or name not in self._objects:
+        names = sorted({*self._connections, *self._invalid})
+        for name in names:
+            conn = self._connections.get(name)
+            if (conn is not None and conn.spec.static) or name not in self._objects:
                 continue
-            conn.expire()
             now = self._clock()
             written = self._written.get(name)
             previous = written[0] if written else (self._objects[name].get("status") or {})
-            desired = statusmod.member_status(
-                health=self.health(name), capacity=conn.capacity if conn.synced else None,
-                version=conn.kubernetes_version, kinds=conn.served, previous=previous, now=now,
-                insecure=conn.insecure_transport)
+            if conn is None:  # an invalid spec, never connected
+                desired = statusmod.member_status(
+                    health=healthmod.spec_invalid(healthmod.initial(),
+                                                  message=self._invalid[name], running=False),
+                    capacity=None, version=None, kinds=None, previous=previous, now=now)
+            else:
+                conn.expire()
+                desired = statusmod.member_status(
+                    health=self.health(name), capacity=conn.capacity if conn.synced else None,
+                    version=conn.kubernetes_version, kinds=conn.served, previous=previous,
+                    now=now, insecure=conn.insecure_transport)
             if not statusmod.needs_write(
                     desired, written=written[0] if written else None,
                     written_at=written[1] if written else None, now=now,

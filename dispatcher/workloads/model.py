@@ -74,13 +74,15 @@ FRAGMENT_FIELDS: tuple[str, ...] = (
     "schedulerNamePath", "labelsPath", "annotationsPath", "resourcesPath",
     "resourceClaimsPath", "podAffinityPath", "nodeAffinityPath", "containersPath",
     "containerPath", "priorityClassNamePath", "imagePath",
-    "nodeSelectorPath", "tolerationsPath", "initContainersPath",
+    "nodeSelectorPath", "tolerationsPath", "initContainersPath", "nodeNamePath",
 )
-# the fragments that change what a pod needs; the others (labels, scheduler name, image,
-# ...) are only validated at load and used by mutation, never evaluated by resolve
+# the fragments resolve evaluates: what changes what a pod needs, and the scheduling fields
+# the operator's policy judges (workloads.podfields); the others (labels, image, ...) are
+# only validated at load and used by mutation
 DEMAND_FRAGMENTS: frozenset[str] = frozenset({
     "resourcesPath", "nodeAffinityPath", "containersPath", "containerPath",
     "nodeSelectorPath", "tolerationsPath", "initContainersPath",
+    "schedulerNamePath", "priorityClassNamePath", "nodeNamePath",
 })
 
 

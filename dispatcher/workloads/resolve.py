@@ -18,6 +18,7 @@ from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateEr
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
+from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
 from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
@@ -67,6 +68,9 @@ class Resolution:
     components: tuple[ComponentView, ...]
     demand: Demand
     reading: StatusReading
+    scheduling: tuple[PodField, ...] = ()
+    """The scheduling fields its pod templates set themselves (``podfields``), each with
+    its JSON path: the operator's policy judges them (``control.podpolicy``)."""
 
     @property
     def status(self) -> GenericStatus:
@@ -163,19 +167,20 @@ def resolution_from(definition: Definition, obj: Any, results: Results, *,
     """
     name, namespace = _identity(obj)
     split = len(definition.demand_batch.expressions)
-    components, demand = _demand(definition, results[:split], name=name, text=text)
+    components, demand, scheduling = _demand(definition, results[:split], name=name,
+                                             text=text)
     reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
         definition_name=definition.name, components=components, demand=demand,
-        reading=reading)
+        reading=reading, scheduling=scheduling)
 
 
 def demand_from(definition: Definition, obj: Any, results: Results, *,
                 text: Text = "") -> Demand:
     """The Demand from ``definition.demand_batch`` results on ``obj``."""
     name, _ = _identity(obj)
-    _, demand = _demand(definition, results, name=name, text=text)
+    _, demand, _ = _demand(definition, results, name=name, text=text)
     return demand
 
 
@@ -222,17 +227,22 @@ class _Values:
         self.fail = fail
         self.text = text
 
-    def template_error(self, expr: Expr, index: int, reason: str, *, inner: str = ""
-                       ) -> TemplateError:
-        """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
-        invalid: a TemplateError with its JSON path (the definition's field when the
-        expression is not a path)."""
+    def location(self, expr: Expr, index: int, *, inner: str = "") -> str:
+        """The JSON path of ``expr``'s ``index``-th result (``inner`` below it); the
+        definition's field when the expression is not a path or may not run here (an
+        untrusted definition: no text). Cold path: jq ``path()`` on the object."""
         text = self.text if isinstance(self.text, str) else self.text()
         where = json_location(expr.text, text, index)
         if where is None:
             where = f"({expr.field} result {index})"
-        path = ".".join(p for p in (where, inner) if p).replace(".[", "[")
-        return TemplateError(reason, path=path, field=expr.field, name=self.fail.name,
+        return ".".join(p for p in (where, inner) if p).replace(".[", "[")
+
+    def template_error(self, expr: Expr, index: int, reason: str, *, inner: str = ""
+                       ) -> TemplateError:
+        """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
+        invalid: a TemplateError with its JSON path (``location``)."""
+        return TemplateError(reason, path=self.location(expr, index, inner=inner),
+                             field=expr.field, name=self.fail.name,
                              definition=self.fail.definition.name)
 
     def all(self, expr: Expr) -> list[Any]:
@@ -273,22 +283,26 @@ class _Values:
 
 
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
-            text: Text) -> tuple[tuple[ComponentView, ...], Demand]:
+            text: Text) -> tuple[tuple[ComponentView, ...], Demand, tuple[PodField, ...]]:
     values = _Values(results, _Fail(definition, name), text=text)
     views = []
     members: list[Member] = []
+    scheduling: list[PodField] = []
     for comp in definition.components:
         if comp.spec is None:
             continue
-        instances = _instances(comp, values)
+        instances = _instances(comp, values, scheduling)
         views.append(ComponentView(name=comp.name, instances=instances))
         members.extend(instances)
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,
                         values=values)
-    return tuple(views), Demand(gangs=gangs)
+    return tuple(views), Demand(gangs=gangs), tuple(scheduling)
 
 
-def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
+def _instances(comp: Component, values: _Values, scheduling: list[PodField]
+               ) -> tuple[Instance, ...]:
+    """The component's instances; the scheduling fields their pod specs set are appended
+    to ``scheduling`` (with their JSON paths)."""
     ids = _ids(comp, values)
     count = len(ids)
     specs = _specs(comp, values, count=count)
@@ -329,10 +343,35 @@ def _instances(comp: Component, values: _Values) -> tuple[Instance, ...]:
                                         inner=inner) from None
         except ValueError as error:
             raise values.fail(spec_expr, str(error)) from None
+        scheduling.extend(_scheduling(comp, values, spec_expr, index, spec))
         out.append(Instance(component=comp.name, id=instance_id, replicas=replicas,
                             pods_per_replica=per, pods=replicas * per,
                             min_pods=min(effective, replicas) * per, needs=needs))
     return tuple(out)
+
+
+def _scheduling(comp: Component, values: _Values, expr: Expr, index: int, spec: Any
+                ) -> list[PodField]:
+    """The scheduling fields one instance's pod spec sets, each with its JSON path (the
+    component's name for a spec assembled from fragments)."""
+    found = scheduling_fields(spec)
+    if not found:
+        return []
+    source = comp.spec
+    pattern = source.pattern if source else ""
+    if source is not None and pattern == "fragmented":
+        out = []
+        for key, value in found:  # each field from its own fragment path
+            fragment = source.fragment(f"{key}Path")
+            path = values.location(fragment, index) if fragment is not None \
+                and fragment.slot >= 0 else f"({comp.name} pod spec).{key}"
+            out.append(PodField(path=path, field=key, value=value))
+        return out
+    if expr.slot < 0:
+        base = f"({comp.name} pod spec)"
+    else:
+        base = values.location(expr, index, inner=_SPEC_IN[pattern])
+    return [PodField(path=f"{base}.{key}", field=key, value=value) for key, value in found]
 
 
 # container fields a pod spec must give, by spec pattern (template.check_pod_spec): a
@@ -402,6 +441,7 @@ def _specs(comp: Component, values: _Values, *, count: int
 
 
 _SIMPLE = {"schedulerNamePath": "schedulerName", "priorityClassNamePath": "priorityClassName",
+           "nodeNamePath": "nodeName",
            "nodeSelectorPath": "nodeSelector", "tolerationsPath": "tolerations",
            "initContainersPath": "initContainers", "resourceClaimsPath": "resourceClaims"}
 

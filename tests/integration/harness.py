@@ -55,13 +55,14 @@ async def _client(state: FleetState, name: str) -> KubeClient:
 @contextlib.asynccontextmanager
 async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   catalog: Catalog | None = None, tenants: int = 0,
-                  changes: dict[str, Any] | None = None,
+                  changes: dict[str, Any] | Callable[[str], dict[str, Any]] | None = None,
                   aliases: dict[str, str] | None = None,
                   create_namespaces: bool = True, namespace: str | None = None,
                   hub_kubeconfig: dict[str, Any] | None = None,
                   kubeconfigs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
-    with ``changes`` to its ControlSettings, stopped on exit.
+    with ``changes`` to its ControlSettings (or a function of the namespace giving them,
+    for settings that name it), stopped on exit.
 
     ``aliases`` registers more members under other names (alias -> fleet cluster name):
     the same cluster twice, as an operator's mistake would. ``create_namespaces`` is on:
@@ -93,7 +94,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                                create_namespaces=create_namespaces,
                                sweep_interval_s=3600, rules=rules or Rules(),
                                leader=LeaderSettings(enabled=False),
-                               server=ServerSettings(port=0), **(changes or {}))
+                               server=ServerSettings(port=0),
+                               **(changes(namespace) if callable(changes) else changes or {}))
     own_hub = hub if hub_kubeconfig is None else await KubeClient.from_kubeconfig(
         hub_kubeconfig, name="hub (controller)")
     controller = Controller(settings=settings, catalog=catalog, hub=own_hub, fleet=fleet)

@@ -30,6 +30,25 @@ async def test_guarded_logs_crash_and_exit() -> None:
     assert ("task.exited", "t/done") in events
 
 
+async def test_a_finite_task_ends_without_a_warning_and_still_reports_a_crash() -> None:
+    """A one-shot job (catalog-follow) is meant to return: ``task.done`` at debug, no
+    ``task.exited`` warning; its crash is an error like any other."""
+    async def done() -> None:
+        return None
+
+    async def boom() -> None:
+        raise RuntimeError("broken")
+
+    with capture_logs() as logs:
+        await guarded(done(), name="t/once", finite=True)
+        with pytest.raises(RuntimeError):
+            await guarded(boom(), name="t/once-boom", finite=True)
+    seen = {(e["event"], e["task"], e["log_level"]) for e in logs}
+    assert ("task.done", "t/once", "debug") in seen
+    assert ("task.crashed", "t/once-boom", "error") in seen
+    assert not [e for e in logs if e["log_level"] == "warning"]
+
+
 async def test_crash_hooks_hear_crashes_only() -> None:
     """A registered hook is told about a crash (name and error), not about cancellations or
     normal exits, and no longer once removed."""

@@ -228,7 +228,30 @@ def test_a_spec_change_is_written_to_the_copy() -> None:
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.UPDATE_COPY and outcome == AGAIN
     assert w.names() == ["update_copy", "patch_record", "event"]
-    assert w.calls[1][1] == {"remote": {"hubGeneration": 2}}
+    patch = w.calls[1][1]
+    assert patch["remote"] == {"hubGeneration": 2}
+    (updated,) = patch["conditions"]
+    assert (updated["type"], updated["status"], updated["reason"]) == \
+        ("Updated", "True", "Written")
+
+
+def test_a_refused_spec_change_is_not_written_and_the_dispatch_says_why() -> None:
+    """A spec change whose pod template sets a refused scheduling field: the copy keeps
+    its spec, the generation counts as handled (mirroring goes on), Updated=False says
+    why, with a warning Event."""
+    why = "pod template refused: spec.template.spec.nodeName: ..."
+    w = FakeWriter(update=CopyUpdate(generation=3, changed=(), refused=why))
+    snap = Snapshot(now=NOW, workload=workload(generation=3, status={"active": 2}),
+                    record=RUNNING, copy=OURS)
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.UPDATE_COPY and outcome == AGAIN
+    assert w.names() == ["update_copy", "patch_record", "event"]
+    patch = w.calls[1][1]
+    assert patch["remote"] == {"hubGeneration": 3}
+    (updated,) = patch["conditions"]
+    assert (updated["type"], updated["status"], updated["reason"], updated["message"]) == \
+        ("Updated", "False", "PodTemplateRefused", why)
+    assert w.calls[2][1] == "UpdateRefused"
 
 
 def test_member_lost_marks_unknown_and_rechecks_when_it_may_count_as_lost() -> None:

@@ -66,6 +66,23 @@ fleet:
     assert loaded.fleet.unreachable_after_s == 4.0
 
 
+def test_pod_field_allow_lists_reach_the_policy(tmp_path: Path) -> None:
+    loaded = config.load(write(tmp_path, """
+submit:
+  podTemplate:
+    priorityClassName: batch
+    allowedPriorityClasses: [low]
+    byNamespace: {team-prod: {allowedPriorityClasses: [high], allowedSchedulers: [volcano]}}
+"""))
+    policy = loaded.control.pod_policy
+    assert policy.for_namespace("team-a").priority_classes == {"low", "batch"}
+    prod = policy.for_namespace("team-prod")
+    assert prod.priority_classes == {"low", "high", "batch"}
+    assert prod.schedulers == {"volcano", "default-scheduler"}
+    assert config.load(write(tmp_path, "")).control.pod_policy.for_namespace("x") \
+        .priority_classes == frozenset()
+
+
 def test_overrides_win(tmp_path: Path) -> None:
     loaded = config.load(write(tmp_path, "failover: {policy: never}\n"),
                          overrides=["failover.policy=always", "workers=8"])
@@ -86,6 +103,13 @@ def test_overrides_win(tmp_path: Path) -> None:
     ("submit: {weakerMemberNamespaces: warn}", "submit.weakerMemberNamespaces"),
     ("submit: {weakerMemberNamespaces: false}", "submit.weakerMemberNamespaces"),
     ("submit: {podSecurityFloor: strict}", "submit.podSecurityFloor"),
+    ("submit: {podTemplate: {allowedPriorityClasses: high}}",
+     "submit.podTemplate.allowedPriorityClasses"),
+    ("submit: {podTemplate: {allowedSchedulers: ['']}}",
+     "submit.podTemplate.allowedSchedulers[0]"),
+    ("submit: {podTemplate: {byNamespace: {a: {allowedNodes: [n]}}}}",
+     "submit.podTemplate.byNamespace.a.allowedNodes"),
+    ("submit: {podTemplate: {byNamespace: {a: [x]}}}", "submit.podTemplate.byNamespace.a"),
 ])
 def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = write(tmp_path, text)

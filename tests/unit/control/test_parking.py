@@ -124,6 +124,7 @@ def test_bare_copies_are_rebuilt_when_nodes_change() -> None:
 def test_invalid_annotations(req: PlacementRequest, words: str) -> None:
     reason = annotation_error(req)
     assert reason is not None and words in reason
+    assert reason.startswith("invalid annotation dispatcher.io/")  # said once, not twice
     assert reason.endswith("not dispatched until it is fixed")
 
 

@@ -131,3 +131,15 @@ def test_pending_for_a_workload_that_cannot_resolve_says_resolved_false() -> Non
                                    now=0.0)
     assert {c["type"]: c["status"] for c in queued["conditions"]} == {
         "Placed": "False", "Resolved": "True"}
+
+
+def test_a_placement_says_resolved_true_over_an_earlier_resolved_false() -> None:
+    """A Dispatch parked Resolved=False (its definition quarantined) and then placed
+    through the fallback definition: the merged conditions say Resolved=True."""
+    parked = record.pending_status(message="cannot resolve: definition x quarantined",
+                                   reason=PendingReason.RESOLVE_FAILED, now=0.0)
+    placed = record.placed_status(decision=decision(), reservation=None, attempt=1, now=5.0)
+    merged = record.merge_conditions(parked["conditions"], placed["conditions"])
+    by_type = {c["type"]: c for c in merged}
+    assert by_type["Placed"]["status"] == by_type["Resolved"]["status"] == "True"
+    assert by_type["Resolved"]["reason"] == "Resolved" and by_type["Resolved"]["message"] == ""
