@@ -34,6 +34,8 @@ log = structlog.get_logger("dispatcher")
 # bind or the reservation expires (releasing them would forget GPUs a pending pod will take).
 _PODS_UP = frozenset({GenericStatus.RUNNING, GenericStatus.COMPLETED, GenericStatus.FAILED})
 _FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
+# Once seen in one of these, the copy got going: stuck detection no longer applies.
+_UP = _PODS_UP | {GenericStatus.DEGRADED}
 
 
 async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Outcome:
@@ -135,6 +137,8 @@ async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome
     # the generic status in the same write (saves a mirror step)
     status.update({"phase": Phase.of_generic(copy.generic).value,
                    "genericStatus": copy.generic, "statuses": list(copy.statuses)})
+    if copy.generic in _UP:
+        status["remote"]["startedAt"] = records.format_time(snap.now)
     await w.patch_record(uid, status)
     created = records.parse_time(workload.get("metadata", {}).get("creationTimestamp"))
     latency = max(snap.now - created, 0.0) if created else None
@@ -208,6 +212,8 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
             "remote": {"lastSeen": records.format_time(snap.now)}}
         if mirrored:
             patch["conditions"] = mirrored
+        if generic in _UP and record.started_at is None:
+            patch["remote"]["startedAt"] = records.format_time(snap.now)
         if generic in _PODS_UP and record.reservation is not None:
             # Its pods hold the GPUs now (the member's capacity counts them); any part of
             # the reservation their pod events did not take off would count twice.

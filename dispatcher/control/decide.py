@@ -34,8 +34,8 @@ Branch order (first match wins):
 15  copy absent, the workload finished            NOTHING (removed after it finished)
 15a copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
-17  copy ours, not started (or still initializing) REQUEUE (or FAIL when attempts are used up)
-    past stuckAfter
+17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
+    past stuckAfter after submission
 18  copy ours, hub spec changed since written      UPDATE_COPY (the hub object is the truth)
 19  copy ours, status differs from the hub's       MIRROR
 20  otherwise                                      NOTHING (or WAIT until the stuck deadline)
@@ -279,7 +279,9 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
-    stuck = copy.generic in _STUCK
+    # Stuck is about getting going: a copy that was once up (running, degraded, finished)
+    # and dips back to initializing (a restart, a scale-up) is not stuck.
+    stuck = copy.generic in _STUCK and record.started_at is None
     if rules.stuck_after > 0 and stuck and record.submitted_at:
         waited = snap.now - record.submitted_at
         if waited >= rules.stuck_after:

@@ -85,6 +85,7 @@ class DispatchRecord:
     last_seen: float | None = None
     synced_generation: int = 0  # hub metadata.generation last written to the copy
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
+    started_at: float | None = None  # first seen running (or past it): never stuck after
 
 
 def read(obj: Mapping[str, Any]) -> DispatchRecord:
@@ -110,6 +111,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         attempt=int(decision.get("attempt") or len(status.get("attempts") or ())),
         decided_at=parse_time(decision.get("time")),
         submitted_at=parse_time(remote.get("submittedAt")),
+        started_at=parse_time(remote.get("startedAt")),
         reservation=reservation,
         generic_status=status.get("genericStatus") or None,
         excluded=tuple(status.get("excluded") or ()),
