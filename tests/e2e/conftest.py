@@ -70,7 +70,8 @@ class ControllerProcess:
 
 
 def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
-                 port: int) -> None:
+                 port: int, extra: dict[str, Any] | None = None) -> None:
+    """The controller's config file for a test; ``extra`` replaces whole top-level keys."""
     config = {
         "hubId": hub_id,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
@@ -87,16 +88,18 @@ def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
                   "staticMembers": [{"name": n, "kubeconfig": state.cluster(n).kubeconfig}
                                     for n in ("member-1", "member-2")]},
     }
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({**config, **(extra or {})}))
 
 
-def _controller(state: FleetState, tmp_path: Path, request: pytest.FixtureRequest
+def _controller(state: FleetState, tmp_path: Path, request: pytest.FixtureRequest,
+                extra: Callable[[str], dict[str, Any]] | None = None
                 ) -> Iterator[ControllerProcess]:
     hub_id = f"e2e-{uuid.uuid4().hex[:6]}"
     namespace = f"e2e-{uuid.uuid4().hex[:8]}"
     port = free_port()
     config = tmp_path / "config.yaml"
-    write_config(config, state=state, hub_id=hub_id, namespace=namespace, port=port)
+    write_config(config, state=state, hub_id=hub_id, namespace=namespace, port=port,
+                 extra=extra(hub_id) if extra else None)
     proc = ControllerProcess(config=config, namespace=namespace, hub_id=hub_id, port=port,
                              logs=tmp_path)
     try:
