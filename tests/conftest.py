@@ -1,11 +1,16 @@
 """Shared fixtures.
 
 ``dev_fleet`` (session) starts real control planes through ``dispatcher.devfleet``: one etcd,
-a hub and two members with GPU Nodes (tests/integration/fleet.yaml), apiservers only (the
-light profile: nothing fights a test that patches member objects by hand). ``real_fleet``
-(session) is the same hub and members with kube-controller-manager, kube-scheduler and kwok
-on each member, in its own state directory with its own etcd and ports, so both can run in
-one session. Each is started only when a test asks for it, so unit tests never pay for it.
+a dedicated hub (kube-apiserver + a kube-controller-manager with only the namespace, garbage
+collector, service-account, ClusterRole-aggregation and TTL controllers) and two members
+with GPU Nodes (tests/integration/fleet.yaml), apiservers only (the light profile: nothing
+fights a test that patches member objects by hand). ``real_fleet`` (session) is the same
+dedicated hub and members with kube-controller-manager, kube-scheduler, kwok and the
+operators on each member; ``shared_hub_fleet`` (session) is ``real_fleet`` with a shared hub
+(a full cluster like a member: every controller, scheduler, kwok Nodes from the fleet
+file's ``hub:`` section, the operators and their webhooks). Each has its own state
+directory, etcd and ports, so all can run in one session. Each is started only when a test
+asks for it, so unit tests never pay for it.
 When the binaries cannot be built the fixtures fail (never skip): a skipped integration
 suite would hide a broken set-up.
 
@@ -99,6 +104,23 @@ def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
     root = tmp_path_factory.mktemp("realfleet")
     try:
         state = devfleet.up(root=root, fleet=fleet_spec, real=True)
+    except BaseException:
+        devfleet.down(root=root)
+        raise
+    try:
+        yield state
+    finally:
+        devfleet.down(root=root)
+
+
+@pytest.fixture(scope="session")
+def shared_hub_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+                     ) -> Iterator[FleetState]:
+    """A running shared hub (a full cluster, ``hub_mode == "shared"``) + real members for
+    the whole session."""
+    root = tmp_path_factory.mktemp("sharedhub")
+    try:
+        state = devfleet.up(root=root, fleet=fleet_spec, real=True, hub="shared")
     except BaseException:
         devfleet.down(root=root)
         raise

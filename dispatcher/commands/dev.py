@@ -10,23 +10,55 @@ from typing import Any
 
 __all__ = ["register"]
 
+HUB_MODES_HELP = """\
+hub modes (--hub):
+  dedicated (default)  kube-apiserver + a kube-controller-manager with only the controllers
+                       a hub of intents needs (namespace, garbage collector, service
+                       accounts and tokens, ClusterRole aggregation, ttl-after-finished),
+                       as Karmada and Elotl Nova run theirs: deleting a namespace empties
+                       it, a Dispatch whose workload is gone is garbage-collected, but a Job
+                       created on the hub gets no pod and no status there. Choose it for
+                       everyday work, and when the dispatcher's hub will be a control plane
+                       of its own. Works with --light.
+  shared               the hub is a full cluster like a member: every controller,
+                       kube-scheduler, kwok with the fleet file's 'hub:' Nodes (default 2 x 8
+                       NVIDIA-H100-80GB-HBM3) and the same operators and webhooks. A hub Job
+                       left alone runs there. Choose it to test a dispatcher installed on a
+                       normal cluster that runs workloads too (its webhook must hold them);
+                       needs real members. Takes longer to start.
+A running fleet of another profile or hub mode is stopped and started afresh.
+"""
+
 EPILOG = """\
 examples:
-  dispatcher dev up                         hub + the members of clusters/local.yaml
-  dispatcher dev up --light                 apiservers only: nothing schedules or runs pods
+  dispatcher dev up                         dedicated hub + the members of clusters/local.yaml
+  dispatcher dev up --hub shared            the hub is a full cluster too (see hub modes)
+  dispatcher dev up --light                 members run only kube-apiserver: nothing
+                                            schedules or runs pods
   dispatcher dev up --with-kueue            + Kueue: MultiKueue manager on the hub, workers
                                             on the members (for comparison; not default)
   kubectl --kubeconfig ~/.cache/dispatcher/devfleet/kubeconfig --context member-1 get nodes
   dispatcher dev status -o json             every process of every cluster
   dispatcher dev down                       stop every process 'up' started, remove state
 
-Each member runs kube-apiserver, kube-controller-manager, kube-scheduler and kwok (simulated
-kubelets: nodes stay Ready, bound pods run, a Job's pods succeed after a few seconds); the
-hub and --light members run only kube-apiserver. All share one etcd.
+Each member runs kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated
+kubelets: nodes stay Ready, bound pods run, a Job's pods succeed after a few seconds) and
+the workload operators (JobSet, LWS, KubeRay, training-operator, MPI operator) with their
+webhooks; --light members run only kube-apiserver. All clusters share one etcd.
 
 The first 'up' builds the binaries from the pinned Go modules in deploy/local/ (several
 minutes; cached under ~/.cache/dispatcher/bin, keyed by the pins).
-"""
+
+""" + HUB_MODES_HELP
+
+
+HUB_MODE_TEXT = {
+    "dedicated": "kube-apiserver + kube-controller-manager limited to namespace, garbage "
+                 "collector, service-account, ClusterRole-aggregation and TTL controllers; "
+                 "no workload runs on the hub",
+    "shared": "a full cluster: every controller, scheduler, kwok nodes, operators; a hub "
+              "workload not held by the dispatcher runs there",
+}
 
 
 def register(subparsers: Any) -> None:
@@ -35,18 +67,30 @@ def register(subparsers: Any) -> None:
         "dev", help="local control planes (etcd + kube-apiservers) for tests and demos",
         description="Run a real hub and member clusters on loopback: one etcd, one "
                     "kube-apiserver per cluster, GPU Nodes from a fleet file; members also "
-                    "run kube-controller-manager, kube-scheduler and kwok unless --light.",
+                    "run kube-controller-manager, kube-scheduler, kwok and the operators "
+                    "unless --light; the hub a limited kube-controller-manager (dedicated) "
+                    "or everything a member runs (--hub shared).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--state", type=Path, default=None,
                         help="state directory (default: $DISPATCHER_DEVFLEET or "
                              "~/.cache/dispatcher/devfleet)")
     sub = parser.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
-    up = sub.add_parser("up", help="start (or reuse) the hub and members")
+    up = sub.add_parser(
+        "up", help="start (or reuse) the hub and members",
+        description="Start (or reuse) a hub and the members of a fleet file: one etcd, a "
+                    "kube-apiserver per cluster; real members unless --light, a dedicated "
+                    "hub unless --hub shared.",
+        epilog=HUB_MODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     up.add_argument("--fleet", type=Path, default=Path("clusters/local.yaml"),
                     help="fleet file with members and node pools (default: %(default)s)")
     up.add_argument("--light", action="store_true",
                     help="members run only kube-apiserver (no controllers, scheduler, kwok): "
                          "pods stay Pending, objects change only when you change them")
+    up.add_argument("--hub", choices=("dedicated", "shared"), default="dedicated",
+                    help="how the hub runs: 'dedicated' (kube-apiserver + namespace, garbage "
+                         "collector and service-account controllers only) or 'shared' (a "
+                         "full cluster with nodes and operators, like a member); default "
+                         "%(default)s, see 'hub modes' below")
     up.add_argument("--job-seconds", type=float, default=None, metavar="S",
                     help="how long a Job's pod runs on a real member (default: 5)")
     up.add_argument("--with-kueue", action="store_true",
@@ -65,7 +109,8 @@ def register(subparsers: Any) -> None:
                    ).set_defaults(run=_down)
     build = sub.add_parser("build", help="build the dev fleet's binaries (cached)")
     build.add_argument("--light", action="store_true",
-                       help="only etcd, kube-apiserver and kubectl")
+                       help="only etcd, kube-apiserver, kubectl and kube-controller-manager "
+                            "(a light fleet: the dedicated hub runs a kube-controller-manager)")
     build.set_defaults(run=_build)
 
 
@@ -91,16 +136,21 @@ def _up(args: argparse.Namespace) -> int:
     if args.with_kueue and args.light:
         print("error: --with-kueue needs real members (drop --light)", file=sys.stderr)
         return 2
+    if args.hub == "shared" and args.light:
+        print("error: --hub shared runs the members' operators on the hub and needs real "
+              "members (drop --light)", file=sys.stderr)
+        return 2
     kueue = (ClientLimits(qps=args.kueue_qps, burst=args.kueue_burst)
              if args.with_kueue else None)
     started = time.monotonic()
     try:
-        state = devfleet.up(root=_root(args), fleet=fleet, real=not args.light,
+        state = devfleet.up(root=_root(args), fleet=fleet, real=not args.light, hub=args.hub,
                             job_seconds=args.job_seconds or JOB_SECONDS, kueue=kueue)
     except (BuildError, RuntimeError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    profile = "light" if args.light else "real members" + (", Kueue" if kueue else "")
+    profile = ("light" if args.light else "real members" + (", Kueue" if kueue else "")
+               ) + f", {args.hub} hub"
     print(f"dev fleet ({profile}) ready in "
           f"{time.monotonic() - started:.1f}s: {', '.join(c.name for c in state.clusters)}")
     print(f"kubeconfig: {state.kubeconfig}  (contexts: "
@@ -135,14 +185,16 @@ def _status(args: argparse.Namespace) -> int:
         processes = [process_row(cluster.process, api_ready)]
         processes += [process_row(p, probe(p)) for p in cluster.components]
         rows.append({"name": cluster.name, "server": cluster.server,
-                     "profile": "real" if cluster.real else "light",
+                     "profile": cluster.profile,
                      "ready": all(p["ready"] for p in processes),
                      "pid": cluster.process.pid, "kubeconfig": cluster.kubeconfig,
                      "processes": processes})
     if args.output == "table":
-        table(columns=["cluster", "server", "process", "pid", "state"],
-              rows=[[row["name"] if i == 0 else "", row["server"] if i == 0 else "",
-                     p["role"], p["pid"],
+        if state.hub_mode:
+            print(f"hub mode: {state.hub_mode} ({HUB_MODE_TEXT.get(state.hub_mode, '')})")
+        table(columns=["cluster", "profile", "server", "process", "pid", "state"],
+              rows=[[row["name"] if i == 0 else "", row["profile"] if i == 0 else "",
+                     row["server"] if i == 0 else "", p["role"], p["pid"],
                      "ready" if p["ready"] else "running" if p["running"] else "stopped"]
                     for row in rows for i, p in enumerate(row["processes"])])
         print(f"etcd {state.etcd_url} (pid {state.etcd.pid}, "
@@ -150,6 +202,7 @@ def _status(args: argparse.Namespace) -> int:
               f"merged kubeconfig {state.kubeconfig}; logs in {state.root}/<cluster>/")
     else:
         emit({"kubeconfig": state.kubeconfig, "etcd": state.etcd_url,
+              "hubMode": state.hub_mode or None,
               "etcdProcess": process_row(state.etcd, is_alive(state.etcd)), "clusters": rows},
              fmt=args.output)
     return 0 if all(r["ready"] for r in rows) else 1
@@ -171,8 +224,8 @@ def _build(args: argparse.Namespace) -> int:
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    names = "kube-apiserver, kubectl" if args.light else \
-        "kube-apiserver, kubectl, kube-scheduler, kube-controller-manager"
+    names = "kube-apiserver, kubectl, kube-controller-manager" if args.light else \
+        "kube-apiserver, kubectl, kube-controller-manager, kube-scheduler"
     kwok = "" if args.light else f"; kwok {bins.kwok_version}"
     print(f"{names} {bins.kubernetes_version}; etcd {bins.etcd_version}{kwok}: "
           f"{bins.kube_apiserver.parent}")

@@ -6,7 +6,8 @@ wrapper module ``deploy/local/kube-apiserver`` (k8s.io/kubernetes), etcd from
 ``deploy/local/kwok``. They are built with the local Go toolchain through the Go module proxy
 and cached outside the repository, under a key derived from the wrapper modules'
 ``go.mod``/``go.sum`` and the Go version, so a pin change rebuilds and a warm machine skips
-the work entirely. A light fleet (apiservers only) needs only the first three binaries:
+the work entirely. A light fleet (light members and a dedicated hub) needs etcd,
+kube-apiserver, kubectl and kube-controller-manager (the dedicated hub's controllers):
 ``ensure_binaries(members=False)`` builds just those.
 
 The workload operators of the real members (JobSet, LeaderWorkerSet, ...) are a separate
@@ -285,9 +286,9 @@ def ensure_peers(*, rebuild: bool = False) -> tuple[OperatorBinary, ...]:
 def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     """Return the cached binaries, building whichever is missing.
 
-    ``members=False`` builds only what a light fleet runs (etcd, kube-apiserver, kubectl);
-    the other paths are still returned but may not exist, and no operator is built. Raises
-    BuildError when Go is
+    ``members=False`` builds only what a light fleet runs: etcd, kube-apiserver, kubectl and
+    kube-controller-manager (its dedicated hub runs one); kube-scheduler and kwok are still
+    returned but may not exist, and no operator is built. Raises BuildError when Go is
     missing or a build fails; never returns partial results of what was asked for.
     """
     root = wrapper_dir()
@@ -311,12 +312,12 @@ def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
         (bins.etcd, etcd_mod, "go.etcd.io/etcd/server/v3", "-s -w"),
         (bins.kube_apiserver, k8s_mod, "k8s.io/kubernetes/cmd/kube-apiserver", k8s_ldflags),
         (bins.kubectl, k8s_mod, "k8s.io/kubernetes/cmd/kubectl", k8s_ldflags),
+        (bins.kube_controller_manager, k8s_mod,
+         "k8s.io/kubernetes/cmd/kube-controller-manager", k8s_ldflags),
     ]
     if members:
         jobs += [
             (bins.kube_scheduler, k8s_mod, "k8s.io/kubernetes/cmd/kube-scheduler", k8s_ldflags),
-            (bins.kube_controller_manager, k8s_mod,
-             "k8s.io/kubernetes/cmd/kube-controller-manager", k8s_ldflags),
             (bins.kwok, kwok_mod, "sigs.k8s.io/kwok/cmd/kwok", "-s -w"),
         ]
     for output, module, package, ldflags in jobs:

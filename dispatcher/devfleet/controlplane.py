@@ -2,10 +2,21 @@
 
 Each cluster is a real kube-apiserver with its own ``--etcd-prefix``, port, serving
 certificate and admin token; they share one etcd (what Kubernetes' own integration tests
-do). A *real* member also runs kube-controller-manager, kube-scheduler and kwok (simulated
-kubelets for the Nodes annotated ``kwok.x-k8s.io/node=fake``), so Jobs, Deployments and pods
-behave as on a real cluster; its apiserver then keeps the ServiceAccount and
-TaintNodesByCondition admission plugins that the light clusters (apiserver only) turn off.
+do). Each cluster has one of three profiles (``ClusterInfo.profile``):
+
+- ``light``: the apiserver only; nothing changes an object unless a client does.
+- ``dedicated``: a control plane of intents, like Karmada's or Elotl Nova's: the apiserver
+  plus a kube-controller-manager limited to ``DEDICATED_CONTROLLERS`` (namespace deletion,
+  garbage collection, ServiceAccounts and their tokens, ClusterRole aggregation, Job TTLs),
+  no workload controller, no scheduler, no nodes.
+- ``real``: a full cluster: kube-controller-manager with every controller that needs no
+  cloud, kube-scheduler, kwok (simulated kubelets for the Nodes annotated
+  ``kwok.x-k8s.io/node=fake``) and the workload operators, so Jobs, Deployments and pods
+  behave as on a real cluster.
+
+The apiserver of a ``dedicated`` or ``real`` cluster keeps the default admission plugins;
+a light one turns off ServiceAccount and TaintNodesByCondition (nothing would create the
+``default`` ServiceAccount or lift a Node's not-ready taint).
 Everything lives in one state directory with a ``state.json`` describing it (every process,
 its argv, pid and log ``<cluster>/<process>.log``), so another process (``dispatcher dev
 status|down``, a test) can find and stop exactly what was started. Processes run in their
@@ -38,8 +49,9 @@ from dispatcher.devfleet import operators, pki
 from dispatcher.devfleet.binaries import Binaries, kwok_stages
 from dispatcher.devfleet.rest import ApiError, Rest
 
-__all__ = ["JOB_SECONDS", "KWOK_NODE_ANNOTATION", "ClusterInfo", "ControlPlanes", "FleetState",
-           "ProcessInfo", "compact_etcd", "is_alive", "probe", "render_stages", "stop_process"]
+__all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KWOK_NODE_ANNOTATION", "LIGHT",
+           "REAL", "ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo", "compact_etcd",
+           "is_alive", "probe", "render_stages", "stop_process"]
 
 STATE_FILE = "state.json"
 START_TIMEOUT_S = 120.0
@@ -48,11 +60,32 @@ KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 JOB_SECONDS = 5.0
 """Default run time of a Job's pod on a real member (kwok's pod-complete stage)."""
 
-# kube-controller-manager controllers of a real member: every default one except those that
+LIGHT, DEDICATED, REAL = "light", "dedicated", "real"
+"""The cluster profiles (see the module docstring)."""
+
+# kube-controller-manager controllers of a real cluster: every default one except those that
 # need a cloud provider or allocate node CIDRs (no CNI here; kwok assigns pod IPs itself).
 KCM_CONTROLLERS = ",".join([
     "*", "-cloud-node-lifecycle-controller", "-node-route-controller",
     "-service-lb-controller", "-node-ipam-controller"])
+
+DEDICATED_CONTROLLERS = (
+    "namespace-controller",  # a deleted namespace is emptied, then finalized
+    "garbage-collector-controller",  # dependents of a deleted owner go (a Dispatch, ...)
+    "serviceaccount-controller",  # "default" in every namespace: ServiceAccount admission
+    "serviceaccount-token-controller",  # legacy token Secrets users may still create
+    "clusterrole-aggregation-controller",  # admin/edit/view get the CRDs' aggregated rules
+    # Kept, as Karmada keeps it: the hub object is the user's intent, and a Job finishing
+    # on a member finishes on the hub through the mirrored status; its
+    # ttlSecondsAfterFinished then deletes the hub Job as it would on a single cluster
+    # (Nova and a bare apiserver keep it forever, with its copy long gone on the member).
+    "ttl-after-finished-controller",
+)
+"""kube-controller-manager controllers of a dedicated hub (canonical names of k8s 1.35; the
+old aliases ``namespace``, ``garbagecollector``, ... still work there). Karmada's list minus
+the ones for kubelets joining (bootstrap-signer, token-cleaner, the CSR signer/cleaner):
+no node ever joins a hub. No workload controller (job, replicaset, deployment, ...): what
+the hub stores is an intent that runs on a member."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,14 +117,22 @@ class ClusterInfo:
     process: ProcessInfo
     """The kube-apiserver."""
     components: list[ProcessInfo] = field(default_factory=list)
-    """What runs besides the apiserver: kube-controller-manager, kube-scheduler and kwok on a
-    real member, nothing on the hub or a light member."""
+    """What runs besides the apiserver: kube-controller-manager, kube-scheduler, kwok and the
+    operators on a real cluster, kube-controller-manager on a dedicated one, nothing on a
+    light one (plus Kueue with the ``--with-kueue`` profile)."""
+    profile: str = LIGHT
+    """``light``, ``dedicated`` or ``real`` (module docstring)."""
 
     @property
     def real(self) -> bool:
-        """Whether controllers, scheduler and kwok run here (a cluster that runs pods); the
-        hub of the ``--with-kueue`` profile has a component (Kueue) but is not real."""
-        return any(p.role == "kube-controller-manager" for p in self.components)
+        """Whether this is a full cluster that runs pods (controllers, scheduler, kwok)."""
+        return self.profile == REAL
+
+    @property
+    def controllers(self) -> bool:
+        """Whether a kube-controller-manager runs here (a real or a dedicated cluster), so
+        the ``default`` ServiceAccount of every namespace is made for it."""
+        return self.profile in (REAL, DEDICATED)
 
     def processes(self) -> list[ProcessInfo]:
         """The apiserver then the components."""
@@ -111,6 +152,9 @@ class FleetState:
     etcd_url: str
     clusters: list[ClusterInfo]
     kubeconfig: str
+    hub_mode: str = ""
+    """``dedicated`` or ``shared`` for a fleet of ``devfleet.up`` (how its hub runs), ""
+    for control planes started without a hub."""
 
     def cluster(self, name: str) -> ClusterInfo:
         """The cluster called ``name``."""
@@ -128,11 +172,8 @@ class FleetState:
             return None
         return FleetState(
             root=raw["root"], etcd=ProcessInfo(**raw["etcd"]), etcd_url=raw["etcd_url"],
-            kubeconfig=raw["kubeconfig"],
-            clusters=[ClusterInfo(**{**c, "process": ProcessInfo(**c["process"]),
-                                     "components": [ProcessInfo(**p)
-                                                    for p in c.get("components", [])]})
-                      for c in raw["clusters"]])
+            kubeconfig=raw["kubeconfig"], hub_mode=raw.get("hub_mode", ""),
+            clusters=[_cluster_info(c) for c in raw["clusters"]])
 
     def write(self) -> None:
         """Persist atomically."""
@@ -140,6 +181,16 @@ class FleetState:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
         tmp.replace(path)
+
+
+def _cluster_info(raw: dict[str, Any]) -> ClusterInfo:
+    """A ClusterInfo from ``state.json``; a state written before profiles were recorded is
+    read by what runs (a kube-controller-manager meant a real member then)."""
+    components = [ProcessInfo(**p) for p in raw.get("components", [])]
+    profile = raw.get("profile") or (
+        REAL if any(p.role == "kube-controller-manager" for p in components) else LIGHT)
+    return ClusterInfo(**{**raw, "process": ProcessInfo(**raw["process"]),
+                          "components": components, "profile": profile})
 
 
 def free_port() -> int:
@@ -248,22 +299,29 @@ class ControlPlanes:
         return FleetState.read(self.root)
 
     def up(self, *, names: list[str], real: Collection[str] = (),
-           timeout: float = START_TIMEOUT_S) -> FleetState:
+           dedicated: Collection[str] = (), timeout: float = START_TIMEOUT_S) -> FleetState:
         """Start etcd and one apiserver per name; return when every one is ready.
 
-        The clusters named in ``real`` also get kube-controller-manager, kube-scheduler and
-        kwok, and are ready once those answer and the ``default`` ServiceAccount exists (their
-        Nodes are created later, by provisioning). Idempotent: when a healthy fleet with the
-        same names and the same real members already runs here, it is returned as is. A
-        half-dead or different one is stopped and started afresh.
+        The clusters named in ``real`` also get kube-controller-manager, kube-scheduler,
+        kwok and the operators; those in ``dedicated`` a kube-controller-manager limited to
+        ``DEDICATED_CONTROLLERS``. Either is ready once its components answer and the
+        ``default`` ServiceAccount exists (Nodes are created later, by provisioning); the
+        others are light. Idempotent: when a healthy fleet with the same names and the same
+        profiles already runs here, it is returned as is. A half-dead or different one is
+        stopped and started afresh.
         """
-        unknown = set(real) - set(names)
+        unknown = (set(real) | set(dedicated)) - set(names)
         if unknown:
-            raise ValueError(f"real members {sorted(unknown)} are not among {names}")
+            raise ValueError(f"clusters {sorted(unknown)} are not among {names}")
+        if set(real) & set(dedicated):
+            raise ValueError(f"clusters {sorted(set(real) & set(dedicated))} cannot be both "
+                             f"real and dedicated")
+        profiles = {name: REAL if name in real else DEDICATED if name in dedicated else LIGHT
+                    for name in names}
         existing = self.state()
         if existing is not None:
-            if ([c.name for c in existing.clusters] == names
-                    and {c.name for c in existing.clusters if c.real} == set(real)
+            if ({c.name: c.profile for c in existing.clusters} == profiles
+                    and [c.name for c in existing.clusters] == names
                     and self.healthy(existing)):
                 return existing
             self.down()
@@ -289,15 +347,18 @@ class ControlPlanes:
             for name in names:
                 clusters.append(self._start_apiserver(name=name, etcd_url=etcd_url, ca=ca,
                                                       sa_key=sa_key, ca_path=ca_path,
-                                                      real=name in real))
+                                                      profile=profiles[name]))
             for cluster in clusters:
                 _wait_ready(cluster, timeout=timeout)
             for index, cluster in enumerate(clusters):
-                if cluster.name in real:
+                if cluster.real:
                     clusters[index] = replace(cluster, components=self._start_components(
                         cluster, ca_path=ca_path))
+                elif cluster.profile == DEDICATED:
+                    clusters[index] = replace(cluster, components=[self._start_kcm(
+                        cluster, ca_path=ca_path, controllers=",".join(DEDICATED_CONTROLLERS))])
             for index, cluster in enumerate(clusters):
-                if cluster.name in real:
+                if cluster.real:
                     clusters[index] = replace(cluster, components=[
                         *cluster.components, *self._start_operators(cluster, ca=ca)])
             for cluster in clusters:
@@ -315,7 +376,7 @@ class ControlPlanes:
         return state
 
     def _start_apiserver(self, *, name: str, etcd_url: str, ca: pki.CertificateAuthority,
-                         sa_key: bytes, ca_path: Path, real: bool) -> ClusterInfo:
+                         sa_key: bytes, ca_path: Path, profile: str) -> ClusterInfo:
         home = self.root / name
         home.mkdir(parents=True, exist_ok=True)
         cert, key = ca.issue_serving(name)
@@ -347,7 +408,7 @@ class ControlPlanes:
             "--profiling=false",
             "--v=1",
         ]
-        if not real:
+        if profile == LIGHT:
             # No ServiceAccount controller here; no node lifecycle controller to lift the
             # not-ready taint that TaintNodesByCondition would put on every new Node.
             argv.append("--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
@@ -357,25 +418,38 @@ class ControlPlanes:
         _write_private(kubeconfig, yaml.safe_dump(
             _kubeconfig([(name, server, token, ca.cert_pem)], name)))
         return ClusterInfo(name=name, server=server, token=token, ca_file=str(ca_path),
-                           kubeconfig=str(kubeconfig), etcd_prefix=prefix, process=process)
+                           kubeconfig=str(kubeconfig), etcd_prefix=prefix, process=process,
+                           profile=profile)
+
+    def _start_kcm(self, cluster: ClusterInfo, *, ca_path: Path,
+                   controllers: str) -> ProcessInfo:
+        """kube-controller-manager running ``controllers``, each as its own ServiceAccount
+        ``kube-system/<controller>`` (``--use-service-account-credentials``, as kubeadm and
+        every managed cluster do): its requests are then authorized by the bootstrap
+        ``system:controller:*`` roles, not by the admin token, and which accounts exist
+        shows which controllers run (``job-controller`` only where the Job controller does)."""
+        home = self.root / cluster.name
+        port = free_port()
+        argv = [
+            str(self.binaries.kube_controller_manager), f"--kubeconfig={cluster.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", f"--cert-dir={home / 'kcm-certs'}",
+            f"--service-account-private-key-file={home / 'sa.key'}",
+            "--use-service-account-credentials=true", f"--root-ca-file={ca_path}",
+            f"--controllers={controllers}", "--profiling=false", "--v=1",
+        ]
+        return _spawn(argv, home / "kube-controller-manager.log", role="kube-controller-manager",
+                      health=f"https://127.0.0.1:{port}/healthz")
 
     def _start_components(self, cluster: ClusterInfo, *, ca_path: Path) -> list[ProcessInfo]:
-        """kube-controller-manager, kube-scheduler and kwok for a real member."""
+        """kube-controller-manager, kube-scheduler and kwok for a real cluster."""
         bins = self.binaries
         home = self.root / cluster.name
         kubeconfig = cluster.kubeconfig
         stages = home / "kwok-stages.yaml"
         stages.write_text(render_stages(job_seconds=self.job_seconds))
-        kcm_port, scheduler_port, kwok_port = free_port(), free_port(), free_port()
+        scheduler_port, kwok_port = free_port(), free_port()
         key, value = KWOK_NODE_ANNOTATION
-        kcm = [
-            str(bins.kube_controller_manager), f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={kcm_port}", f"--cert-dir={home / 'kcm-certs'}",
-            f"--service-account-private-key-file={home / 'sa.key'}",
-            "--use-service-account-credentials=false", f"--root-ca-file={ca_path}",
-            f"--controllers={KCM_CONTROLLERS}", "--profiling=false", "--v=1",
-        ]
         scheduler = [
             str(bins.kube_scheduler), f"--kubeconfig={kubeconfig}",
             "--leader-elect=false", "--bind-address=127.0.0.1",
@@ -389,8 +463,7 @@ class ControlPlanes:
             "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
         ]
         return [
-            _spawn(kcm, home / "kube-controller-manager.log", role="kube-controller-manager",
-                   health=f"https://127.0.0.1:{kcm_port}/healthz"),
+            self._start_kcm(cluster, ca_path=ca_path, controllers=KCM_CONTROLLERS),
             _spawn(scheduler, home / "kube-scheduler.log", role="kube-scheduler",
                    health=f"https://127.0.0.1:{scheduler_port}/healthz"),
             _spawn(kwok, home / "kwok.log", role="kwok",
@@ -592,8 +665,9 @@ def _wait_ready(cluster: ClusterInfo, *, timeout: float) -> None:
 
 
 def _wait_components(cluster: ClusterInfo, *, timeout: float) -> None:
-    """Wait until every component answers its health URL and, on a real member, the
-    ServiceAccount controller has made ``default/default`` (pods are admitted from then on)."""
+    """Wait until every component answers its health URL and, where a kube-controller-manager
+    runs, its ServiceAccount controller has made ``default/default`` (pods are admitted from
+    then on)."""
     deadline = time.monotonic() + timeout
     for proc in cluster.components:
         while not probe(proc):
@@ -604,7 +678,7 @@ def _wait_components(cluster: ClusterInfo, *, timeout: float) -> None:
                 raise TimeoutError(f"{cluster.name}: {proc.role} not healthy at {proc.health} "
                                    f"after {timeout:.0f}s; log {proc.log}")
             time.sleep(0.2)
-    if not cluster.real:
+    if not cluster.controllers:
         return
     rest = cluster.rest()
     while True:

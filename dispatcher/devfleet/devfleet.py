@@ -1,31 +1,49 @@
 """The dev fleet as one operation: build binaries, start control planes, provision them.
 
 Used by ``dispatcher dev up``, the pytest fixtures and the dispatch benchmark, so they all
-get the same hub + members. Two profiles:
+get the same hub + members. Two member profiles:
 
-- **light** (``real=False``, the default here): one kube-apiserver per cluster, Nodes created
+- **light** (``real=False``, the default here): one kube-apiserver per member, Nodes created
   Ready; nothing schedules or runs pods, so tests can patch member objects by hand.
 - **real** (``real=True``, what ``dispatcher dev up`` starts unless ``--light``): each member
   also runs kube-controller-manager, kube-scheduler and kwok, so Jobs get pods, pods get bound
   to nodes of the right GPU product, run and (for Jobs) succeed, and the workload operators
   (JobSet, ...: ``binaries.OPERATORS``) with their webhooks; the hub and members get those
-  operators' real CRDs. The hub never runs any of them.
+  operators' real CRDs.
+
+And two hub modes (``hub=``, ``HUB_MODES``):
+
+- **dedicated** (the default, with either member profile): a hub of intents, as Karmada and
+  Elotl Nova run it: kube-apiserver and a kube-controller-manager limited to
+  ``controlplane.DEDICATED_CONTROLLERS``, so namespace deletion cascades and the garbage
+  collector removes dependents of deleted owners, but no workload controller, scheduler,
+  kwok, operator or Node: a Job created there gets no pod and no status from the hub.
+- **shared** (needs real members): the hub is a full cluster like a real member, all
+  controllers, kube-scheduler, kwok with the fleet file's ``hub`` Nodes, and the same
+  operators with their webhooks, as when the dispatcher runs on a normal cluster that
+  also runs workloads (MultiKueue's manager cluster). The dispatcher's own webhook is not
+  registered here: the dispatcher registers it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Literal, get_args
 
 from dispatcher.devfleet import kueue as kueue_run
 from dispatcher.devfleet import multikueue, operators, pki, provision
 from dispatcher.devfleet.binaries import OperatorBinary, ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState, free_port
-from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.fleet.fleetfile import HUB_NAME, FleetSpec
 
-__all__ = ["HUB", "KUEUE_NAMESPACES", "default_root", "down", "up"]
+__all__ = ["HUB", "HUB_MODES", "KUEUE_NAMESPACES", "HubMode", "default_root", "down", "up"]
 
-HUB = "hub"
+HUB = HUB_NAME
+HubMode = Literal["dedicated", "shared"]
+HUB_MODES: tuple[HubMode, ...] = get_args(HubMode)
+"""How the hub runs (module docstring); ``dedicated`` is the default."""
 KUEUE_NAMESPACES = ("default",)
 """Namespaces given a LocalQueue ``gpus`` on every side by the Kueue profile."""
 
@@ -36,31 +54,50 @@ def default_root() -> Path:
     return Path(override) if override else Path.home() / ".cache" / "dispatcher" / "devfleet"
 
 
-def up(*, root: Path, fleet: FleetSpec, real: bool = False, job_seconds: float = JOB_SECONDS,
+def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedicated",
+       job_seconds: float = JOB_SECONDS,
        kueue: kueue_run.ClientLimits | None = None) -> FleetState:
     """Start (or reuse) a hub plus one apiserver per fleet member, provisioned.
 
     ``real`` gives every member kube-controller-manager, kube-scheduler and kwok, and returns
-    once their Nodes are Ready; ``job_seconds`` is then how long a Job's pod runs. Safe to
-    call twice: a running healthy fleet of the same profile is reused and provisioning is
-    idempotent. ``kueue`` (needs ``real``) adds the Kueue profile with those client limits
-    on every Kueue instance; a running fleet with the other Kueue profile is restarted.
+    once their Nodes are Ready; ``job_seconds`` is then how long a Job's pod runs. ``hub``
+    is the hub mode (module docstring; ``shared`` needs ``real``), recorded as
+    ``FleetState.hub_mode``. Safe to call twice: a running healthy fleet of the same
+    profile and hub mode is reused and provisioning is idempotent; one of another member
+    profile or hub mode is restarted. ``kueue`` (needs ``real``) adds the Kueue profile
+    with those client limits on every Kueue instance; a running fleet with the other Kueue
+    profile is restarted.
     """
+    if hub not in HUB_MODES:
+        raise ValueError(f"hub mode {hub!r} is not one of {', '.join(HUB_MODES)}")
     if kueue is not None and not real:
         raise ValueError("the Kueue profile needs real members (not --light)")
+    if hub == "shared" and not real:
+        raise ValueError("a shared hub runs the same operators as real members: it needs "
+                         "real members (not --light)")
+    members = [m.name for m in fleet.members]
+    if HUB in members:
+        raise ValueError(f"a member may not be called {HUB!r}: that is the dev fleet's hub")
     planes = ControlPlanes(root=root, binaries=ensure_binaries(members=real),
                            job_seconds=job_seconds)
     peers = ensure_peers() if kueue is not None else ()
     existing = planes.state()
     if existing is not None and _kueue_config(existing) != _limits_key(kueue):
         planes.down()
-    members = [m.name for m in fleet.members]
-    state = planes.up(names=[HUB, *members], real=members if real else ())
+    state = planes.up(names=[HUB, *members],
+                      real=[*members, HUB] if hub == "shared" else members if real else (),
+                      dedicated=[HUB] if hub == "dedicated" else ())
+    if state.hub_mode != hub:
+        state = replace(state, hub_mode=hub)
+        state.write()
     real_crds = operators.hub_crds(planes.binaries.operators) if real else []
-    provision.provision_hub(state.cluster(HUB).rest(), real_crds=real_crds)
+    provision.provision_hub(state.cluster(HUB).rest(), real_crds=real_crds,
+                            nodes=fleet.hub if hub == "shared" else None)
     for member in fleet.members:
         provision.provision_member(state.cluster(member.name).rest(), member, real=real,
                                    real_crds=real_crds)
+    if hub == "shared":
+        provision.wait_nodes_ready(state.cluster(HUB).rest(), fleet.hub)
     if real:
         for member in fleet.members:
             provision.wait_nodes_ready(state.cluster(member.name).rest(), member)

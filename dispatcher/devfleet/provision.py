@@ -8,7 +8,8 @@ stand-ins for every other kind and everywhere on a light fleet. Members get the 
 their fleet-file pools: on a light member they are created Ready (nothing would ever change
 them); on a real member they carry the ``kwok.x-k8s.io/node=fake`` annotation and no
 conditions, and that member's kwok makes them Ready and keeps them alive, keeping the
-pool's capacity (``nvidia.com/gpu``).
+pool's capacity (``nvidia.com/gpu``). A shared hub (a full cluster) gets the Nodes of the fleet
+file's ``hub`` section the same way as a real member.
 """
 
 from __future__ import annotations
@@ -67,12 +68,18 @@ def _workload_crds(rest: Rest, real: Iterable[dict[str, Any]] = ()) -> list[dict
     return crds
 
 
-def provision_hub(rest: Rest, *, real_crds: Iterable[dict[str, Any]] = ()) -> None:
+def provision_hub(rest: Rest, *, real_crds: Iterable[dict[str, Any]] = (),
+                  nodes: MemberSpec | None = None) -> int:
     """Dispatcher CRDs, workload CRDs (``real_crds``, stand-ins for the other kinds) and the
-    dispatcher-system namespace on the hub."""
+    dispatcher-system namespace on the hub; on a shared hub (``nodes``: the fleet file's
+    ``hub`` pools) also its kwok Nodes. Returns the number of nodes created."""
     install_crds(rest, dispatcher_crds() + _workload_crds(rest, real_crds), timeout=60.0)
     rest.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": "dispatcher-system"}})
+    if nodes is None:
+        return 0
+    return sum(rest.ensure("/api/v1/nodes", node) is not None
+               for node in member_nodes(nodes, real=True))
 
 
 def member_nodes(member: MemberSpec, *, real: bool = False) -> list[dict[str, Any]]:
@@ -117,9 +124,9 @@ def _node_problem(node: dict[str, Any], expected: dict[str, Any]) -> str | None:
 
 
 def wait_nodes_ready(rest: Rest, member: MemberSpec, *, timeout: float = 60.0) -> None:
-    """Wait until every Node of ``member`` is Ready, untainted by the node lifecycle
-    controller and still has its pool's ``nvidia.com/gpu`` allocatable (a real member: kwok
-    and kube-controller-manager at work)."""
+    """Wait until every Node of ``member`` (or of a shared hub) is Ready, untainted by the
+    node lifecycle controller and still has its pool's ``nvidia.com/gpu`` allocatable (a
+    real cluster: kwok and kube-controller-manager at work)."""
     expected = {n["metadata"]["name"]: n for n in node_manifests(member)}
     deadline = time.monotonic() + timeout
     while True:

@@ -21,6 +21,15 @@ Format::
         memory: 1Ti                      # optional, default "512Gi"
         labels: {topology.kubernetes.io/zone: a}
         taints: [{key: dedicated, value: infer, effect: NoSchedule}]
+    hub:                                 # optional: the dev fleet's hub
+      nodePools: [...]                   # its Nodes when it is a full cluster
+                                         # (`dispatcher dev up --hub shared`); same keys
+                                         # as a member's; default DEFAULT_HUB_POOLS
+
+The ``hub`` section matters only to ``dispatcher dev up --hub shared``: a shared hub is a
+normal cluster whose own scheduler and kwok run pods, so it gets Nodes of its own (a workload
+that wrongly runs on the hub then really gets pods bound there). The dispatcher never counts
+them as capacity: placement reads members only.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ import yaml
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 __all__ = [
+    "DEFAULT_HUB_POOLS",
+    "HUB_NAME",
     "FleetFileError",
     "FleetSpec",
     "MemberSpec",
@@ -46,6 +57,8 @@ __all__ = [
 ]
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+HUB_NAME = "hub"
+"""The dev fleet's hub cluster (its context name, and the prefix of its Nodes' names)."""
 
 
 class FleetFileError(ValueError):
@@ -84,11 +97,24 @@ class MemberSpec:
     node_pools: tuple[NodePool, ...] = ()
 
 
+DEFAULT_HUB_POOLS = (NodePool(name="h100", count=2, gpus=8,
+                              gpu_product="NVIDIA-H100-80GB-HBM3"),)
+"""The shared hub's Nodes when the fleet file has no ``hub`` section: small, but with the
+GPU product most workloads ask for, so a hub pod that should never exist gets bound."""
+
+
+def _default_hub() -> MemberSpec:
+    return MemberSpec(name=HUB_NAME, node_pools=DEFAULT_HUB_POOLS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FleetSpec:
     """A whole fleet, in file order."""
 
     members: tuple[MemberSpec, ...]
+    hub: MemberSpec = field(default_factory=_default_hub)
+    """The hub's node pools (named ``HUB_NAME``, no labels), used only when the dev fleet's
+    hub is a shared one (a full cluster)."""
 
     def member(self, name: str) -> MemberSpec:
         """The member called ``name``; KeyError names the known members."""
@@ -169,7 +195,24 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
         members.append(MemberSpec(name=name, labels=_str_map(raw.get("labels"),
                                                              where=f"{where}.labels"),
                                   node_pools=pools))
-    return FleetSpec(members=tuple(members))
+    if "hub" not in data:
+        return FleetSpec(members=tuple(members))
+    return FleetSpec(members=tuple(members), hub=_hub(data["hub"], where=f"{source}: hub"))
+
+
+def _hub(raw: Any, *, where: str) -> MemberSpec:
+    """The ``hub`` section: only ``nodePools`` (an empty list: a shared hub without Nodes)."""
+    raw = _expect(raw, dict, where=where)
+    unknown = set(raw) - {"nodePools"}
+    if unknown:
+        raise FleetFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
+                             f"(a hub has only nodePools)")
+    if "nodePools" not in raw:
+        return _default_hub()
+    pools = _expect(raw["nodePools"] if raw["nodePools"] is not None else [], list,
+                    where=f"{where}.nodePools")
+    return MemberSpec(name=HUB_NAME, node_pools=tuple(
+        _pool(pool, where=f"{where}.nodePools[{j}]") for j, pool in enumerate(pools)))
 
 
 def load_fleet(path: str | Path) -> FleetSpec:

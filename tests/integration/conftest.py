@@ -1,5 +1,5 @@
-"""Async clients for the integration fleets (light and real), one per cluster, built from its
-kubeconfig."""
+"""Async clients for the integration fleets (light, real, shared hub), one per cluster, built
+from its kubeconfig."""
 
 from __future__ import annotations
 
@@ -45,6 +45,14 @@ async def connect_real(real_fleet: FleetState) -> AsyncIterator[Connect]:
     """``await connect_real("member-1")``: an admin KubeClient of the real fleet (members run
     controllers, scheduler and kwok), closed after the test."""
     async for factory in _clients(real_fleet):
+        yield factory
+
+
+@pytest.fixture
+async def connect_shared(shared_hub_fleet: FleetState) -> AsyncIterator[Connect]:
+    """``await connect_shared("hub")``: an admin KubeClient of the fleet with a shared hub
+    (the hub a full cluster with nodes and operators; real members), closed after the test."""
+    async for factory in _clients(shared_hub_fleet):
         yield factory
 
 
