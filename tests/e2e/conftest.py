@@ -71,8 +71,8 @@ class ControllerProcess:
 
 def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
                  port: int, extra: dict[str, Any] | None = None) -> None:
-    """The controller's config file for a test; ``extra`` replaces whole top-level keys."""
-    config = {
+    """The controller's config file for a test; ``extra`` is merged in, section by section."""
+    config: dict[str, Any] = {
         "hubId": hub_id,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
         "watch": {"namespaces": [namespace]},
@@ -88,7 +88,10 @@ def write_config(path: Path, *, state: FleetState, hub_id: str, namespace: str,
                   "staticMembers": [{"name": n, "kubeconfig": state.cluster(n).kubeconfig}
                                     for n in ("member-1", "member-2")]},
     }
-    path.write_text(yaml.safe_dump({**config, **(extra or {})}))
+    for key, value in (extra or {}).items():
+        base = config.get(key)
+        config[key] = {**base, **value} if isinstance(base, dict) else value
+    path.write_text(yaml.safe_dump(config))
 
 
 def _controller(state: FleetState, tmp_path: Path, request: pytest.FixtureRequest,
