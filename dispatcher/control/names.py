@@ -66,7 +66,8 @@ class PendingReason(StrEnum):
     """The ``Placed=False`` condition reason of a Pending Dispatch: why no member yet.
 
     Parked reasons (``Unplaceable``, ``InvalidAnnotation``, ``InvalidTemplate``,
-    ``ResolveFailed``) hold nothing in the queue; the last two are ``Resolved=False`` too.
+    ``ResolveFailed``, ``Quarantined``) hold nothing in the queue; the last three are
+    ``Resolved=False`` too.
     """
 
     NO_FEASIBLE_MEMBER = "NoFeasibleMember"  # only needs capacity to free up
@@ -75,6 +76,9 @@ class PendingReason(StrEnum):
     INVALID_ANNOTATION = "InvalidAnnotation"  # fixed by the user
     INVALID_TEMPLATE = "InvalidTemplate"  # a pod template that cannot be a valid Pod
     RESOLVE_FAILED = "ResolveFailed"  # no definition, or it failed on this object
+    # an untrusted definition broke an evaluation bound on this very object: evaluated
+    # again only once the object changes (``workloads.quarantine``)
+    QUARANTINED = "Quarantined"
 
     @property
     def parked(self) -> bool:
@@ -84,7 +88,8 @@ class PendingReason(StrEnum):
     @property
     def unresolved(self) -> bool:
         """The workload could not be resolved (``Resolved=False``)."""
-        return self in (PendingReason.INVALID_TEMPLATE, PendingReason.RESOLVE_FAILED)
+        return self in (PendingReason.INVALID_TEMPLATE, PendingReason.RESOLVE_FAILED,
+                        PendingReason.QUARANTINED)
 
 
 _GENERIC: dict[str, Phase] = {

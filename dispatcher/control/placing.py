@@ -3,9 +3,10 @@
 ``place`` is what ``decide`` runs when a workload has no member yet (branch 8 of its
 table). It answers, from plain inputs and without I/O or a clock:
 
-1. may it wait at all? A junk priority or annotation, a definition that cannot read it, a
-   pod template that cannot be a Pod park it (``PendingReason``); parked workloads hold
-   nothing in the queue (``control.parking``);
+1. may it wait at all? A junk priority or annotation, a definition that cannot read it
+   (or broke an evaluation bound on it: quarantined), a pod template that cannot be a Pod
+   park it (``PendingReason``); parked workloads hold nothing in the queue
+   (``control.parking``);
 2. is a copy already on a reachable member (a record lost or requeued)? Then that member
    is chosen: adopt, never duplicate;
 3. does its namespace's gate hold it (bounded backfill, ``control.queue``)?
@@ -38,6 +39,7 @@ from dispatcher.placement.model import (
     PlacementRequest,
     Verdict,
 )
+from dispatcher.workloads.bounded import ObjectQuarantined
 from dispatcher.workloads.errors import TemplateError, WorkloadError
 from dispatcher.workloads.resolve import Resolution
 
@@ -157,6 +159,12 @@ def _unresolved(entry: Entry, error: WorkloadError, *, policy: str) -> Placement
         return _parked(entry, PendingReason.INVALID_TEMPLATE,
                        f"invalid pod template: {error.path}: {error.reason}; never "
                        f"submitted until it is fixed", policy=policy)
+    if isinstance(error, ObjectQuarantined):
+        return _parked(entry, PendingReason.QUARANTINED,
+                       f"quarantined: definition {error.definition} exceeded its "
+                       f"{error.bound} bound ({error.detail}) on this object; it is not "
+                       f"evaluated again until the object changes (other objects of its "
+                       f"kind are unaffected)", policy=policy)
     return _parked(entry, PendingReason.RESOLVE_FAILED,
                    f"cannot resolve: {str(error).splitlines()[0][:500]}", policy=policy)
 
