@@ -227,7 +227,9 @@ class Evaluator:
     async def _maybe_off_loop(self, obj: Any, call: Callable[[Any], _R]) -> _R:
         if self.is_trusted(self.catalog.require(obj)):
             return call(obj)
-        return await self.run(Subject.of(obj).namespace, lambda: call(obj))
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return await self.run(str(namespace or ""), lambda: call(obj))
 
     # -- locations (copy building: mutate, server-set removal, pod templates) -------------
 
