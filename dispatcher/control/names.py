@@ -66,9 +66,10 @@ class PendingReason(StrEnum):
     """The ``Placed=False`` condition reason of a Pending Dispatch: why no member yet.
 
     Parked reasons (``Unplaceable``, ``InvalidAnnotation``, ``InvalidTemplate``,
-    ``PodTemplateRefused``, ``ResolveFailed``, ``NotHeld``) hold nothing in the queue;
-    ``InvalidTemplate`` and ``ResolveFailed`` are ``Resolved=False`` too (a refused pod
-    template resolved: the operator's policy refuses it, ``control.podpolicy``).
+    ``PodTemplateRefused``, ``ResolveFailed``, ``Quarantined``, ``NotHeld``) hold nothing
+    in the queue; ``InvalidTemplate``, ``ResolveFailed`` and ``Quarantined`` are
+    ``Resolved=False`` too (a refused pod template resolved: the operator's policy refuses
+    it, ``control.podpolicy``).
     """
 
     NO_FEASIBLE_MEMBER = "NoFeasibleMember"  # only needs capacity to free up
@@ -79,6 +80,9 @@ class PendingReason(StrEnum):
     POD_TEMPLATE_REFUSED = "PodTemplateRefused"  # sets a scheduling field policy refuses
     RESOLVE_FAILED = "ResolveFailed"  # no definition, or it failed on this object
     NOT_HELD = "NotHeld"  # shared hub: not held there, so the hub may run it (never sent)
+    # an untrusted definition broke an evaluation bound on this very object: evaluated
+    # again only once the object changes (``workloads.quarantine``)
+    QUARANTINED = "Quarantined"
 
     @property
     def parked(self) -> bool:
@@ -88,7 +92,8 @@ class PendingReason(StrEnum):
     @property
     def unresolved(self) -> bool:
         """The workload could not be resolved (``Resolved=False``)."""
-        return self in (PendingReason.INVALID_TEMPLATE, PendingReason.RESOLVE_FAILED)
+        return self in (PendingReason.INVALID_TEMPLATE, PendingReason.RESOLVE_FAILED,
+                        PendingReason.QUARANTINED)
 
 
 _GENERIC: dict[str, Phase] = {

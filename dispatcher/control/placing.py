@@ -4,9 +4,10 @@
 table). It answers, from plain inputs and without I/O or a clock:
 
 1. may it wait at all? A junk priority or annotation, on a shared hub a workload the hub
-   does not hold (its own controllers may run it), a definition that cannot read it, a
-   pod template that cannot be a Pod park it (``PendingReason``); parked workloads hold
-   nothing in the queue (``control.parking``);
+   does not hold (its own controllers may run it), a definition that cannot read it (or
+   broke an evaluation bound on it: quarantined), a pod template that cannot be a Pod park
+   it (``PendingReason``); parked workloads hold nothing in the queue
+   (``control.parking``);
 2. is a copy already on a reachable member (a record lost or requeued)? Then that member
    is chosen: adopt, never duplicate;
    otherwise a pod template that sets a scheduling field the operator's policy refuses
@@ -43,6 +44,7 @@ from dispatcher.placement.model import (
     PlacementRequest,
     Verdict,
 )
+from dispatcher.workloads.bounded import ObjectQuarantined
 from dispatcher.workloads.errors import TemplateError, WorkloadError
 from dispatcher.workloads.resolve import Resolution
 
@@ -164,6 +166,12 @@ def _unresolved(entry: Entry, error: WorkloadError, *, policy: str) -> Placement
         return _parked(entry, PendingReason.INVALID_TEMPLATE,
                        f"invalid pod template: {error.path}: {error.reason}; never "
                        f"submitted until it is fixed", policy=policy)
+    if isinstance(error, ObjectQuarantined):
+        return _parked(entry, PendingReason.QUARANTINED,
+                       f"quarantined: definition {error.definition} exceeded its "
+                       f"{error.bound} bound ({error.detail}) on this object; it is not "
+                       f"evaluated again until the object changes (other objects of its "
+                       f"kind are unaffected)", policy=policy)
     return _parked(entry, PendingReason.RESOLVE_FAILED,
                    f"cannot resolve: {str(error).splitlines()[0][:500]}", policy=policy)
 

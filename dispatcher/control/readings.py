@@ -14,7 +14,7 @@ from typing import Any
 from dispatcher.control.caches import MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.kube.watch import lean
-from dispatcher.workloads.bounded import DefinitionQuarantined
+from dispatcher.workloads.bounded import DefinitionQuarantined, EvaluationUnavailable
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.model import GenericStatus
 
@@ -33,7 +33,10 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
     keeps running and its Dispatch is left alone. The reading depends only on the
     definition and the object's spec and status, so it is memoised on those (copies are
     re-read on every event, most of which change neither). Untrusted definitions are read
-    in the bounded worker pool, never on the event loop.
+    in the bounded worker pool, never on the event loop, in the copy's namespace's turn; a
+    bound broken on this copy quarantines it there (``workloads.quarantine``: Unknown,
+    read again once the copy changes). An evaluation that could not run (a busy host)
+    keeps the last reading and is not memoised.
     """
     obj = lean(obj)
     definition = live.current.find(str(obj.get("apiVersion")), str(obj.get("kind")))
@@ -53,6 +56,10 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
             reading = (live.evaluator.status(obj) if live.trusted(definition)
                        else await live.evaluator.status_async(obj))
             cached = (reading.status, reading.statuses)
+        except EvaluationUnavailable:
+            generic, statuses = ((previous.generic, previous.statuses) if previous is not None
+                                 else (GenericStatus.UNKNOWN, (GenericStatus.UNKNOWN,)))
+            return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
         except WorkloadError as exc:
             if isinstance(exc, DefinitionQuarantined):
                 live.notify_quarantine()

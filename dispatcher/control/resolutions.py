@@ -5,6 +5,12 @@ placing must not ``await`` between its decision and its reservation; so the shel
 first (``prepare``) and placing only reads the result (``get``). The result is logged once
 (``workload.resolved``, the trace format ``dispatcher simulate --trace`` replays) and is
 what the Dispatch's ``status.demand`` shows.
+
+A result is kept per generation, except two: an object quarantined by a bound
+(``ObjectQuarantined``) is kept only while its ``resourceVersion`` is the same (an edit of
+its annotations or labels, which leaves the generation, may be what fixes it), and an
+evaluation that could not run (``EvaluationUnavailable``: a busy host) is not kept at all:
+``prepare`` raises it, and the worker retries with its back-off.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ import structlog
 from dispatcher.control import record as records
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.priority import InvalidPriority, PriorityPolicy
-from dispatcher.workloads.bounded import DefinitionQuarantined
+from dispatcher.workloads.bounded import (
+    DefinitionQuarantined,
+    EvaluationUnavailable,
+    ObjectQuarantined,
+)
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.resolve import Resolution
 from dispatcher.workloads.trace import resolved_event
@@ -31,6 +41,13 @@ def _generation(workload: Mapping[str, Any]) -> int:
     return int(workload["metadata"].get("generation") or 0)
 
 
+def _version(workload: Mapping[str, Any]) -> str:
+    return str(workload["metadata"].get("resourceVersion") or "")
+
+
+Cached = tuple[int, int, str | None, "Resolution | WorkloadError"]
+
+
 class Resolutions:
     """Resolutions (or the error) per workload uid, keyed by generation and definition."""
 
@@ -39,49 +56,63 @@ class Resolutions:
         self.live = live
         self.priority = priority
         self.clock = clock
-        self._by_uid: dict[str, tuple[int, int, Resolution | WorkloadError]] = {}
+        self._by_uid: dict[str, Cached] = {}
 
     def _definition_id(self, workload: Mapping[str, Any]) -> int:
         return id(self.live.current.find(str(workload.get("apiVersion")),
                                          str(workload.get("kind"))))
 
+    def _current(self, uid: str, workload: Mapping[str, Any]) -> Cached | None:
+        cached = self._by_uid.get(uid)
+        if cached is None or cached[:2] != (_generation(workload),
+                                            self._definition_id(workload)):
+            return None
+        if cached[2] is not None and cached[2] != _version(workload):
+            return None  # quarantined at another version: the object changed
+        return cached
+
     async def prepare(self, uid: str, workload: Mapping[str, Any]) -> None:
         """Resolve ``workload`` unless it already is for this generation and definition.
-        A definition quarantined meanwhile is reported to the live catalog."""
-        key = (_generation(workload), self._definition_id(workload))
-        cached = self._by_uid.get(uid)
-        if cached is not None and cached[:2] == key:
+        A definition quarantined meanwhile is reported to the live catalog;
+        ``EvaluationUnavailable`` is raised (transient, kept nowhere)."""
+        if self._current(uid, workload) is not None:
             return
+        key = (_generation(workload), self._definition_id(workload))
+        version: str | None = None
         try:
             resolution: Resolution | WorkloadError = \
                 await self.live.evaluator.resolve_async(workload)
+        except EvaluationUnavailable:
+            self._by_uid.pop(uid, None)
+            raise
         except WorkloadError as exc:
             resolution = exc
             if isinstance(exc, DefinitionQuarantined):
                 self.live.notify_quarantine()
-        self._by_uid[uid] = (*key, resolution)
+            elif isinstance(exc, ObjectQuarantined):
+                version = _version(workload)
+        self._by_uid[uid] = (*key, version, resolution)
         if isinstance(resolution, Resolution):
             self._log(uid, workload, resolution)
 
     def get(self, uid: str, workload: Mapping[str, Any]) -> Resolution | WorkloadError:
         """What ``prepare`` found, or the error saying why there is nothing current."""
-        cached = self._by_uid.get(uid)
-        if cached is None or cached[:2] != (_generation(workload),
-                                            self._definition_id(workload)):
+        cached = self._current(uid, workload)
+        if cached is None:
             try:
                 self.live.current.require(workload)  # NoDefinitionError naming what is loaded
             except WorkloadError as exc:
                 return exc
             return WorkloadError("not resolved yet (the definition changed meanwhile)")
-        return cached[2]
+        return cached[3]
 
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
         cached = self._by_uid.get(uid)
-        if cached is None or not isinstance(cached[2], Resolution):
+        if cached is None or not isinstance(cached[3], Resolution):
             return {}
-        return records.demand_status(demand=cached[2].demand,
-                                     definition=cached[2].definition_name)
+        return records.demand_status(demand=cached[3].demand,
+                                     definition=cached[3].definition_name)
 
     def forget(self, uid: str) -> None:
         self._by_uid.pop(uid, None)

@@ -8,7 +8,6 @@ comes back as a ``Rejection``; a transient failure raises for the worker's back-
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,7 +36,11 @@ from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import PODS, ResourceRef
-from dispatcher.workloads.bounded import DefinitionQuarantined
+from dispatcher.workloads.bounded import (
+    DefinitionQuarantined,
+    EvaluationUnavailable,
+    ObjectQuarantined,
+)
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import PodTemplate, pod_templates
@@ -106,10 +109,13 @@ class MemberWrites:
         try:
             body, templates = await self._off_loop(workload, self._copy_and_templates)
             pods = admission.dry_run_pods(templates, namespace=namespace)
+        except EvaluationUnavailable:
+            raise  # a busy host: the worker's back-off, not a verdict on the copy
         except WorkloadError as exc:
             if isinstance(exc, DefinitionQuarantined):
                 self.live.notify_quarantine()
-            return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
+            reason = "Quarantined" if isinstance(exc, ObjectQuarantined) else "CopyInvalid"
+            return Rejection.of(cluster, status=0, reason=reason, message=str(exc))
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
         if ref is None:
@@ -225,8 +231,8 @@ class MemberWrites:
 
     def _copy_of(self, workload: Mapping[str, Any], definition: Definition | None
                  ) -> dict[str, Any]:
-        locate = self.live.evaluator.locator(definition) if definition is not None \
-            else in_process
+        locate = self.live.evaluator.locator(definition, subject=workload) \
+            if definition is not None else in_process
         return build_copy(workload, hub_id=self.settings.hub_id, definition=definition,
                           mutations=self.settings.pod_mutations, locate=locate)
 
@@ -235,19 +241,21 @@ class MemberWrites:
         body = self._copy_of(workload, definition)
         if definition is None or not self.settings.admission_check:
             return body, []
-        return body, pod_templates(body, definition,
-                                   locate=self.live.evaluator.locator(definition))
+        return body, pod_templates(body, definition, locate=self.live.evaluator.locator(
+            definition, subject=workload))
 
     async def _off_loop(self, workload: Mapping[str, Any],
                         build: Callable[[Mapping[str, Any], Definition | None], _T]) -> _T:
-        """``build(workload, definition)``: on a thread when the definition is untrusted,
-        whose path expressions run in the bounded workers (a wait of up to the deadline
-        must not hold the event loop)."""
+        """``build(workload, definition)``: when the definition is untrusted, in the
+        workload's namespace's turn on the evaluator's own threads (its path expressions
+        run in the bounded workers: a wait of up to the deadline must not hold the event
+        loop, nor another tenant's turn, nor the loop's default executor)."""
         definition = self.live.current.find(str(workload["apiVersion"]),
                                             str(workload["kind"]))
         if definition is None or self.live.trusted(definition):
             return build(workload, definition)
-        return await asyncio.to_thread(build, workload, definition)
+        namespace = str(workload["metadata"].get("namespace") or "")
+        return await self.live.evaluator.run(namespace, lambda: build(workload, definition))
 
     async def reading(self, obj: Mapping[str, Any]) -> MemberCopy:
         """``obj`` as the copy cache holds it (generic status read now)."""

@@ -1,54 +1,59 @@
-"""Bounded evaluation of untrusted definitions: jq in worker processes with rlimits.
+"""Bounded evaluation of untrusted definitions: jq in niced worker processes with rlimits,
+the workers' time shared fairly across namespaces, a broken bound blamed on the object.
 
 Trust model: the built-in catalog is reviewed code and is *trusted*: it runs in-process
 (the fast path, microseconds). Any other definition (``--definitions`` files, definition
 objects on the hub) is *untrusted*: whoever may write one must not be able to stall or
-kill the process that evaluates it. The load-time safety check makes definitions
+kill the process that evaluates it, and whoever writes *objects* for it (any tenant) must
+not be able to turn it against other tenants. The load-time safety check makes definitions
 loop-free, but not cheap: ``("x" * 1000000000) | length`` allocates 1 GB and
 ``reduce (.a, .a, ... 26 times) as $x ([1]; . + .)`` doubles an array until libjq aborts
 the whole process. No static check over jq's builtins is both sound and useful (string
 repetition, ``+``, ``*`` on objects, ``tostring``, ``splits``, ``indices``... all grow),
 so the bound is enforced by the kernel instead:
 
-* only the jq batch of an untrusted definition runs in a worker process (a small pool,
-  started with ``spawn``); its results (plain JSON) come back and are interpreted here,
-  so a worker never holds anything but the definition's expressions;
-* each worker has ``RLIMIT_AS`` = ``Bounds.memory_mb`` (libjq's failed allocation aborts
-  the worker, not the caller) and, per task, an ``RLIMIT_CPU`` soft limit of
-  ``Bounds.cpu_seconds`` beyond the CPU it has used so far (SIGXCPU ends it);
-* the caller waits at most ``Bounds.deadline_seconds`` of wall time, then kills it;
-* results larger than ``Bounds.max_result_bytes`` as JSON are refused in the worker, so
-  a definition cannot make the caller keep or unpickle much;
-* a worker that dies or times out is replaced, and its definition is **quarantined**:
-  later calls fail at once with ``DefinitionQuarantined`` naming the bound that was hit,
-  so a hostile definition costs one bounded evaluation, not one per event.
+* only the jq batch of an untrusted definition runs in a worker process (``workloads.jqpool``:
+  a small pool, started with ``spawn``, each worker niced ``Bounds.nice`` below the
+  controller, with ``RLIMIT_AS`` and a per-task ``RLIMIT_CPU``, a wall deadline that counts
+  only CPU the worker was given, a cap on the result's size); its results (plain JSON) come
+  back and are interpreted here, so a worker never holds anything but the expressions;
+* the awaitable calls (the controller's) take turns by namespace (``workloads.fairshare``):
+  the pool's time goes to the namespace that used the least of it, on threads of its own,
+  so one tenant's slow objects delay that tenant, and never the event loop's executor;
+* a broken bound quarantines **the object** at its version (``ObjectQuarantined``: later
+  calls on that version fail at once; any change evaluates it again), and **the
+  definition** only once it broke bounds on several objects from more than one namespace
+  (``workloads.quarantine``, ``Bounds.quarantine``; then ``DefinitionQuarantined``), so
+  one tenant's object cannot switch a definition off for everyone.
 
 ``Evaluator`` is what callers use: ``resolve``/``demand``/``status`` (blocking, for
-commands) and ``resolve_async``/``demand_async``/``status_async`` (the caller's event
-loop waits on a thread that waits on the worker). Trusted definitions take the
-in-process path in both.
+commands) and ``resolve_async``/``demand_async``/``status_async``/``run`` (the caller's
+event loop waits for its turn, then on a thread that waits on the worker). Trusted
+definitions take the in-process path in both.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import multiprocessing
-import queue
-import resource
-import signal
-import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any, Literal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError
-from dispatcher.workloads.jqrun import DEFAULT_LIMITS, Batch, JqFailure, Limits, ObjectInput
+from dispatcher.workloads.fairshare import FairTurns
+from dispatcher.workloads.jqpool import BoundHit, Pool, Results, Unavailable
+from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.paths import Location, Locator, in_process
+from dispatcher.workloads.quarantine import (
+    DEFAULT_RULE,
+    Hit,
+    QuarantineBook,
+    QuarantineRule,
+    Subject,
+)
 from dispatcher.workloads.resolve import (
     Resolution,
     Text,
@@ -60,38 +65,75 @@ from dispatcher.workloads.resolve import (
 )
 from dispatcher.workloads.status import StatusReading
 
-__all__ = ["DEFAULT_BOUNDS", "Bounds", "DefinitionQuarantined", "Evaluator"]
+__all__ = ["DEFAULT_BOUNDS", "BoundExceeded", "Bounds", "DefinitionQuarantined",
+           "EvaluationUnavailable", "Evaluator", "ObjectQuarantined", "Subject"]
 
 Section = Literal["full", "demand", "status"]
-Results = list[list[Any] | JqFailure]
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Bounds:
-    """What one evaluation of an untrusted definition may cost."""
+    """What one evaluation of an untrusted definition may cost, and who answers for it."""
 
-    deadline_seconds: float = 5.0  # wall time the caller waits for one object
+    deadline_seconds: float = 5.0  # wall time the caller waits for one object (CPU given)
     cpu_seconds: int = 2  # CPU time of one object in the worker (kernel-enforced)
     memory_mb: int = 512  # address space of a worker (kernel-enforced)
     max_result_bytes: int = 4 * 1024 * 1024  # JSON size of one object's results
     workers: int = 2
+    nice: int = 10  # how far below the controller's CPU priority the workers run
+    starved_seconds: float = 60.0  # past the deadline, how long a worker given no CPU
+    # (a busy host) is waited for before the evaluation is given up, blaming nobody
+    quarantine: QuarantineRule = field(default_factory=lambda: DEFAULT_RULE)
 
 
 DEFAULT_BOUNDS = Bounds()
 
 
-class DefinitionQuarantined(EvaluationError):
-    """An untrusted definition broke a bound; it is not evaluated again.
+class BoundExceeded(EvaluationError):
+    """An untrusted definition broke a bound on an object: ``bound`` is ``"time"``,
+    ``"cpu"``, ``"memory"``, ``"result size"`` or ``"worker"`` (the worker died
+    otherwise); ``detail`` says by how much."""
 
-    ``bound`` is ``"time"``, ``"cpu"``, ``"memory"``, ``"result size"`` or ``"worker"``
-    (the worker died otherwise). A controller sets the definition ``Accepted=False``
-    with this message; objects of other kinds are unaffected.
-    """
+    def __init__(self, message: str, *, definition: str, bound: str, detail: str,
+                 name: str = "") -> None:
+        self.bound = bound
+        self.detail = detail
+        super().__init__(message, expression="*", field="(every path)", name=name,
+                         definition=definition)
+
+
+class ObjectQuarantined(BoundExceeded):
+    """The bound was broken on this object: the object is quarantined (evaluated again
+    only once it changes); the definition and every other object stay as they are."""
 
     def __init__(self, *, definition: str, bound: str, detail: str, name: str = "") -> None:
-        self.bound = bound
+        super().__init__(f"evaluation exceeded its {bound} bound ({detail}) on this "
+                         f"object; the object is quarantined: not evaluated again until it "
+                         f"changes (other objects of its kind are unaffected)",
+                         definition=definition, bound=bound, detail=detail, name=name)
+
+
+class DefinitionQuarantined(BoundExceeded):
+    """The definition broke bounds on enough objects from enough namespaces
+    (``Bounds.quarantine``): it is not evaluated again. A controller sets the definition
+    ``Accepted=False`` with this message; objects of other kinds are unaffected."""
+
+    def __init__(self, *, definition: str, bound: str, detail: str, name: str = "") -> None:
         super().__init__(f"evaluation exceeded its {bound} bound ({detail}); definition "
-                         f"quarantined", expression="*", field="(every path)", name=name,
+                         f"quarantined", definition=definition, bound=bound, detail=detail,
+                         name=name)
+
+
+class EvaluationUnavailable(EvaluationError):
+    """No worker could evaluate now (it did not start, or got no CPU on a busy host):
+    nobody's fault, nothing is quarantined, and the caller should try again later (a
+    transient failure: never remembered as the object's result)."""
+
+    transient = True
+
+    def __init__(self, message: str, *, definition: str, name: str = "") -> None:
+        super().__init__(message, expression="*", field="(every path)", name=name,
                          definition=definition)
 
 
@@ -99,14 +141,21 @@ class Evaluator:
     """Resolve objects through a catalog, untrusted definitions under ``Bounds``."""
 
     def __init__(self, catalog: Catalog, *, trusted: Iterable[Definition] = (),
-                 bounds: Bounds = DEFAULT_BOUNDS, limits: Limits = DEFAULT_LIMITS) -> None:
+                 bounds: Bounds = DEFAULT_BOUNDS, limits: Limits = DEFAULT_LIMITS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.catalog = catalog
         self.bounds = bounds
         self.limits = limits
+        self._clock = clock
         self._trusted = {id(d) for d in trusted}
-        self._keep = list(trusted)  # ids stay valid while the definitions live
-        self._quarantined: dict[int, _BoundHit] = {}
-        self._pool = _Pool(bounds)
+        self._keep: dict[int, Definition] = {id(d): d for d in trusted}
+        """Definitions whose ids are keys here: kept alive so no id is reused."""
+        self._book = QuarantineBook(bounds.quarantine)
+        self._pool = Pool(workers=bounds.workers, deadline_seconds=bounds.deadline_seconds,
+                          cpu_seconds=bounds.cpu_seconds, memory_mb=bounds.memory_mb,
+                          max_result_bytes=bounds.max_result_bytes, nice=bounds.nice,
+                          starved_seconds=bounds.starved_seconds)
+        self._turns: FairTurns | None = None  # made on first awaitable use
 
     @classmethod
     def for_catalog(cls, catalog: Catalog, *, bounds: Bounds = DEFAULT_BOUNDS) -> Evaluator:
@@ -119,14 +168,22 @@ class Evaluator:
 
     def quarantined(self) -> dict[str, str]:
         """Quarantined definition names and why (for an ``Accepted=False`` condition)."""
-        names = {id(d): d.name for d in self._keep}
-        return {names[key]: f"{hit.bound}: {hit.detail}"
-                for key, hit in self._quarantined.items()}
+        return {self._keep[key].name: str(hit)
+                for key, hit in self._book.definitions().items()}
 
     def quarantine_of(self, definition: Definition) -> str | None:
         """Why this very definition (not another of the same name) is quarantined."""
-        hit = self._quarantined.get(id(definition))
-        return f"{hit.bound}: {hit.detail}" if hit is not None else None
+        hit = self._book.of_definition(id(definition))
+        return str(hit) if hit is not None else None
+
+    def object_quarantine(self, definition: Definition, obj: Any) -> str | None:
+        """Why ``obj`` (at its current version) is quarantined under ``definition``."""
+        hit = self._book.of_object(id(definition), Subject.of(obj))
+        return str(hit) if hit is not None else None
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (tests read their priority)."""
+        return self._pool.pids()
 
     # -- blocking ------------------------------------------------------------------------
 
@@ -149,39 +206,52 @@ class Evaluator:
 
     async def resolve_async(self, obj: Any) -> Resolution:
         """``resolve`` without blocking the event loop on untrusted definitions."""
-        if self.is_trusted(self.catalog.require(obj)):
-            return self.resolve(obj)
-        return await asyncio.to_thread(self.resolve, obj)
+        return await self._maybe_off_loop(obj, self.resolve)
 
     async def demand_async(self, obj: Any) -> Demand:
         """``demand`` without blocking the event loop on untrusted definitions."""
-        if self.is_trusted(self.catalog.require(obj)):
-            return self.demand(obj)
-        return await asyncio.to_thread(self.demand, obj)
+        return await self._maybe_off_loop(obj, self.demand)
 
     async def status_async(self, obj: Any) -> StatusReading:
         """``status`` without blocking the event loop on untrusted definitions."""
+        return await self._maybe_off_loop(obj, self.status)
+
+    async def run(self, tenant: str, call: Callable[[], _R]) -> _R:
+        """``call()`` (which evaluates untrusted definitions through this evaluator, e.g.
+        with ``locator``) on a thread of the pool, in ``tenant``'s fair turn: at most
+        ``Bounds.workers`` such calls run at once, so none waits inside for a worker."""
+        if self._turns is None:
+            self._turns = FairTurns(self.bounds.workers)
+        return await self._turns.run(tenant, call)
+
+    async def _maybe_off_loop(self, obj: Any, call: Callable[[Any], _R]) -> _R:
         if self.is_trusted(self.catalog.require(obj)):
-            return self.status(obj)
-        return await asyncio.to_thread(self.status, obj)
+            return call(obj)
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        return await self.run(str(namespace or ""), lambda: call(obj))
 
     # -- locations (copy building: mutate, server-set removal, pod templates) -------------
 
-    def locator(self, definition: Definition) -> Locator:
+    def locator(self, definition: Definition, *, subject: Any = None) -> Locator:
         """How to evaluate ``definition``'s path expressions on an object: in-process when
         trusted, else in the bounded workers (same bounds and quarantine as ``resolve``:
-        a jq ``path()`` of a read path runs the whole expression)."""
+        a jq ``path()`` of a read path runs the whole expression). ``subject`` is the
+        object the paths run on (its quarantine); without it, the text names it."""
         if self.is_trusted(definition):
             return in_process
 
         def locate(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
             programs = [f"path({expression}\n)" for expression in expressions]
-            results = self._bounded(definition, programs, text, name="")
+            who = Subject.of(subject) if subject is not None else Subject.of_text(text)
+            results = self._bounded(definition, programs, text, subject=who)
             return [r.message if isinstance(r, JqFailure) else r for r in results]
         return locate
 
     def close(self) -> None:
-        """Stop the worker processes."""
+        """Stop the worker processes (and the threads that wait on them)."""
+        if self._turns is not None:
+            self._turns.close()
         self._pool.close()
 
     def __enter__(self) -> Evaluator:
@@ -203,202 +273,36 @@ class Evaluator:
                  "status": definition.status_batch}[section]
         if self.is_trusted(definition):
             return definition, given, batch.evaluate(given)
-        return definition, given, self._bounded(definition, batch.expressions,
-                                                input_text(given), name=_name(obj))
+        text = input_text(given)
+        return definition, given, self._bounded(definition, batch.expressions, text,
+                                                subject=Subject.of(obj))
 
     def _bounded(self, definition: Definition, expressions: Sequence[str], text: str, *,
-                 name: str) -> Results:
+                 subject: Subject) -> Results:
         """``expressions`` of an untrusted ``definition`` on ``text`` in a worker; a bound
-        hit quarantines the definition."""
-        known = self._quarantined.get(id(definition))
+        hit quarantines the object, and the definition once the rule says so."""
+        key = id(definition)
+        name = subject.name
+        known = self._book.of_definition(key)
         if known is not None:
             raise DefinitionQuarantined(definition=definition.name, bound=known.bound,
                                         detail=known.detail, name=name)
+        held = self._book.of_object(key, subject)
+        if held is not None:
+            raise ObjectQuarantined(definition=definition.name, bound=held.bound,
+                                    detail=held.detail, name=name)
         try:
-            return self._pool.run(expressions, text)
-        except _NotStarted as error:
-            raise EvaluationError(str(error), expression="*", field="(every path)",
-                                  name=name, definition=definition.name) from None
-        except _BoundHit as hit:
-            self._quarantined[id(definition)] = hit
-            self._keep.append(definition)
-            raise DefinitionQuarantined(definition=definition.name, bound=hit.bound,
-                                        detail=hit.detail, name=name) from None
-
-
-def _name(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    name = meta.get("name") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) else ""
-
-
-class _NotStarted(Exception):
-    """A worker process did not start in time (a loaded host, not the definition's fault):
-    the evaluation fails, the definition is not quarantined, a later call tries again."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"the evaluation worker did not start within {seconds:g} s")
-
-
-# How long a new worker may take to start (spawn, imports) before its first task: on a
-# loaded host this took seconds, and counting it against a definition's deadline
-# quarantined well-behaved definitions.
-_STARTUP_SECONDS = 60.0
-
-
-class _BoundHit(Exception):
-    def __init__(self, bound: str, detail: str) -> None:
-        self.bound = bound
-        self.detail = detail
-        super().__init__(f"{bound}: {detail}")
-
-
-class _Pool:
-    """A few worker processes, started on first use, replaced when one dies."""
-
-    def __init__(self, bounds: Bounds) -> None:
-        self.bounds = bounds
-        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self._started = 0
-        self._lock = threading.Lock()
-        self._all: list[_Worker] = []
-
-    def run(self, expressions: Sequence[str], text: str) -> Results:
-        worker = self._take()
-        try:
-            results = worker.call(expressions, text)
-        except (_BoundHit, _NotStarted):
-            worker.kill()
-            with self._lock:
-                self._started -= 1
-            raise
-        self._idle.put(worker)
+            results = self._pool.run(expressions, text)
+        except Unavailable as error:
+            raise EvaluationUnavailable(str(error), definition=definition.name,
+                                        name=name) from None
+        except BoundHit as hit:
+            self._keep[key] = definition
+            found = Hit(bound=hit.bound, detail=hit.detail)
+            if self._book.hit(key, subject, found, now=self._clock()):
+                raise DefinitionQuarantined(definition=definition.name, bound=hit.bound,
+                                            detail=hit.detail, name=name) from None
+            raise ObjectQuarantined(definition=definition.name, bound=hit.bound,
+                                    detail=hit.detail, name=name) from None
+        self._book.cleared(key, subject)
         return results
-
-    def _take(self) -> _Worker:
-        with self._lock:
-            if self._idle.empty() and self._started < self.bounds.workers:
-                self._started += 1
-                worker = _Worker(self.bounds)
-                self._all.append(worker)
-                return worker
-        return self._idle.get()
-
-    def close(self) -> None:
-        """Stop every worker. Only idle workers' pipes are closed here: a busy one's pipe
-        belongs to the thread in ``call`` (it sees the process end and closes it), so no
-        file descriptor is ever closed twice (a second close could hit a reused number)."""
-        with self._lock:
-            for worker in self._all:
-                worker.stop_process()
-            while not self._idle.empty():
-                self._idle.get().kill()
-            self._all.clear()
-            self._started = 0
-
-
-_CONTEXT = multiprocessing.get_context("spawn")  # no fork of a process with threads/loops
-
-
-class _Worker:
-    """One worker process and its pipe."""
-
-    def __init__(self, bounds: Bounds) -> None:
-        self.bounds = bounds
-        self._close_lock = threading.Lock()
-        self.conn, child = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(
-            target=_serve, args=(child, bounds.memory_mb, bounds.cpu_seconds,
-                                 bounds.max_result_bytes), daemon=True)
-        self.process.start()
-        child.close()
-        self._started = False
-
-    def call(self, expressions: Sequence[str], text: str) -> Results:
-        if not self._started:
-            self._wait_started()
-        try:
-            self.conn.send((tuple(expressions), text))
-            ready = self.conn.poll(self.bounds.deadline_seconds)
-        except (BrokenPipeError, ConnectionError, OSError):
-            raise self._died() from None
-        if not ready:
-            raise _BoundHit("time", f"no result within {self.bounds.deadline_seconds:g} s")
-        try:
-            kind, payload = self.conn.recv()
-        except (EOFError, ConnectionError, OSError):
-            raise self._died() from None
-        if kind == "size":
-            raise _BoundHit("result size", payload)
-        if kind == "memory":
-            raise _BoundHit("memory", payload)
-        results: Results = [JqFailure(item["jqfailure"]) if isinstance(item, dict)
-                            and set(item) == {"jqfailure"} else item for item in payload]
-        return results
-
-    def _wait_started(self) -> None:
-        """Wait for the worker's ready message, outside any definition's deadline."""
-        try:
-            ready = self.conn.poll(_STARTUP_SECONDS)
-            message = self.conn.recv() if ready else None
-        except (EOFError, ConnectionError, OSError):
-            message = None
-        if message != ("ready", None):
-            raise _NotStarted(_STARTUP_SECONDS)
-        self._started = True
-
-    def _died(self) -> _BoundHit:
-        self.process.join(timeout=5)
-        code = self.process.exitcode
-        if code in (-signal.SIGXCPU, -signal.SIGKILL):
-            return _BoundHit("cpu", f"more than {self.bounds.cpu_seconds} s of CPU")
-        if code == -signal.SIGABRT:
-            return _BoundHit("memory", f"libjq could not allocate within "
-                                       f"{self.bounds.memory_mb} MB")
-        return _BoundHit("worker", f"the worker process ended with code {code}")
-
-    def stop_process(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-
-    def kill(self) -> None:
-        """Stop the process and close the pipe, once (callers hold the worker alone)."""
-        self.stop_process()
-        with self._close_lock:
-            if self.conn.closed:
-                return
-            self.conn.close()
-
-
-def _serve(conn: Connection, memory_mb: int, cpu_seconds: int, max_bytes: int) -> None:
-    """Worker loop: evaluate batches until the pipe closes (runs in the child)."""
-    limit = memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send(("ready", None))
-    batches: dict[tuple[str, ...], Batch] = {}
-    while True:
-        try:
-            expressions, text = conn.recv()
-        except EOFError:
-            return
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        spent = int(usage.ru_utime + usage.ru_stime) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, resource.RLIM_INFINITY))
-        try:
-            batch = batches.get(expressions)
-            if batch is None:
-                batch = batches[expressions] = Batch(expressions)
-                if len(batches) > 256:
-                    batches.pop(next(iter(batches)))
-            results = batch.run(text)
-            payload = [{"jqfailure": r.message} if isinstance(r, JqFailure) else r
-                       for r in results]
-            size = len(json.dumps(payload, separators=(",", ":")))
-        except MemoryError:
-            conn.send(("memory", f"more than {memory_mb} MB"))
-            continue
-        if size > max_bytes:
-            conn.send(("size", f"results are {size} bytes as JSON, more than {max_bytes}"))
-        else:
-            conn.send(("ok", payload))

@@ -3,7 +3,7 @@
 Expressions that grow memory (doubling ``reduce``, string repetition by a computed or a
 literal count), burn CPU (reduce over a cross product) or return a lot, at random sizes,
 in a definition loaded like a ``--definitions`` file. Outcome only: a resolution, a
-DefinitionError at load, or an EvaluationError (``DefinitionQuarantined`` naming the
+DefinitionError at load, or an EvaluationError (``BoundExceeded`` naming the
 bound); never a crash of the calling process, and a built-in kind still resolves after.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.workloads.bounded import Bounds, DefinitionQuarantined, Evaluator
+from dispatcher.workloads.bounded import BoundExceeded, Bounds, Evaluator
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.errors import DefinitionError, EvaluationError
@@ -57,7 +57,7 @@ def test_hostile_expression_ends_with_an_answer_or_a_named_bound(expression: str
     with Evaluator.for_catalog(catalog, bounds=BOUNDS) as evaluator:
         try:
             evaluator.resolve(BATCHSET_OBJ)
-        except DefinitionQuarantined as error:
+        except BoundExceeded as error:
             assert error.bound in ("time", "cpu", "memory", "result size", "worker")
         except EvaluationError:
             pass  # a jq error or a wrong shape: the definition is broken, said so

@@ -8,7 +8,8 @@ shows Accepted=False with the reason and changes nothing else (a broken update k
 last accepted version in use). Also: ``kubectl apply -f definitions/jobset.yaml`` works as
 is and overrides the built-in definition (and deleting it falls back); two objects for one
 kind are a conflict reported on both; a hostile definition is cut off by the evaluation
-bounds, reported Accepted=False (Quarantined), while other kinds keep dispatching; a
+bounds on three objects from two namespaces (each object quarantined first), reported
+Accepted=False (Quarantined), while other kinds keep dispatching; a
 workload whose pod template cannot be a Pod gets Resolved=False (InvalidTemplate) and is
 never submitted. Definition objects are cluster-scoped: each test deletes its own.
 """
@@ -120,11 +121,13 @@ async def accepted(h: Harness, ref: ResourceRef, name: str, *, generation: int =
     return {**found[0], "status_": status} if found else None
 
 
-async def copy_on_members(h: Harness, ref: ResourceRef, name: str) -> list[str]:
+async def copy_on_members(h: Harness, ref: ResourceRef, name: str,
+                          namespace: str | None = None) -> list[str]:
     found = []
     for member, client in h.members.items():
         try:
-            if await get_or_none(client, ref.item(name, h.namespace)) is not None:
+            if await get_or_none(client, ref.item(name, namespace or h.namespace)) \
+                    is not None:
                 found.append(member)
         except KubeError:
             pass
@@ -140,8 +143,9 @@ async def create_when_served(h: Harness, ref: ResourceRef, body: dict[str, Any])
     return await eventually(create, what=f"{body['metadata']['name']} created")
 
 
-async def dispatch_of(h: Harness, name: str) -> dict[str, Any] | None:
-    listed = await h.hub.request("GET", DISPATCHES.collection(h.namespace))
+async def dispatch_of(h: Harness, name: str, namespace: str | None = None
+                      ) -> dict[str, Any] | None:
+    listed = await h.hub.request("GET", DISPATCHES.collection(namespace or h.namespace))
     for item in listed.get("items") or ():
         if item["spec"]["workload"]["name"] == name:
             return item  # type: ignore[no-any-return]
@@ -290,8 +294,11 @@ async def test_catalog_files_apply_as_is_and_override_the_built_in(
 
 async def test_a_hostile_definition_is_quarantined_and_others_keep_dispatching(
         dev_fleet: FleetState, cleanup: list[str]) -> None:
+    """A definition that breaks its bounds on everyone's objects: each object is
+    quarantined first; once three objects from two namespaces did, the definition is
+    (``workloads.quarantine``). Other kinds dispatch all the while."""
     group = f"hostile{uuid.uuid4().hex[:6]}.dispatcher.test"
-    async with running(dev_fleet) as h:
+    async with running(dev_fleet, tenants=1) as h:
         await standin_crd(h, group=group, kind="HostileJob", plural="hostilejobs")
         hostile_ref = ResourceRef(group=group, version="v1", kind="HostileJob",
                                   plural="hostilejobs", namespaced=True)
@@ -301,19 +308,33 @@ async def test_a_hostile_definition_is_quarantined_and_others_keep_dispatching(
         condition = await eventually(lambda: accepted(h, KARTAS, "hostile"),
                                      what="hostile Accepted (it lints)")
         assert condition["status"] == "True"
-        await create_when_served(h, hostile_ref, xgboostjob(
-            "bomb", h.namespace, kind="HostileJob", api_version=f"{group}/v1"))
         started = time.monotonic()
         peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+        await create_when_served(h, hostile_ref, xgboostjob(
+            "bomb", h.namespace, kind="HostileJob", api_version=f"{group}/v1"))
         await h.hub.request("POST", JOBSETS.collection(h.namespace),
                             body=jobset("meanwhile", h.namespace))
+        reason = await eventually(lambda: resolved_false(h, "bomb"),
+                                  what="the first bomb quarantined", within=60)
+        assert reason["reason"] == "Quarantined", reason
+        found = await accepted(h, KARTAS, "hostile")
+        assert found is not None and found["status"] == "True", found  # not yet
+        await h.hub.request("POST", hostile_ref.collection(h.namespace), body=xgboostjob(
+            "bomb-2", h.namespace, kind="HostileJob", api_version=f"{group}/v1"))
+        await eventually(lambda: resolved_false(h, "bomb-2"), what="bomb-2 quarantined", within=60)
+        found = await accepted(h, KARTAS, "hostile")
+        assert found is not None and found["status"] == "True", found  # one namespace only
+        other = h.others[0]
+        await h.hub.request("POST", hostile_ref.collection(other), body=xgboostjob(
+            "bomb-3", other, kind="HostileJob", api_version=f"{group}/v1"))
 
         async def quarantined() -> dict[str, Any] | None:
             found = await accepted(h, KARTAS, "hostile")
             return found if found and found["reason"] == "Quarantined" else None
-        condition = await eventually(quarantined, what="the hostile definition quarantined")
-        assert time.monotonic() - started < 20  # cut off by the bounds, not left running
-        # the doubling ran in a worker process: this one (the controller's) never grew
+        condition = await eventually(quarantined, what="the hostile definition quarantined",
+                                     within=60)
+        assert time.monotonic() - started < 90  # cut off by the bounds, not left running
+        # the doubling ran in worker processes: this one (the controller's) never grew
         grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
         assert grown_mb < 200, grown_mb
         assert condition["status"] == "False"
@@ -325,6 +346,16 @@ async def test_a_hostile_definition_is_quarantined_and_others_keep_dispatching(
                             body=jobset("after", h.namespace))
         await eventually(lambda: copy_on_members(h, JOBSETS, "after"),
                          what="a JobSet dispatched after")
+
+
+async def resolved_false(h: Harness, name: str, namespace: str | None = None
+                         ) -> dict[str, Any] | None:
+    """The Resolved=False condition of ``name``'s Dispatch, once written."""
+    record = await dispatch_of(h, name, namespace)
+    for c in ((record or {}).get("status") or {}).get("conditions") or ():
+        if c["type"] == "Resolved" and c["status"] == "False":
+            return c  # type: ignore[no-any-return]
+    return None
 
 
 async def test_an_invalid_pod_template_is_resolved_false_and_never_submitted(

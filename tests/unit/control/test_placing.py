@@ -16,6 +16,7 @@ from dispatcher.control.placing import (
     restrict,
 )
 from dispatcher.control.queue import Entry, PendingQueue
+from dispatcher.workloads.bounded import DefinitionQuarantined, ObjectQuarantined
 from dispatcher.workloads.errors import TemplateError, WorkloadError
 from tests.unit.control.placing_builders import CATALOG, NOW, given, job, members
 
@@ -71,6 +72,21 @@ def test_unresolvable_and_invalid_templates_are_parked_unresolved() -> None:
     failed = place(given(job(), resolution=WorkloadError("no definition serves Job\nmore")))
     assert failed.reason is PendingReason.RESOLVE_FAILED
     assert failed.decision.summary == "cannot resolve: no definition serves Job"
+
+
+def test_an_object_over_a_bound_is_parked_quarantined_and_says_so() -> None:
+    error = ObjectQuarantined(definition="karta/slow", bound="cpu",
+                              detail="more than 2 s of CPU", name="train")
+    parked = place(given(job(), resolution=error))
+    assert parked.reason is PendingReason.QUARANTINED
+    assert parked.reason.unresolved and parked.reason.parked
+    assert parked.queue is QueueStep.PARK
+    summary = parked.decision.summary
+    assert summary.startswith("quarantined: definition karta/slow exceeded its cpu bound "
+                              "(more than 2 s of CPU) on this object"), summary
+    assert "until the object changes" in summary
+    whole = DefinitionQuarantined(definition="karta/slow", bound="cpu", detail="x")
+    assert place(given(job(), resolution=whole)).reason is PendingReason.RESOLVE_FAILED
 
 
 def test_a_copy_already_on_a_member_is_adopted_not_duplicated() -> None:

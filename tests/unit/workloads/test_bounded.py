@@ -1,7 +1,9 @@
 """Untrusted definitions are evaluated under bounds; hostile ones end with a clear error.
 
-Outcomes only (an error naming the bound, the caller alive, other kinds still resolving);
-the bounds themselves are generous so nothing here depends on the machine's speed.
+Outcomes only (an error naming the bound, the caller alive, other kinds still resolving,
+which object or definition is quarantined, the order evaluations finish in, the workers'
+priority as the kernel reports it); the bounds themselves are generous so nothing here
+depends on the machine's speed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from dispatcher.workloads.bounded import Bounds, DefinitionQuarantined, Evaluator
+from dispatcher.workloads.bounded import (
+    BoundExceeded,
+    Bounds,
+    DefinitionQuarantined,
+    Evaluator,
+    ObjectQuarantined,
+)
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.errors import DefinitionError, EvaluationError, MutationError
@@ -40,19 +48,57 @@ def evaluator() -> Iterator[Evaluator]:
         yield evaluator
 
 
-def test_doubling_reduce_hits_the_memory_bound_and_is_quarantined(
+def _obj(name: str = "train", namespace: str = "team-a", version: str = "1"
+         ) -> dict[str, object]:
+    obj = copy.deepcopy(BATCHSET_OBJ)
+    obj["metadata"] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                       "resourceVersion": version}
+    return obj
+
+
+def test_a_bound_broken_on_one_object_quarantines_that_object_only(
         evaluator: Evaluator) -> None:
-    with pytest.raises(DefinitionQuarantined) as caught:
-        evaluator.resolve(BATCHSET_OBJ)
-    assert caught.value.bound == "memory" and "quarantined" in str(caught.value)
+    with pytest.raises(ObjectQuarantined) as caught:
+        evaluator.resolve(_obj())
+    assert caught.value.bound == "memory" and "object is quarantined" in str(caught.value)
     assert isinstance(caught.value, EvaluationError)
-    assert "demo-batchset" in evaluator.quarantined()
-    # later objects of that kind fail at once; the built-in kinds still resolve in-process
-    with pytest.raises(DefinitionQuarantined):
-        evaluator.demand(copy.deepcopy(BATCHSET_OBJ))
+    assert evaluator.quarantined() == {}  # the definition is not
+    assert evaluator.worker_pids() == []  # the worker that broke the bound is gone
+    # the same object at the same version fails at once: no worker is started for it
+    with pytest.raises(ObjectQuarantined):
+        evaluator.demand(_obj())
+    assert evaluator.worker_pids() == []
+    definition = evaluator.catalog.require(_obj())
+    assert evaluator.object_quarantine(definition, _obj()) == \
+        "memory: libjq could not allocate within 256 MB"
+    assert evaluator.object_quarantine(definition, _obj(version="2")) is None
+    # changed (a new resourceVersion): evaluated again, once (and breaks the bound again)
+    with pytest.raises(ObjectQuarantined):
+        evaluator.resolve(_obj(version="2"))
+    # the built-in kinds still resolve in-process
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
     assert evaluator.resolve(job).demand.pods == 1
+
+
+def test_the_definition_is_quarantined_after_objects_of_two_namespaces(
+        evaluator: Evaluator) -> None:
+    """Default rule: 3 objects from 2 namespaces. One tenant's objects, however many,
+    never switch the definition off; the first hit from a second namespace that makes
+    three objects does."""
+    for name in ("a1", "a2", "a3"):
+        with pytest.raises(ObjectQuarantined):
+            evaluator.resolve(_obj(name, "team-a"))
+    with pytest.raises(ObjectQuarantined):  # the same object changed is one object
+        evaluator.resolve(_obj("a1", "team-a", version="9"))
+    assert evaluator.quarantined() == {}
+    with pytest.raises(DefinitionQuarantined) as caught:
+        evaluator.resolve(_obj("b1", "team-b"))
+    assert caught.value.bound == "memory" and "definition quarantined" in str(caught.value)
+    assert list(evaluator.quarantined()) == ["demo-batchset"]
+    with pytest.raises(DefinitionQuarantined):  # everyone's, at once, from now on
+        evaluator.status(_obj("b2", "team-b"))
+    assert evaluator.worker_pids() == []
 
 
 def test_untrusted_definition_that_behaves_resolves_like_in_process() -> None:
@@ -70,7 +116,7 @@ def test_result_size_is_bounded() -> None:
     tiny = Bounds(deadline_seconds=30, cpu_seconds=5, memory_mb=256, workers=1,
                   max_result_bytes=64)
     with Evaluator.for_catalog(catalog, bounds=tiny) as evaluator, \
-            pytest.raises(DefinitionQuarantined) as caught:
+            pytest.raises(BoundExceeded) as caught:
         evaluator.resolve(BATCHSET_OBJ)  # its pod templates are more than 64 bytes
     assert caught.value.bound == "result size"
 
@@ -92,7 +138,7 @@ def test_cpu_hog_is_stopped_by_the_deadline_or_the_cpu_limit(bounds: Bounds,
                                                              bound: str) -> None:
     catalog = Catalog(load_text(_with_replicas(SLOW), source="slow.yaml"))
     with Evaluator.for_catalog(catalog, bounds=bounds) as evaluator, \
-            pytest.raises(DefinitionQuarantined) as caught:
+            pytest.raises(BoundExceeded) as caught:
         evaluator.resolve(BATCHSET_OBJ)
     assert caught.value.bound == bound
 
@@ -134,15 +180,18 @@ def test_hostile_path_in_copy_building_is_bounded_and_quarantined(
 
     hostile = load_text(text, source="hostile.yaml")[0]
     catalog = Catalog.merged(Catalog.builtin(), Catalog([hostile]))
+    obj = _obj()
     with Evaluator.for_catalog(catalog, bounds=bounds) as evaluator:
-        with pytest.raises(DefinitionQuarantined) as caught:
-            build_copy(BATCHSET_OBJ, hub_id="hub", definition=hostile,
-                       locate=evaluator.locator(hostile))
+        with pytest.raises(ObjectQuarantined) as caught:
+            build_copy(obj, hub_id="hub", definition=hostile,
+                       locate=evaluator.locator(hostile, subject=obj))
         assert caught.value.bound == bound
-        assert "demo-batchset" in evaluator.quarantined()
-        with pytest.raises(DefinitionQuarantined):  # at once, no second evaluation
-            mutate_pods(BATCHSET_OBJ, hostile, labels={"a": "b"},
-                        locate=evaluator.locator(hostile))
+        assert evaluator.object_quarantine(hostile, obj) is not None
+        assert evaluator.quarantined() == {}
+        with pytest.raises(ObjectQuarantined):  # at once, no second evaluation
+            mutate_pods(obj, hostile, labels={"a": "b"},
+                        locate=evaluator.locator(hostile, subject=obj))
+        assert evaluator.worker_pids() == []
         job_def = catalog.find("batch/v1", "Job")
         assert job_def is not None and evaluator.locator(job_def) is in_process
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
