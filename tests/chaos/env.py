@@ -12,6 +12,7 @@ member that answers late, without a proxy).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -24,12 +25,13 @@ import yaml
 
 from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.binaries import ensure_binaries
-from dispatcher.devfleet.controlplane import ControlPlanes, FleetState, compact_etcd
+from dispatcher.devfleet.controlplane import ControlPlanes, FleetState, compact_etcd, free_port
 from dispatcher.fleet.fleetfile import load_fleet
 from dispatcher.fleet.registration import register
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError, NotFound
 from dispatcher.kube.resources import LEASES
+from dispatcher.shell.webhook import WEBHOOK_CONFIGURATIONS
 
 from .replicas import Instance, Supervisor
 
@@ -37,13 +39,15 @@ __all__ = ["HUB_ID", "MEMBERS", "ChaosEnv", "controller_config"]
 
 FLEET_FILE = Path(__file__).resolve().parents[1] / "integration" / "fleet.yaml"
 HUB_ID = "chaos-hub"
+WEBHOOK_CONFIGURATION = f"dispatcher-{HUB_ID}"
 MEMBERS = ("member-1", "member-2")
 LEASE = ("dispatcher-system", "dispatcher")
 LONG_LEASE_S = 40.0
 
 
 def controller_config(state: FleetState, *, lease_s: float = 12.0,
-                      members: str = "static") -> dict[str, Any]:
+                      members: str = "static", webhook_port: int | None = None
+                      ) -> dict[str, Any]:
     """The controller's config: short timeouts so faults resolve within a round.
 
     The leader gives up after ``lease_s`` - renewEvery without renewal, and failover after
@@ -52,8 +56,15 @@ def controller_config(state: FleetState, *, lease_s: float = 12.0,
     from a compacted resourceVersion (410 Gone, re-list) instead of starting afresh.
     ``members``: "static" (from this file) or "membercluster" (MemberCluster objects and
     kubeconfig Secrets on the hub, as ``dispatcher clusters add`` registers them).
+    ``webhook_port``: a shared hub, the controller's webhook served on that loopback port.
     """
     static = members == "static"
+    shared = {} if webhook_port is None else {
+        "hub": {"kubeconfig": state.cluster("hub").kubeconfig, "mode": "shared"},
+        "webhook": {"address": "127.0.0.1", "port": webhook_port,
+                    "url": f"https://127.0.0.1:{webhook_port}",
+                    "configurationName": WEBHOOK_CONFIGURATION,
+                    "secretName": f"{WEBHOOK_CONFIGURATION}-cert"}}
     return {
         "hubId": HUB_ID,
         "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
@@ -69,6 +80,7 @@ def controller_config(state: FleetState, *, lease_s: float = 12.0,
             "requestTimeout": 2, "reconnectInitial": 0.5, "reconnectMax": 2,
             "staticMembers": [{"name": m, "kubeconfig": state.cluster(m).kubeconfig}
                               for m in MEMBERS] if static else []},
+        **shared,
     }
 
 
@@ -90,6 +102,7 @@ class ChaosEnv:
     mode: str = "static"
     """How the controller learns its members: "static" or "membercluster"."""
     real: bool = False
+    shared: bool = False  # a shared hub: its own controllers run, the webhook holds workloads
     """Members run kube-scheduler, kube-controller-manager, kwok and the operators."""
     owns_fleet: bool = True
     """``close()`` stops the fleet (False: a fleet someone else started, see ``attach``)."""
@@ -113,30 +126,37 @@ class ChaosEnv:
         return await cls._with_fleet(root, state, members=members, real=real, owns=True)
 
     @classmethod
-    async def attach(cls, root: Path, state: FleetState, *, real: bool) -> ChaosEnv:
+    async def attach(cls, root: Path, state: FleetState, *, real: bool,
+                     shared: bool = False) -> ChaosEnv:
         """One controller replica on a running fleet of FLEET_FILE's members that someone
         else started and stops (the test session's ``real_fleet``): ``close()`` stops the
         replicas only. Only faults that leave the fleet alone belong here (a controller
-        kill: the other suites share that fleet)."""
+        kill: the other suites share that fleet). ``shared``: the fleet's hub is shared
+        (``shared_hub_fleet``): the replicas serve the webhook that holds workloads there,
+        and ``close()`` removes its configuration."""
         root.mkdir(parents=True, exist_ok=True)
-        return await cls._with_fleet(root, state, members="static", real=real, owns=False)
+        return await cls._with_fleet(root, state, members="static", real=real, owns=False,
+                                     shared=shared)
 
     @classmethod
     async def _with_fleet(cls, root: Path, state: FleetState, *, members: str, real: bool,
-                          owns: bool) -> ChaosEnv:
+                          owns: bool, shared: bool = False) -> ChaosEnv:
         spec = load_fleet(FLEET_FILE)
         planes = ControlPlanes(root=Path(state.root), binaries=ensure_binaries())
         config = root / "controller.yaml"
-        config.write_text(yaml.safe_dump(controller_config(state, members=members)))
+        port = free_port() if shared else None
+        config.write_text(yaml.safe_dump(controller_config(state, members=members,
+                                                           webhook_port=port)))
         (root / "controller-long-lease.yaml").write_text(yaml.safe_dump(
-            controller_config(state, lease_s=LONG_LEASE_S, members=members)))
+            controller_config(state, lease_s=LONG_LEASE_S, members=members,
+                              webhook_port=port)))
         logs = root / "logs"
         logs.mkdir(exist_ok=True)
         supervisor = Supervisor(config=config, logs=logs)
         env = cls(root=root, planes=planes, state=state, supervisor=supervisor,
                   hub=await _client(state, "hub"),
                   members={m: await _client(state, m) for m in MEMBERS}, mode=members,
-                  real=real, owns_fleet=owns)
+                  real=real, owns_fleet=owns, shared=shared)
         if members == "membercluster":
             for member in spec.members:
                 kubeconfig = yaml.safe_load(Path(state.cluster(member.name).kubeconfig)
@@ -148,6 +168,10 @@ class ChaosEnv:
 
     async def close(self) -> None:
         await self.supervisor.stop()
+        if self.shared:  # failurePolicy Fail: left behind, it would refuse every create
+            with contextlib.suppress(NotFound):
+                await self.hub.request("DELETE", WEBHOOK_CONFIGURATIONS.item(
+                    WEBHOOK_CONFIGURATION))
         for client in (self.hub, *self.members.values()):
             await client.close()
         if self.owns_fleet:

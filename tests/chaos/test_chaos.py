@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.workloads.catalog import Catalog
 
 from .env import ChaosEnv
 from .rounds import FAULT_KINDS, run_round
@@ -67,4 +68,42 @@ async def test_controller_kill_round_on_the_real_fleet(real_fleet: FleetState,
     assert result.faults.get("controller-kill", 0) >= 1
     assert result.workloads >= 3
     assert result.ok, (f"real-fleet round (seed {result.seed}) violations, logs in "
+                       f"{root / 'logs'}:\n" + "\n".join(result.violations))
+
+
+@pytest.mark.timeout(1200)  # the first user of the session's shared hub waits for its start
+async def test_controller_kill_round_on_the_shared_hub(shared_hub_fleet: FleetState,
+                                                       chaos_seed: int) -> None:
+    """The same round on a shared hub (its own controllers, scheduler, nodes and operators
+    run): the replicas serve the webhook, every workload is held on the hub as its
+    definition declares (kinds nothing can hold are left out: they are refused there), and
+    after the kill nothing is lost, duplicated or run on the hub; a pause-held kind's hub
+    status stays the hub controller's."""
+    from dispatcher.kube import watch
+    from dispatcher.kube.resources import PODS
+
+    catalog = Catalog.builtin()
+    holdable = []
+    for sample in REAL_SAMPLES:
+        definition = catalog.find(str(sample.body["apiVersion"]), sample.kind)
+        if definition is not None and definition.hold is not None \
+                and definition.hold.kind != "refuse":
+            holdable.append(sample)
+    assert {s.kind for s in holdable} == {"JobSet", "MPIJob", "TFJob"}
+    index = FAULT_KINDS.index("controller-kill")
+    root = (Path(tempfile.gettempdir()) / "dispatcher-chaos"
+            / f"shared-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    env = await ChaosEnv.attach(root, shared_hub_fleet, real=True, shared=True)
+    try:
+        result = await run_round(env, index=index, seed=round_seed(chaos_seed, index),
+                                 samples=holdable)
+        hub_pods = [p for p in (await watch.list_objects(env.hub, PODS)).objects
+                    if p["metadata"]["namespace"].startswith("chaos-")]
+    finally:
+        await env.close()
+    print(result)
+    assert result.faults.get("controller-kill", 0) >= 1
+    assert result.workloads >= 3
+    assert hub_pods == [], [p["metadata"]["name"] for p in hub_pods]
+    assert result.ok, (f"shared-hub round (seed {result.seed}) violations, logs in "
                        f"{root / 'logs'}:\n" + "\n".join(result.violations))

@@ -144,6 +144,12 @@ async def test_each_kind_runs_only_on_the_member_and_the_hub_holds_it(
                 "size": 2, "workerTemplate": {"spec": {"containers": [
                     {"name": "w", "image": "registry.invalid/w:1"}]}}}}}))
     assert refused.returncode != 0 and "dedicated hub" in refused.stderr, refused.stderr
+    ray = await asyncio.to_thread(
+        any_kubectl, fleet, "create", "-n", ns, "-f", "-", check=False, stdin=yaml.safe_dump({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray"},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "head", "image": "registry.invalid/ray:1"}]}}}}}))
+    assert ray.returncode != 0 and "kueue.x-k8s.io/multikueue" in ray.stderr, ray.stderr
 
     # the Job: held on the hub, run on a member, Complete on the hub as the member wrote it
     await asyncio.to_thread(kubectl, fleet, "wait", "-n", ns, "--for=condition=Complete",
@@ -170,8 +176,15 @@ async def test_each_kind_runs_only_on_the_member_and_the_hub_holds_it(
         group="apps", version="v1", kind="Deployment", plural="deployments",
         namespaced=True).item("web", ns))
     assert web["spec"]["paused"] is True and not web["status"].get("readyReplicas")
-    found = {(kind, name) for kind, name, _ in await copies(shared_clients, ns, hub_id)}
-    assert {("Job", "eval"), ("JobSet", "gang")} <= found
+    found = {(kind, name): member
+             for kind, name, member in await copies(shared_clients, ns, hub_id)}
+    assert {("Job", "eval"), ("JobSet", "gang")} <= set(found)
+    # managedBy kinds: the hub status is the member's, as the member's controller wrote it
+    hub_set = await hub.request("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}"
+                                       f"/jobsets/gang")
+    member_set = await shared_clients[found[("JobSet", "gang")]].request(
+        "GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/gang")
+    assert hub_set["status"] == member_set["status"]
 
     await asyncio.to_thread(kubectl, fleet, "delete", "-n", ns,
                             "jobs,jobsets,mpijobs,pytorchjobs,deployments", "--all",
@@ -225,3 +238,26 @@ async def test_kill9_mid_burst_on_a_shared_hub_runs_each_once_and_never_on_the_h
                             "--wait=true", timeout=120)
     await eventually(lambda: nothing_left(shared_clients, ns, hub_id),
                      what="copies and pods gone from the members", within=120)
+
+
+async def test_run_check_warns_when_a_shared_hub_is_configured_as_dedicated(
+        shared_hub_fleet: FleetState, real_fleet: FleetState) -> None:
+    """``dispatcher run --check``: the shared hub's kube-system has the workload
+    controllers' ServiceAccounts, so ``hub.mode: dedicated`` is warned about; the dedicated
+    hub (only namespace, GC and service-account controllers) draws no warning."""
+    import subprocess
+    import sys
+
+    def check(state: FleetState, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dispatcher", "run", "--check",
+                               "--hub-kubeconfig", state.cluster("hub").kubeconfig, *extra],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    wrong = await asyncio.to_thread(check, shared_hub_fleet)
+    assert wrong.returncode == 0, wrong.stderr
+    assert "hub.mode is dedicated, but the hub looks shared" in wrong.stderr
+    assert "job-controller" in wrong.stderr
+    right = await asyncio.to_thread(check, shared_hub_fleet, "--hub-mode", "shared")
+    assert "warning" not in right.stderr, right.stderr
+    dedicated = await asyncio.to_thread(check, real_fleet)
+    assert "warning" not in dedicated.stderr, dedicated.stderr
