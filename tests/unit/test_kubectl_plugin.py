@@ -1,7 +1,8 @@
 """``kubectl dispatcher``: kubectl's flags as kubectl passes them to a plugin (unread, after
 the plugin name), in pflag's spellings, before or after the subcommand; the hub and the
-namespace they select; help and usage errors. No cluster: the commands' own work is tested
-against the dev fleet (tests/integration/test_kubectl_plugin.py)."""
+namespace they select; help and usage errors; what ``why`` reads from Dispatches. No
+cluster: the commands' own work is tested against the dev fleet
+(tests/integration/test_kubectl_plugin.py)."""
 
 from __future__ import annotations
 
@@ -201,3 +202,52 @@ def test_the_package_installs_the_plugin_executable() -> None:
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["kubectl-dispatcher"] == "dispatcher.kubectl:main"
+
+
+def dispatch(name: str, *, phase: str, reason: str = "", message: str = "",
+             since: str | None = "2026-01-01T00:00:00Z", namespace: str = "team-a"
+             ) -> dict[str, object]:
+    conditions = [{"type": "Placed", "status": "False" if phase == "Pending" else "True",
+                   "reason": reason, "message": message, "lastTransitionTime": since}]
+    return {"metadata": {"name": f"jobset-{name}", "namespace": namespace,
+                         "creationTimestamp": "2025-12-31T23:00:00Z"},
+            "spec": {"workload": {"kind": "JobSet", "name": name}},
+            "status": {"phase": phase, "conditions": conditions,
+                       "decision": {"cluster": "m1" if phase != "Pending" else None,
+                                    "attempt": 1, "summary": "s"},
+                       "attempts": [{"cluster": "m2", "attempt": 1, "outcome": "rejected",
+                                     "reason": "HTTP 403"}], "excluded": ["m2"]}}
+
+
+def test_why_lists_only_waiting_workloads_longest_wait_first() -> None:
+    from dispatcher.commands.why import pending_rows
+    from dispatcher.control.record import parse_time
+
+    now = parse_time("2026-01-01T01:00:00Z")
+    assert now is not None
+    rows = pending_rows([
+        dispatch("a", phase="Pending", reason="NoFeasibleMember", message="full"),
+        dispatch("b", phase="Running"),
+        dispatch("c", phase="Pending", reason="Unplaceable", since="2025-12-31T12:00:00Z",
+                 namespace="team-b"),
+        {"metadata": {"name": "jobset-d", "namespace": "team-a",
+                      "creationTimestamp": "2026-01-01T00:59:00Z"},
+         "spec": {"workload": {"kind": "JobSet", "name": "d"}}},  # no status yet
+    ], now=now)
+    assert [(r["workload"], r["reason"], r["waiting"]) for r in rows] == [
+        ("JobSet/c", "Unplaceable", 13 * 3600.0), ("JobSet/a", "NoFeasibleMember", 3600.0),
+        ("JobSet/d", "NotDecided", 60.0)]
+    assert rows[1]["message"] == "full" and rows[0]["namespace"] == "team-b"
+
+
+def test_why_reads_where_a_workload_went_from_its_dispatch() -> None:
+    from dispatcher.commands.why import dispatch_summary
+
+    placed = dispatch_summary(dispatch("a", phase="Running"))
+    assert (placed["phase"], placed["cluster"], placed["attempt"]) == ("Running", "m1", 1)
+    waiting = dispatch_summary(dispatch("a", phase="Pending", reason="Unplaceable",
+                                        message="no member could"))
+    assert (waiting["reason"], waiting["message"], waiting["excluded"]) == (
+        "Unplaceable", "no member could", ["m2"])
+    assert waiting["attempts"][0]["outcome"] == "rejected"
+    assert dispatch_summary({})["phase"] == ""
