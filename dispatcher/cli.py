@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "definitions",
     "clusters",
     "explain",
+    "why",
     "run",
 )
 

@@ -331,7 +331,10 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     le.done()
     srv = r.section("server")
     server = ServerSettings(address=srv.get("address", str, "0.0.0.0"),
-                            port=srv.integer("port", 8080))
+                            port=srv.integer("port", 8080),
+                            fleet_view=srv.get("fleetView", bool, False))
+    if server.fleet_view and not server.port:
+        raise srv.error("fleetView", "needs the server: set server.port (0 turns it off)")
     srv.done()
     lg = r.section("log")
     level = lg.choice("level", "info", LOG_LEVELS)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dispatcher.fleet.membernamespaces import MemberNamespace
 
-__all__ = ["register"]
+__all__ = ["list_members", "register"]
 
 EPILOG = """\
 examples:
@@ -158,6 +158,13 @@ async def _hub(args: argparse.Namespace) -> Any:
 def _fail(message: str, code: int = 1) -> int:
     print(f"error: {message}", file=sys.stderr)
     return code
+
+
+def list_members(*, kubeconfig: Path, context: str | None, output: str) -> int:
+    """``dispatcher clusters`` for another front end (``kubectl dispatcher clusters``):
+    the members of the hub that ``kubeconfig`` (``context``) reaches, as ``output``."""
+    return _list(argparse.Namespace(hub_kubeconfig=kubeconfig, hub_context=context,
+                                    output=output))
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -12,15 +12,18 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dispatcher.placement.offline import fleet_snapshots
 
 if TYPE_CHECKING:
+    from dispatcher.config import Config
+    from dispatcher.output import Format
     from dispatcher.placement.model import Decision, MemberSnapshot
     from dispatcher.workloads.demand import Demand
 
-__all__ = ["SnapshotSource", "explain_demand", "fleet_snapshots", "register"]
+__all__ = ["SnapshotSource", "explain_demand", "explain_objects", "fleet_snapshots", "live",
+           "print_reports", "print_table", "register"]
 
 # Returns the members to decide over; raises ValueError with a message for the user.
 SnapshotSource = Callable[[], "list[MemberSnapshot]"]
@@ -111,12 +114,11 @@ def run(args: argparse.Namespace) -> int:
     """Explain every workload of the file; decisions on stdout, problems on stderr."""
     import yaml
 
-    from dispatcher.commands.inspect import load_catalog, object_label, read_objects
+    from dispatcher import config as configmod
+    from dispatcher.commands.inspect import load_catalog, read_objects
     from dispatcher.fleet.fleetfile import FleetFileError
     from dispatcher.kube.errors import KubeError
-    from dispatcher.output import emit
-    from dispatcher.placement.model import PlacementError
-    from dispatcher.workloads.errors import DefinitionError, NoDefinitionError, WorkloadError
+    from dispatcher.workloads.errors import DefinitionError
 
     if args.target and (args.filename or args.fleet):
         print("error: KIND/NAME (live) and -f/--fleet (offline) do not mix", file=sys.stderr)
@@ -129,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         catalog = load_catalog(args.definitions)
         if args.target:
-            members, objects, default_policy = _live(args, catalog)
+            config = configmod.load(args.config)
+            members, objects = live(config, catalog, namespace=args.namespace,
+                                    ref=args.target)
+            default_policy = config.control.default_policy
         else:
             members = _offline_source(args.fleet)()
             objects = read_objects(args.filename)
@@ -143,6 +148,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.filename}: cannot read manifests: {' '.join(str(error).split())}",
               file=sys.stderr)
         return 1
+    reports, code = explain_objects(objects, members=members, catalog=catalog,
+                                    policy=args.policy, default_policy=default_policy,
+                                    source=args.filename or "hub")
+    print_reports(reports, output=args.output)
+    return code
+
+
+def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot],
+                    catalog: Any, policy: str | None, default_policy: str, source: str
+                    ) -> tuple[list[dict[str, Any]], int]:
+    """One report per object that resolves and is a valid request (the others are said on
+    stderr, naming ``source``), and the exit code (see ``EPILOG``). A report holds the
+    workload, ``decision`` (its dict) and ``_decision`` (the ``Decision``)."""
+    from dispatcher.commands.inspect import object_label
+    from dispatcher.placement.model import PlacementError
+    from dispatcher.workloads.errors import NoDefinitionError, WorkloadError
 
     code = 0
     reports: list[dict[str, Any]] = []
@@ -154,14 +175,14 @@ def run(args: argparse.Namespace) -> int:
             decision = explain_demand(
                 resolution.demand, members=members, api_version=resolution.api_version,
                 kind=resolution.kind, annotations=meta.get("annotations") or {},
-                policy=args.policy, namespace=resolution.namespace or "",
+                policy=policy, namespace=resolution.namespace or "",
                 default_policy=default_policy)
         except NoDefinitionError as error:
-            print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
+            print(f"error: {source}: {label}: {error}", file=sys.stderr)
             code = max(code, 2)
             continue
         except (WorkloadError, PlacementError) as error:
-            print(f"error: {args.filename}: {label}: {error}", file=sys.stderr)
+            print(f"error: {source}: {label}: {error}", file=sys.stderr)
             code = max(code, 1)
             continue
         if decision.chosen is None and code == 0:
@@ -171,48 +192,51 @@ def run(args: argparse.Namespace) -> int:
                                      "namespace": resolution.namespace,
                                      "name": resolution.name},
                         "decision": decision.to_dict(), "_decision": decision})
-    if args.output in ("json", "yaml"):
+    return reports, code
+
+
+def print_reports(reports: Sequence[Mapping[str, Any]], *, output: str) -> None:
+    """The reports as ``output`` (table, wide, json, yaml) on stdout."""
+    from dispatcher.output import emit
+
+    if output in ("json", "yaml"):
         data = [{k: v for k, v in r.items() if k != "_decision"} for r in reports]
         if data:
-            emit(data[0] if len(data) == 1 else data, fmt=args.output)
-    else:
-        for i, report in enumerate(reports):
-            if i:
-                print()
-            _print_table(report, wide=args.output == "wide")
-    return code
+            emit(data[0] if len(data) == 1 else data, fmt=cast("Format", output))
+        return
+    for i, report in enumerate(reports):
+        if i:
+            print()
+        print_table(report, wide=output == "wide")
 
 
-def _live(args: argparse.Namespace, catalog: Any
-          ) -> tuple[list[MemberSnapshot], list[Any], str]:
-    """Live mode: the members as the controller sees them now, the hub object, and the
-    controller's default placement policy."""
+def live(config: Config, catalog: Any, *, namespace: str, ref: str
+         ) -> tuple[list[MemberSnapshot], list[Any]]:
+    """Live mode: the members as the controller of ``config`` sees them now, and the hub
+    object ``ref`` (``KIND/NAME``) in ``namespace``. Raises ValueError, KubeError, OSError."""
     import asyncio
 
-    from dispatcher import config as configmod
     from dispatcher.control.observe import configure_logging
-    from dispatcher.shell import live
+    from dispatcher.shell import live as liveview
 
-    config = configmod.load(args.config)
     configure_logging(level="warning", stream=sys.stderr)  # stdout is the report
 
     async def read() -> tuple[list[MemberSnapshot], list[Any]]:
-        hub = await live.hub_client(config)
+        hub = await liveview.hub_client(config)
         try:
-            obj = await live.hub_workload(hub, catalog, namespace=args.namespace,
-                                          ref=args.target)
-            members = await live.live_snapshots(
+            obj = await liveview.hub_workload(hub, catalog, namespace=namespace, ref=ref)
+            members = await liveview.live_snapshots(
                 config, hub=hub, catalog=catalog,
                 exclude_uid=str(obj.get("metadata", {}).get("uid", "")))
             return members, [obj]
         finally:
             await hub.close()
 
-    members, objects = asyncio.run(read())
-    return members, objects, config.control.default_policy
+    return asyncio.run(read())
 
 
-def _print_table(report: Mapping[str, Any], *, wide: bool) -> None:
+def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
+    """One report as the per-member table, the chosen nodes and the summary."""
     from dispatcher.output import table
 
     decision: Decision = report["_decision"]

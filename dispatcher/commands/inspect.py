@@ -6,14 +6,16 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from dispatcher.output import Format
     from dispatcher.workloads.bounded import Evaluator
     from dispatcher.workloads.catalog import Catalog
     from dispatcher.workloads.resolve import Resolution
 
-__all__ = ["load_catalog", "object_label", "read_objects", "register"]
+__all__ = ["load_catalog", "object_label", "print_results", "read_objects", "register",
+           "resolve_files"]
 
 EPILOG = """\
 examples:
@@ -78,7 +80,6 @@ def read_objects(name: str) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve every object of every file; print results; errors go to stderr."""
-    from dispatcher.output import emit, table
     from dispatcher.workloads.bounded import Evaluator
     from dispatcher.workloads.errors import DefinitionError
 
@@ -90,13 +91,23 @@ def run(args: argparse.Namespace) -> int:
     # definitions other than the built-in catalog are untrusted: evaluated in bounded
     # worker processes (docs/definitions.md, "Bounds and trust")
     with Evaluator.for_catalog(catalog) as evaluator:
-        results, code = _resolve_files(args.files, evaluator)
-    if args.output in ("json", "yaml"):
+        results, code = resolve_files(args.files, evaluator)
+    print_results(results, output=args.output, empty=code == 0)
+    return code
+
+
+def print_results(results: list[Resolution], *, output: str, empty: bool = True) -> None:
+    """Resolutions as ``output`` (table, wide: one line per object, then one per gang
+    unit; json, yaml: the DESIGN shape, one object or a list). ``empty``: print an empty
+    list for no results in json/yaml (not when every object failed)."""
+    from dispatcher.output import emit, table
+
+    if output in ("json", "yaml"):
         data = [r.to_dict() for r in results]
-        if data or code == 0:
-            emit(data[0] if len(data) == 1 else data, fmt=args.output)
+        if data or empty:
+            emit(data[0] if len(data) == 1 else data, fmt=cast("Format", output))
     elif results:
-        wide = args.output == "wide"
+        wide = output == "wide"
         columns = ["kind", "name", "definition", "status", "pods", "gpus", "gangs"]
         if wide:
             columns += ["namespace", "min pods", "shapes"]
@@ -106,10 +117,9 @@ def run(args: argparse.Namespace) -> int:
             print()
             table(columns=["object", "gang", "unit", "pods", "min pods", "gpus"]
                   + (["shapes"] if wide else []), rows=units)
-    return code
 
 
-def _resolve_files(files: list[str], evaluator: Evaluator) -> tuple[list[Resolution], int]:
+def resolve_files(files: list[str], evaluator: Evaluator) -> tuple[list[Resolution], int]:
     """Resolve every object of every file; errors go to stderr; the exit code."""
     import yaml
 

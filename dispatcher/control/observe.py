@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -20,7 +20,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["EVENTS", "FIELD_LIMIT", "Metrics", "cap_fields", "configure_logging", "serve"]
+__all__ = ["EVENTS", "FIELD_LIMIT", "Handler", "Metrics", "cap_fields", "configure_logging",
+           "serve"]
 
 EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workload.submitted",
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
@@ -120,12 +121,16 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def serve(*, metrics: Metrics, address: str, port: int, ready: Callable[[], bool]
-                ) -> Callable[[], Awaitable[None]]:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def serve(*, metrics: Metrics, address: str, port: int, ready: Callable[[], bool],
+                pages: Sequence[tuple[str, Handler]] = ()) -> Callable[[], Awaitable[None]]:
     """Start the HTTP server; returns an async cleanup callable.
 
     ``/healthz`` answers 200 while the event loop runs; ``/readyz`` 200 once this replica
     leads and its caches are synced (503 otherwise); ``/metrics`` is Prometheus text.
+    ``pages`` are more read-only routes (GET and HEAD only), e.g. the fleet view.
     """
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -142,6 +147,8 @@ async def serve(*, metrics: Metrics, address: str, port: int, ready: Callable[[]
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    for path, handler in pages:
+        app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, address, port).start()

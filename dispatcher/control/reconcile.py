@@ -35,6 +35,7 @@ from dispatcher.control.parking import BareFleet
 from dispatcher.control.placing import Placement, PlacementInput, QueueStep
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import forget_readings
+from dispatcher.control.recent import RecentDecisions
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import MemberWrites
@@ -78,6 +79,8 @@ class Reconciler:
                              events=events, default_policy=settings.default_policy,
                              monotonic=monotonic, hub_mode=settings.hub_mode)
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
+        self.recent = RecentDecisions()
+        """The latest decisions, for the fleet view (in memory only)."""
 
     @property
     def catalog(self) -> Catalog:
@@ -203,6 +206,8 @@ class Reconciler:
         entry, decision = placement.entry, placement.decision
         if placement.decided:
             log.info("placement.decided", uid=entry.uid, **decision.to_dict())
+            self.recent.add(at=self.clock(), workload=self.workload_fields(entry.uid),
+                            decision=decision)
         if placement.reservation is not None:
             reservations = self.fleet.reservations(placement.reservation.member)
             if reservations is not None:

@@ -43,6 +43,10 @@ class ServerSettings:
     """Listen address."""
     port: int = 8080
     """Listen port (0: no server)."""
+    fleet_view: bool = False
+    """Also serve the read-only fleet view (``/fleet``: members, queue, recent decisions)
+    on this port. Off by default: it shows tenants' workload names and reasons to anyone
+    who reaches the port, as ``/metrics`` shows member names."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,7 @@ from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.placement.selector import parse_selector
+from dispatcher.shell import fleetpage
 from dispatcher.shell.hubmode import mode_warnings, read_evidence
 from dispatcher.shell.webhook import HubWebhook
 from dispatcher.workloads.catalog import Catalog
@@ -139,9 +140,12 @@ async def run(config: Config) -> int:
     try:
         if settings.server.port:
             cleanup = await serve(metrics=metrics, address=settings.server.address,
-                                  port=settings.server.port, ready=controller.ready)
+                                  port=settings.server.port, ready=controller.ready,
+                                  pages=fleetpage.pages(controller)
+                                  if settings.server.fleet_view else ())
         log.info("controller.starting", config=config.source, hub=hub.server,
-                 hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode)
+                 hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode,
+                 fleet_view=settings.server.fleet_view)
         for warning in mode_warnings(settings.hub_mode, await read_evidence(
                 hub, own_webhook=settings.webhook.configuration)):
             log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)

@@ -42,7 +42,9 @@ async def hub_client(config: Config) -> KubeClient:
 
 async def hub_workload(hub: KubeClient, catalog: Catalog, *, namespace: str, ref: str
                        ) -> dict[str, Any]:
-    """The hub object ``KIND/NAME`` (kind case-insensitive, as in the catalog).
+    """The hub object ``KIND/NAME``, with KIND spelled as kubectl takes it: the kind or its
+    plural, any case, optionally qualified by its group (``jobset``, ``jobsets``,
+    ``JobSet.jobset.x-k8s.io``), among the catalog's kinds.
 
     Raises ValueError naming the known kinds when the kind is not in the catalog, and the
     kube errors (NotFound, ...) of the read.
@@ -50,18 +52,22 @@ async def hub_workload(hub: KubeClient, catalog: Catalog, *, namespace: str, ref
     kind, sep, name = ref.partition("/")
     if not sep or not kind or not name:
         raise ValueError(f"{ref!r}: expected KIND/NAME, e.g. jobset/train")
-    matches = [d for d in catalog.definitions if d.kind.lower() == kind.lower()]
-    if not matches:
-        known = ", ".join(sorted({d.kind for d in catalog.definitions}))
-        raise ValueError(f"kind {kind!r} is not in the definition catalog (known: {known})")
-    for definition in matches:
+    word, _, group = kind.lower().partition(".")
+    candidates = [d for d in catalog.definitions if not group or d.gvk.group == group]
+    matches = [d for d in candidates if d.kind.lower() == word]
+    for definition in matches or candidates:  # no kind of that name: try it as a plural
         resource = await hub.discovery.resource(definition.api_version, definition.kind)
-        if resource is not None:
-            obj: dict[str, Any] = await hub.request("GET", resource.item(name, namespace))
-            obj.setdefault("apiVersion", resource.api_version)
-            obj.setdefault("kind", resource.kind)
-            return obj
-    raise ValueError(f"the hub does not serve {matches[0].kind} ({matches[0].api_version})")
+        if resource is None or (not matches and resource.plural != word):
+            continue
+        obj: dict[str, Any] = await hub.request("GET", resource.item(name, namespace))
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        return obj
+    if matches:
+        raise ValueError(f"the hub does not serve {matches[0].kind} "
+                         f"({matches[0].api_version})")
+    known = ", ".join(sorted({d.kind for d in catalog.definitions}))
+    raise ValueError(f"kind {kind!r} is not in the definition catalog (known: {known})")
 
 
 def _book(fleet: Fleet) -> Callable[[str], MemberReservations | None]:

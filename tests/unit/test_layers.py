@@ -1,6 +1,6 @@
 """The layers of the package, enforced: each import goes down the data flow, never up.
 
-    cli, __main__ > commands > shell > config > control > placement > fleet > workloads
+    cli, kubectl, __main__ > commands > shell > config > control > placement > fleet > workloads
     > kube, aiotasks, output, sources (the bottom)
 
 ``sim`` (virtual time) and ``devfleet`` (local control planes) are leaves: they may use the
@@ -18,7 +18,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "dispatcher"
 RANK = {"kube": 0, "aiotasks": 0, "output": 0, "sources": 0, "workloads": 1, "fleet": 2,
         "devfleet": 2.5, "placement": 3, "control": 4, "sim": 4.5, "config": 5, "shell": 6,
-        "commands": 7, "cli": 8, "__main__": 9, "__init__": 9}
+        "commands": 7, "cli": 8, "kubectl": 8, "__main__": 9, "__init__": 9}
 LEAVES = {"sim", "devfleet"}
 LEAF_USERS = {"commands", "cli"}
 

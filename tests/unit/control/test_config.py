@@ -83,6 +83,13 @@ submit:
         .priority_classes == frozenset()
 
 
+def test_the_fleet_view_is_off_unless_asked_for(tmp_path: Path) -> None:
+    assert config.load(write(tmp_path, "")).control.server.fleet_view is False
+    server = config.load(write(tmp_path, "server: {fleetView: true, port: 9090}")) \
+        .control.server
+    assert (server.fleet_view, server.port) == (True, 9090)
+
+
 def test_overrides_win(tmp_path: Path) -> None:
     loaded = config.load(write(tmp_path, "failover: {policy: never}\n"),
                          overrides=["failover.policy=always", "workers=8"])
@@ -100,6 +107,8 @@ def test_overrides_win(tmp_path: Path) -> None:
     ("fleet: {staticMembers: [{name: m}]}", "fleet.staticMembers[0].kubeconfig"),
     ("fleet: {probeInterval: 0}", "fleet.probeInterval"),
     ("events: yes-please", "events"),
+    ("server: {fleetView: yes-please}", "server.fleetView"),
+    ("server: {fleetView: true, port: 0}", "server.fleetView"),
     ("submit: {weakerMemberNamespaces: warn}", "submit.weakerMemberNamespaces"),
     ("submit: {weakerMemberNamespaces: false}", "submit.weakerMemberNamespaces"),
     ("submit: {podSecurityFloor: strict}", "submit.podSecurityFloor"),

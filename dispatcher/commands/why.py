@@ -1,0 +1,281 @@
+"""``dispatcher why``: why a hub workload is still pending, and where there is room now.
+
+The answer has two halves from two sources. The controller's own words come from the
+workload's Dispatch: its phase, the ``Placed`` condition's reason and message (the decision
+summary), since when it waits, earlier attempts and the members they excluded. The numbers
+per member come from a live explanation (``dispatcher explain`` live: the members as the
+controller sees them now, reservations included), which recomputes the decision, so a
+fleet that changed since the controller last looked says so. A workload that is placed
+needs no explanation: where it went and why is printed from the Dispatch alone.
+
+Without ``KIND/NAME``: every waiting workload of the namespace (``-A``: of the hub) with its
+reason, from the Dispatches alone (no member is contacted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from dispatcher.config import Config
+    from dispatcher.output import Format
+
+__all__ = ["answer", "dispatch_summary", "pending_rows", "register", "run"]
+
+EPILOG = """\
+examples:
+  dispatcher why -n team-a jobset/train --config config/local.yaml
+                             the reason it waits, and every member's verdict now
+  dispatcher why -n team-a                     every waiting workload of team-a
+  dispatcher why -A -o wide                    every waiting workload, full messages
+  kubectl dispatcher why -n team-a jobset/train     the same, as a kubectl plugin
+
+exit codes: 0 answered (pending or not); 1 unreadable config, hub or workload.
+"""
+
+_MESSAGE_CUT = 100
+
+
+def register(subparsers: Any) -> None:
+    """Add ``why``."""
+    parser = subparsers.add_parser(
+        "why", help="why a hub workload is still pending, with every member's numbers",
+        description="Read the workload's Dispatch (the controller's reason and message, "
+                    "since when it waits, earlier attempts) and, while it waits, explain "
+                    "it live over the members as the controller sees them now.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="?", metavar="KIND/NAME",
+                        help="a workload on the hub; without it, list the waiting ones")
+    parser.add_argument("-n", "--namespace", default="default",
+                        help="hub namespace (default: %(default)s)")
+    parser.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="without KIND/NAME: waiting workloads of every namespace")
+    parser.add_argument("--config", metavar="FILE",
+                        help="the controller's config file (hub and members; default: "
+                             "built-in defaults with $KUBECONFIG)")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"),
+                        default="table", help="output format (default: %(default)s)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``dispatcher why``: load the config, then ``answer``."""
+    from dispatcher import config as configmod
+
+    try:
+        config = configmod.load(args.config)
+    except configmod.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return answer(config, target=args.target, namespace=args.namespace,
+                  all_namespaces=args.all_namespaces, output=args.output)
+
+
+def answer(config: Config, *, target: str | None, namespace: str, all_namespaces: bool,
+           output: str) -> int:
+    """Print the answer for ``target`` in ``namespace`` (or the waiting list) as
+    ``output``; the exit code (see ``EPILOG``)."""
+    import asyncio
+
+    from dispatcher.kube.errors import KubeError
+    from dispatcher.shell.app import load_catalog
+    from dispatcher.workloads.errors import WorkloadError
+
+    if target and all_namespaces:
+        print("error: a workload is named in one namespace: drop -A or KIND/NAME",
+              file=sys.stderr)
+        return 1
+    try:
+        if not target:
+            listed = asyncio.run(_list_dispatches(config, None if all_namespaces
+                                                  else namespace))
+            _print_rows(pending_rows(listed, now=time.time()), output=output,
+                        namespaces=all_namespaces)
+            return 0
+        catalog = load_catalog(config)
+        report = asyncio.run(_explained(config, catalog, namespace=namespace, ref=target))
+    except (ValueError, KubeError, OSError, WorkloadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    _print_report(report, output=output)
+    return 0
+
+
+async def _list_dispatches(config: Config, namespace: str | None) -> list[dict[str, Any]]:
+    from dispatcher.kube import watch
+    from dispatcher.kube.resources import DISPATCHES
+    from dispatcher.shell import live
+
+    hub = await live.hub_client(config)
+    try:
+        return (await watch.list_objects(hub, DISPATCHES, namespace=namespace)).objects
+    finally:
+        await hub.close()
+
+
+async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
+                     ) -> dict[str, Any]:
+    """The workload, its Dispatch summary and, while it is not placed, the live decision
+    (``members``) or why there is none (``membersError``)."""
+    from dispatcher.commands import explain
+    from dispatcher.control.observe import configure_logging
+    from dispatcher.control.record import dispatch_name
+    from dispatcher.kube.errors import KubeError, NotFound
+    from dispatcher.kube.resources import DISPATCHES
+    from dispatcher.shell import live
+
+    configure_logging(level="warning", stream=sys.stderr)  # stdout is the answer
+    hub = await live.hub_client(config)
+    try:
+        obj = await live.hub_workload(hub, catalog, namespace=namespace, ref=ref)
+        try:
+            dispatch = await hub.request("GET", DISPATCHES.item(dispatch_name(obj),
+                                                                namespace))
+        except NotFound:
+            dispatch = None
+        summary = dispatch_summary(dispatch) if dispatch is not None else None
+        report: dict[str, Any] = {
+            "workload": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                         "namespace": namespace, "name": obj["metadata"]["name"]},
+            "dispatch": summary, "members": None, "_decision": None}
+        if summary is not None and summary["phase"] not in ("", "Pending"):
+            return report  # placed: the Dispatch says where and why
+        try:
+            members = await live.live_snapshots(
+                config, hub=hub, catalog=catalog,
+                exclude_uid=str(obj.get("metadata", {}).get("uid", "")))
+        except (KubeError, OSError, ValueError) as error:
+            report["membersError"] = f"the members could not be read: {error}"
+            return report
+    finally:
+        await hub.close()
+    reports, _ = explain.explain_objects(
+        [obj], members=members, catalog=catalog, policy=None,
+        default_policy=config.control.default_policy, source="hub")
+    if reports:
+        report["members"] = reports[0]["decision"]
+        report["_decision"] = reports[0]["_decision"]
+    else:
+        report["membersError"] = "the workload cannot be explained (said above)"
+    return report
+
+
+def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Dispatch says about where its workload is and why (pure): phase, the
+    ``Placed`` condition (reason, message, since), member, attempts, excluded, failure."""
+    status = dispatch.get("status") or {}
+    placed = next((c for c in status.get("conditions") or ()
+                   if isinstance(c, Mapping) and c.get("type") == "Placed"), {})
+    decision = status.get("decision") or {}
+    return {
+        "phase": str(status.get("phase") or ""),
+        "reason": str(placed.get("reason") or ""),
+        "message": str(placed.get("message") or decision.get("summary") or ""),
+        "since": placed.get("lastTransitionTime"),
+        "cluster": decision.get("cluster") or (status.get("remote") or {}).get("cluster"),
+        "attempt": decision.get("attempt"),
+        "attempts": [dict(a) for a in status.get("attempts") or () if isinstance(a, Mapping)],
+        "excluded": list(status.get("excluded") or ()),
+        "failure": status.get("failure"),
+    }
+
+
+def pending_rows(dispatches: Sequence[Mapping[str, Any]], *, now: float
+                 ) -> list[dict[str, Any]]:
+    """The waiting workloads among ``dispatches`` (phase Pending, or no status yet), oldest
+    wait first: namespace, workload (``Kind/name``), reason, waiting (seconds), message."""
+    from dispatcher.control.record import parse_time
+
+    rows = []
+    for dispatch in dispatches:
+        summary = dispatch_summary(dispatch)
+        if summary["phase"] not in ("", "Pending"):
+            continue
+        ref = (dispatch.get("spec") or {}).get("workload") or {}
+        meta = dispatch.get("metadata") or {}
+        since = parse_time(summary["since"]) or parse_time(meta.get("creationTimestamp"))
+        rows.append({"namespace": str(meta.get("namespace") or ""),
+                     "workload": f"{ref.get('kind', '?')}/{ref.get('name', '?')}",
+                     "reason": summary["reason"] or "NotDecided",
+                     "waiting": None if since is None else max(now - since, 0.0),
+                     "message": summary["message"]})
+    rows.sort(key=lambda r: (-(r["waiting"] or 0.0), r["namespace"], r["workload"]))
+    return rows
+
+
+def _age(seconds: float | None) -> str:
+    """An age as kubectl prints one, roughly: 45s, 12m, 5h, 3d."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def _print_rows(rows: list[dict[str, Any]], *, output: str, namespaces: bool) -> None:
+    from dispatcher.output import emit, table
+
+    if output in ("json", "yaml"):
+        emit(rows, fmt=cast("Format", output))
+        return
+    if not rows:
+        print("no waiting workloads", file=sys.stderr)
+        return
+    wide = output == "wide"
+    columns = (["namespace"] if namespaces else []) + ["workload", "reason", "waiting",
+                                                       "message"]
+    table(columns=columns, rows=[
+        ([r["namespace"]] if namespaces else [])
+        + [r["workload"], r["reason"], _age(r["waiting"]),
+           r["message"] if wide or len(r["message"]) <= _MESSAGE_CUT
+           else r["message"][:_MESSAGE_CUT - 1] + "…"]
+        for r in rows])
+
+
+def _print_report(report: dict[str, Any], *, output: str) -> None:
+    from dispatcher.commands import explain
+    from dispatcher.control.record import parse_time
+    from dispatcher.output import emit
+
+    if output in ("json", "yaml"):
+        emit({k: v for k, v in report.items() if not k.startswith("_")},
+             fmt=cast("Format", output))
+        return
+    workload, summary = report["workload"], report["dispatch"]
+    label = f"{workload['kind']}/{workload['name']} in {workload['namespace']}"
+    if summary is None:
+        print(f"{label}: no Dispatch yet: the controller has not taken it up (is it "
+              "running, and is the namespace in its watch.namespaces and labelSelector?)")
+    elif summary["phase"] in ("", "Pending"):
+        since = parse_time(summary["since"])
+        waited = "" if since is None else f" for {_age(time.time() - since)}"
+        print(f"{label}: Pending{waited}, {summary['reason'] or 'not decided yet'}")
+        if summary["message"]:
+            print(f"  {summary['message']}")
+    else:
+        where = f" on {summary['cluster']}" if summary["cluster"] else ""
+        print(f"{label}: {summary['phase']}{where}"
+              + (f" (attempt {summary['attempt']})" if summary["attempt"] else ""))
+        if summary["failure"]:
+            print(f"  gave up: {summary['failure']}")
+        elif summary["message"]:
+            print(f"  {summary['message']}")
+    known: Mapping[str, Any] = summary or {}
+    for attempt in known.get("attempts") or ():
+        print(f"  attempt {attempt.get('attempt')} on {attempt.get('cluster')}: "
+              f"{attempt.get('outcome')}: {attempt.get('reason')}")
+    if known.get("excluded"):
+        print(f"  excluded after those attempts: {', '.join(known['excluded'])}")
+    if report.get("_decision") is not None:
+        print("\nmembers now (live):")
+        explain.print_table(report, wide=output == "wide")
+    elif report.get("membersError"):
+        print(f"\nmembers now: {report['membersError']}")
