@@ -18,7 +18,14 @@ from typing import Any, Protocol, TextIO
 
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -140,6 +147,7 @@ class Metrics:
     @classmethod
     def create(cls) -> Metrics:
         registry = CollectorRegistry()
+        ProcessCollector(registry=registry)  # process_cpu_seconds_total, _resident_memory_bytes
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(name, doc, labels, registry=registry)
