@@ -4,7 +4,8 @@ Covers: each dashboard is JSON with a title, uid and panels; every panel has a q
 every query (panel targets and ``label_values`` variables) is valid PromQL once Grafana's
 variables are substituted (parsed by promql-parser, a port of Prometheus's own parser);
 every metric it names is one ``Metrics`` declares (its registry and the controller's
-scrape-time probe). Helpers here are shared with tests/e2e/test_dashboards.py, which checks
+scrape-time probe); the same for the alert rules documented in docs/operator-guide.md
+(section 5), whose metrics are also in its table. Helpers here are shared with tests/e2e/test_dashboards.py, which checks
 the same names against a live scrape of a running controller.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import promql_parser
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.control.meters import ControllerProbe
@@ -162,3 +164,23 @@ def test_names_are_found_wherever_they_are_in_an_expression() -> None:
             '[$__rate_interval]))) / on() group_left -b + max_over_time(c[1h:5m]) '
             'or {__name__="d"} > bool 1 unless topk(3, (e))')
     assert metric_names(expr) == {"a_bucket", "b", "c", "d", "e"}
+
+
+def test_the_documented_alerts_are_valid_and_name_declared_metrics() -> None:
+    """The rule file in docs/operator-guide.md (section 5, "Metrics and the alerts worth
+    setting") parses as YAML and PromQL, and names only declared metrics."""
+    guide = (DASHBOARDS.parents[1] / "docs" / "operator-guide.md").read_text()
+    section = guide[guide.index("### Metrics and the alerts worth setting"):]
+    block = section[section.index("```yaml\n") + 8:]
+    rules = yaml.safe_load(block[:block.index("```")])["groups"][0]["rules"]
+    assert len(rules) >= 10
+    metrics = Metrics.create()
+    metrics.attach(ControllerProbe(metrics=metrics, queue=PendingQueue(backfill_limit=1),
+                                   fleet=_EmptyFleet(),  # type: ignore[arg-type]
+                                   running=lambda: 0, workers=1))
+    declared = sample_names(metrics.render().decode(), declared=True)
+    for rule in rules:
+        names = metric_names(rule["expr"])
+        assert names and names <= declared, f"{rule['alert']}: {names - declared}"
+        documented = {n.removesuffix("_bucket") for n in names}
+        assert all(f"`{n}`" in section for n in documented), rule["alert"]
