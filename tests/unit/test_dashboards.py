@@ -5,8 +5,9 @@ every query (panel targets and ``label_values`` variables) is valid PromQL once 
 variables are substituted (parsed by promql-parser, a port of Prometheus's own parser);
 every metric it names is one ``Metrics`` declares (its registry and the controller's
 scrape-time probe); the same for the alert rules documented in docs/operator-guide.md
-(section 5), whose metrics are also in its table. Helpers here are shared with tests/e2e/test_dashboards.py, which checks
-the same names against a live scrape of a running controller.
+(section 5), whose metrics are also in its table. Helpers here are shared with
+tests/e2e/test_dashboards.py, which checks the same names against a live scrape of a
+running controller.
 """
 
 from __future__ import annotations
