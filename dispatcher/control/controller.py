@@ -25,6 +25,7 @@ from dispatcher.control.copies import delete_if_owned
 from dispatcher.control.definitions import DefinitionWatcher
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
+from dispatcher.control.meters import ControllerProbe
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import member_copy
@@ -75,10 +76,13 @@ class Controller:
                                      hub_cache=self.cache, copies=self.copies,
                                      queue=self.queue, metrics=self.metrics,
                                      events=self.events, clock=clock, monotonic=monotonic)
-        self.workers = Workers(handler=self.reconciler.reconcile,
+        self.workers = Workers(handler=self.metrics.reconciling(self.reconciler.reconcile),
                                concurrency=settings.workers,
                                describe=self.reconciler.workload_fields,
                                key=lambda uid: self.reconciler.workload_fields(uid)["namespace"])
+        self.metrics.attach(ControllerProbe(metrics=self.metrics, queue=self.queue, fleet=fleet,
+                                            running=lambda: len(self.workers),
+                                            workers=settings.workers))
         self._backlog: set[str] | None = set()
         self.definitions = DefinitionWatcher(hub=hub, live=self.live, clock=clock)
         self.hub_watchers = HubWatchers(hub=hub, live=self.live, cache=self.cache,
@@ -223,8 +227,6 @@ class Controller:
                     for uid in self.cache.uids_on(name):
                         self.workers.kick(uid)
                 reachable[name] = now_reachable
-            for snap in self.fleet.snapshots():
-                self.metrics.free_gpus.labels(member=snap.name).set(snap.capacity.free)
             for entry in self.queue.ordered():
                 self.workers.kick(entry.uid)
             for entry, _ in self.queue.parked():  # a member added may make it placeable

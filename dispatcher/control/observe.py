@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO
 
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
-__all__ = ["EVENTS", "FIELD_LIMIT", "Handler", "Metrics", "cap_fields", "configure_logging",
-           "serve"]
+__all__ = ["ADOPTED", "EVENTS", "FIELD_LIMIT", "PLACED", "RECONCILE_RESULTS", "Handler",
+           "Metrics", "cap_fields", "configure_logging", "serve"]
 
 EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workload.submitted",
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
@@ -78,47 +87,214 @@ def cap_fields(_logger: Any, _method: str, event: MutableMapping[str, Any]
     return event
 
 
-@dataclass(frozen=True)
+RECONCILE_RESULTS = ("success", "requeue_after", "error")
+"""``dispatcher_reconcile_total{result}``: done, done with a recheck asked for, raised."""
+
+PLACED, ADOPTED = "placed", "adopted"
+"""``dispatcher_placement_attempts_total{result}`` beside the ``PendingReason`` values."""
+
+
+class Holding(Protocol):
+    """What the queue gauges read of the pending queue: which uids it holds, how many."""
+
+    def __contains__(self, uid: object, /) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+
+def _code(status: int) -> str:
+    """An HTTP status as a bounded label value (0: no answer; any other out-of-range
+    number a peer might send is "other")."""
+    return str(status) if status == 0 or 100 <= status <= 599 else "other"
+
+
+@dataclass(kw_only=True)
 class Metrics:
-    """The controller's Prometheus metrics, in their own registry."""
+    """The controller's Prometheus metrics, in their own registry.
+
+    Counters and histograms are updated where things happen (one call at each edge of the
+    control loop); gauges of state that already lives in the controller (queue, fleet,
+    workers) are read when scraped (``attach``: ``control.meters``), so they cannot drift
+    from it and a removed member's series disappear. Label values are bounded: member
+    names, GPU products, HTTP verbs and codes, and the enums above and ``PendingReason``;
+    never a workload's name or uid.
+    """
 
     registry: CollectorRegistry
     dispatch_latency: Histogram
     pending: Gauge
     dispatches: Counter
     mirror_lag: Histogram
-    free_gpus: Gauge
     rejections: Counter
+    reconciles: Counter
+    reconcile_errors: Counter
+    reconcile_duration: Histogram
+    workers_busy: Gauge
+    placements: Counter
+    placement_duration: Histogram
+    queue_wait: Histogram
+    member_requests: Counter
+    member_request_duration: Histogram
+    hub_requests: Counter
+    hub_request_duration: Histogram
+    leader: Gauge
+    busy: int = 0
+    waiting_since: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """uid -> (the PendingReason it waits with, monotonic time it first waited), for the
+    queue gauges and ``dispatcher_queue_wait_seconds``; pruned against the queue."""
+    _probe: Collector | None = None
 
     @classmethod
     def create(cls) -> Metrics:
         registry = CollectorRegistry()
+        ProcessCollector(registry=registry)  # process_cpu_seconds_total, _resident_memory_bytes
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str, labels: tuple[str, ...] = ()) -> Histogram:
+            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=registry)
+
         return cls(
             registry=registry,
-            dispatch_latency=Histogram(
+            dispatch_latency=histogram(
                 "dispatcher_dispatch_latency_seconds",
-                "Hub object creation to copy created on the member.",
-                buckets=_LATENCY_BUCKETS, registry=registry),
+                "Hub object creation to copy created on the member."),
             pending=Gauge("dispatcher_pending_workloads",
                           "Hub workloads waiting for a feasible member.", registry=registry),
-            dispatches=Counter("dispatcher_dispatches_total",
-                               "Dispatch outcomes by member and result.",
-                               ["member", "result"], registry=registry),
-            mirror_lag=Histogram(
+            dispatches=counter("dispatcher_dispatches_total",
+                               "Dispatch outcomes by member and result.", ("member", "result")),
+            mirror_lag=histogram(
                 "dispatcher_mirror_lag_seconds",
-                "Member status change seen to hub status written.",
-                buckets=_LATENCY_BUCKETS, registry=registry),
-            free_gpus=Gauge("dispatcher_member_free_gpus",
-                            "Free GPUs per member (net of reservations).", ["member"],
-                            registry=registry),
-            rejections=Counter("dispatcher_copies_rejected_total",
+                "Member status change seen to hub status written."),
+            rejections=counter("dispatcher_copies_rejected_total",
                                "Copies a member refused for good, by member and HTTP "
-                               "status (0: the copy could not be built).",
-                               ["member", "code"], registry=registry),
+                               "status (0: the copy could not be built).", ("member", "code")),
+            reconciles=counter("dispatcher_reconcile_total",
+                               "Reconciles of one hub workload, by result (success, "
+                               "requeue_after: a recheck was scheduled, error: it raised and "
+                               "is retried with backoff).", ("result",)),
+            reconcile_errors=counter("dispatcher_reconcile_errors_total",
+                                     "Reconciles that raised (retried with backoff)."),
+            reconcile_duration=histogram("dispatcher_reconcile_duration_seconds",
+                                         "Time of one reconcile (all its steps)."),
+            workers_busy=Gauge("dispatcher_workers_busy",
+                               "Workers reconciling a workload now (of config workers).",
+                               registry=registry),
+            placements=counter("dispatcher_placement_attempts_total",
+                               "Placement attempts by result: placed, adopted (a copy was "
+                               "already on a member) or the PendingReason it waits with.",
+                               ("result",)),
+            placement_duration=histogram(
+                "dispatcher_placement_duration_seconds",
+                "Time of one placement decision (the synchronous step: gates, fit, packing)."),
+            queue_wait=histogram(
+                "dispatcher_queue_wait_seconds",
+                "First waiting to placed on a member, by the PendingReason it waited with "
+                "last.", ("reason",)),
+            member_requests=counter(
+                "dispatcher_member_api_requests_total",
+                "Requests to member API servers by member, verb and HTTP status (0: no "
+                "answer: connection failed or timed out).", ("member", "verb", "code")),
+            member_request_duration=histogram(
+                "dispatcher_member_api_request_duration_seconds",
+                "Member API request time to the response headers (WATCH: to the stream's "
+                "start).", ("member", "verb")),
+            hub_requests=counter(
+                "dispatcher_hub_api_requests_total",
+                "Requests to the hub API server by verb and HTTP status (0: no answer).",
+                ("verb", "code")),
+            hub_request_duration=histogram(
+                "dispatcher_hub_api_request_duration_seconds",
+                "Hub API request time to the response headers.", ("verb",)),
+            leader=Gauge("dispatcher_leader",
+                         "1 while this replica leads (holds the Lease, or leader election "
+                         "is off and it runs), else 0.", registry=registry),
         )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def attach(self, probe: Collector) -> None:
+        """Read ``probe`` at every scrape (the controller's state gauges); replaces an
+        earlier one, so a restarted controller never doubles its series."""
+        if self._probe is not None:
+            self.registry.unregister(self._probe)
+        self._probe = probe
+        self.registry.register(probe)
+
+    # -- edges of the control loop -------------------------------------------------------
+
+    def reconciling(self, handler: Callable[[str], Awaitable[float | None]]
+                    ) -> Callable[[str], Awaitable[float | None]]:
+        """``handler`` (``Reconciler.reconcile``) counted, timed and shown busy; it runs
+        only while its worker holds a slot, so ``busy`` is the workers in use."""
+        async def metered(uid: str) -> float | None:
+            self.busy += 1
+            self.workers_busy.inc()
+            started = time.perf_counter()
+            try:
+                after = await handler(uid)
+            except Exception:
+                self.reconciles.labels(result="error").inc()
+                self.reconcile_errors.inc()
+                raise
+            finally:
+                self.reconcile_duration.observe(time.perf_counter() - started)
+                self.busy -= 1
+                self.workers_busy.dec()
+            self.reconciles.labels(result="success" if after is None else "requeue_after").inc()
+            return after
+        return metered
+
+    def placement(self, *, uid: str, result: str, waiting: str | None, seconds: float,
+                  queue: Holding) -> None:
+        """One placement attempt of ``uid``: ``result`` (placed, adopted or a
+        PendingReason), ``waiting`` the PendingReason it now waits with (None: it left the
+        queue). Entries of workloads the queue no longer holds (deleted meanwhile) are
+        pruned here too, so the map never outgrows the queue by much, scraped or not."""
+        self.placements.labels(result=result).inc()
+        self.placement_duration.observe(seconds)
+        now = time.monotonic()
+        if waiting is not None:
+            self.waiting_since[uid] = (waiting, self.waiting_since.get(uid, ("", now))[1])
+        else:
+            held = self.waiting_since.pop(uid, None)
+            if held is not None and result in (PLACED, ADOPTED):
+                self.queue_wait.labels(reason=held[0]).observe(now - held[1])
+        if len(self.waiting_since) > 2 * len(queue) + 64:
+            self.prune(queue)
+
+    def prune(self, queue: Holding) -> None:
+        """Forget the waiting workloads ``queue`` no longer holds."""
+        for uid in [u for u in self.waiting_since if u not in queue]:
+            del self.waiting_since[uid]
+
+    def request_observer(self, hub: object) -> Callable[[Any, str, int, float], None]:
+        """What ``kube.client.observe_requests`` calls after each request: ``hub`` (the
+        hub's client) is counted as the hub, every other client by its name as a member.
+        Label children are cached per (client, verb, code): the per-request cost is a dict
+        lookup, an increment and a histogram observe (microseconds against the ~1 ms of
+        CPU a request costs)."""
+        counted: dict[tuple[str, str, str], Any] = {}
+        timed: dict[tuple[str, str], Any] = {}
+
+        def observe(client: Any, verb: str, status: int, seconds: float) -> None:
+            name = "" if client is hub else str(client.name)
+            code = _code(status)
+            child = counted.get((name, verb, code))
+            if child is None:
+                child = counted[(name, verb, code)] = (
+                    self.hub_requests.labels(verb=verb, code=code) if client is hub else
+                    self.member_requests.labels(member=name, verb=verb, code=code))
+            child.inc()
+            timer = timed.get((name, verb))
+            if timer is None:
+                timer = timed[(name, verb)] = (
+                    self.hub_request_duration.labels(verb=verb) if client is hub else
+                    self.member_request_duration.labels(member=name, verb=verb))
+            timer.observe(seconds)
+        return observe
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

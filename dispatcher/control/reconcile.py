@@ -30,6 +30,7 @@ from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.hubhold import unheld_reason
 from dispatcher.control.hubstatus import hub_status
+from dispatcher.control.meters import placed
 from dispatcher.control.observe import Metrics
 from dispatcher.control.parking import BareFleet
 from dispatcher.control.placing import Placement, PlacementInput, QueueStep
@@ -186,10 +187,12 @@ class Reconciler:
         placement: PlacementInput | None = None
         for _ in range(MAX_STEPS):
             snap = self.snapshot(uid, placement)
+            started = time.perf_counter()
             action = decide(snap)
             placement = None  # read for the step right after PLACE only
             if action.placement is not None:
                 self._apply(action.placement)
+                placed(self.metrics, action.placement, time.perf_counter() - started, self.queue)
             if action.kind is ActionKind.PLACE:
                 placement = await self.placement_input(uid, snap)
                 continue

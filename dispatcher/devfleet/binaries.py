@@ -16,6 +16,12 @@ build list, ``OPERATORS``: one wrapper module each under ``deploy/local/<name>/`
 directory together with the CRD YAMLs of the same module version, so starting a fleet never
 needs the Go module cache. An operator whose wrapper module is absent is skipped.
 
+``helm`` (the chart's lint and render tests, ``deploy/chart``) comes from the pinned wrapper
+module ``deploy/local/helm`` (helm.sh/helm/v3), built by ``ensure_helm()`` into its own cache
+directory (a Kubernetes pin change does not rebuild it), with the version and default
+Kubernetes version ldflags of helm's own Makefile; ``python -m dispatcher.devfleet.binaries``
+builds it too.
+
 Peers (``PEERS``: Kueue, for ``dispatcher dev up --with-kueue`` and ``benchmarks/peers.py``)
 are built the same way by ``ensure_peers()``, but only when asked for: not by
 ``ensure_binaries()`` nor by ``python -m dispatcher.devfleet.binaries`` (what CI runs), since
@@ -38,7 +44,8 @@ from pathlib import Path
 from dispatcher.sources import SourceMissing, source_path
 
 __all__ = ["OPERATORS", "PEERS", "Binaries", "BuildError", "OperatorBinary", "OperatorBuild",
-           "cache_root", "ensure_binaries", "ensure_operators", "ensure_peers", "kwok_stages",
+           "cache_root", "ensure_binaries", "ensure_helm", "ensure_operators", "ensure_peers",
+           "kwok_stages",
            "wrapper_dir"]
 
 
@@ -332,6 +339,37 @@ def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     return bins
 
 
+def _helm_ldflags(version: str, go_mod: Path) -> str:
+    """helm's Makefile ldflags: its version, and the Kubernetes version it assumes when no
+    cluster is asked (``helm template``, ``helm lint``): client-go v0.X -> 1.X."""
+    client_go = _required_version(go_mod, "k8s.io/client-go")
+    minor = client_go.lstrip("v").split(".")[1]
+    parts = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}",
+             "-X helm.sh/helm/v3/internal/version.gitTreeState=clean"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        parts += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(parts)
+
+
+def ensure_helm(*, rebuild: bool = False) -> Path:
+    """The ``helm`` binary of the pinned wrapper module ``deploy/local/helm`` (built once,
+    then cached under its own key); raises BuildError when Go is missing or the build
+    fails."""
+    module = wrapper_dir() / "helm"
+    version = _required_version(module / "go.mod", "helm.sh/helm/v3")
+    target = cache_root() / f"helm-{version}-{_key(module)}"
+    binary = target / "helm"
+    if rebuild and target.exists():
+        shutil.rmtree(target)
+    if not binary.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        _go_build(module=module, package="helm.sh/helm/v3/cmd/helm", output=partial,
+                  ldflags=_helm_ldflags(version, module / "go.mod"), log=target / "build.log")
+        partial.rename(binary)
+    return binary
+
+
 def selected_operators() -> list[str] | None:
     """The operators named in ``DISPATCHER_DEV_OPERATORS`` (comma-separated; "" for none),
     or None (every operator of ``OPERATORS``) when it is unset."""
@@ -350,6 +388,7 @@ def main() -> int:
     """Entry point for ``python -m dispatcher.devfleet.binaries`` (``--peers``: Kueue too)."""
     try:
         bins = ensure_binaries(rebuild="--rebuild" in sys.argv)
+        helm = ensure_helm(rebuild="--rebuild" in sys.argv)
         if "--peers" in sys.argv:
             bins = replace(bins, operators=(*bins.operators,
                                             *ensure_peers(rebuild="--rebuild" in sys.argv)))
@@ -359,6 +398,7 @@ def main() -> int:
     for path in (bins.etcd, bins.kube_apiserver, bins.kubectl, bins.kube_scheduler,
                  bins.kube_controller_manager, bins.kwok):
         _say(f"{path.name}: {path.stat().st_size / 2**20:.0f} MiB")
+    _say(f"helm: {helm.stat().st_size / 2**20:.0f} MiB")
     for op in bins.operators:
         _say(f"{op.name} {op.version}: {op.binary.stat().st_size / 2**20:.0f} MiB, "
              f"CRDs {', '.join(p.name for p in op.crd_files())}")

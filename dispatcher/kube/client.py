@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -24,10 +25,27 @@ from dispatcher import __version__
 from dispatcher.kube.errors import KubeError, Unreachable, error_for_status
 from dispatcher.kube.resources import Discovery
 
-__all__ = ["JSON_MERGE_PATCH", "KubeClient", "KubeconfigError"]
+__all__ = ["JSON_MERGE_PATCH", "KubeClient", "KubeconfigError", "RequestObserver",
+           "observe_requests"]
 
 JSON_MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT_S = 10.0
+
+
+RequestObserver = Callable[["KubeClient", str, int, float], None]
+"""Called after every request's response headers (or its failure) with the client, the verb
+(``GET`` ... or ``WATCH``), the HTTP status (0: no answer) and the seconds it took."""
+
+_observer: RequestObserver | None = None
+
+
+def observe_requests(observer: RequestObserver | None) -> RequestObserver | None:
+    """Process-wide: every client reports each request to ``observer`` (the controller's
+    metrics, set by ``shell.app``; it must be cheap and never raise); returns the one it
+    replaces. None: nothing is reported (a time.perf_counter() pair is all it costs)."""
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
 
 
 class KubeconfigError(KubeError):
@@ -90,13 +108,19 @@ class KubeClient:
 
     async def _send(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
                     body: Any = None, content_type: str = "application/json",
-                    request_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+                    request_timeout: aiohttp.ClientTimeout, verb: str = ""
+                    ) -> aiohttp.ClientResponse:
+        started, status = time.perf_counter(), 0  # 0: no answer; -1: cancelled, not reported
         try:
             resp: aiohttp.ClientResponse = await self._api.call_api(
                 path, method, query_params=list(query),
                 header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body, auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=request_timeout)
+            status = resp.status
+        except asyncio.CancelledError:
+            status = -1
+            raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise Unreachable(f"{self.name}: {method} {path}: {_describe(exc)}") from None
         except (RuntimeError, AssertionError) as exc:
@@ -113,6 +137,9 @@ class KubeClient:
                 raise
             raise KubeconfigError(f"{self.name}: {method} {path}: the request headers are "
                                   "invalid (a credential with control characters?)") from None
+        finally:
+            if _observer is not None and status >= 0:
+                _observer(self, verb or method, status, time.perf_counter() - started)
         if resp.status >= 300:
             try:
                 raw = await resp.read()
@@ -152,7 +179,8 @@ class KubeClient:
         ``read_timeout`` bounds the silence between lines, so a dead connection cannot
         hang a watch; ask the server for bookmarks to keep a quiet watch talking.
         """
-        resp = await self._send("GET", path, query=query, request_timeout=aiohttp.ClientTimeout(
+        resp = await self._send("GET", path, query=query, verb="WATCH",
+                                request_timeout=aiohttp.ClientTimeout(
             connect=DEFAULT_TIMEOUT_S, sock_connect=DEFAULT_TIMEOUT_S, sock_read=read_timeout))
         try:
             while True:

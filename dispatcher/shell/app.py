@@ -32,7 +32,7 @@ from dispatcher.control.observe import Metrics, configure_logging, serve
 from dispatcher.control.settings import ControlSettings
 from dispatcher.fleet.kubeconfigs import INSECURE, KubeconfigProblem, transport_risk
 from dispatcher.fleet.runtime import Fleet
-from dispatcher.kube.client import KubeClient
+from dispatcher.kube.client import KubeClient, observe_requests
 from dispatcher.kube.errors import KubeError
 from dispatcher.placement.selector import parse_selector
 from dispatcher.shell import fleetpage
@@ -129,6 +129,7 @@ async def run(config: Config) -> int:
 
     remove_crash_hook = on_crash(crash)
     metrics = Metrics.create()
+    observed = observe_requests(metrics.request_observer(hub))
     kinds = [d.gvk for d in catalog.definitions]
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
@@ -168,6 +169,7 @@ async def run(config: Config) -> int:
             holder = asyncio.ensure_future(elector.hold())
             lost = asyncio.ensure_future(elector.lost.wait())
             lost.add_done_callback(lambda _: stop.set())
+        metrics.leader.set(1)
         await fleet.start()
         try:
             await controller.run(stop)
@@ -183,6 +185,8 @@ async def run(config: Config) -> int:
             lost.cancel()
             await elector.release()
     finally:
+        metrics.leader.set(0)
+        observe_requests(observed)
         remove_crash_hook()
         if stop_webhook is not None:
             await stop_webhook()
