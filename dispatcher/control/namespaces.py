@@ -136,7 +136,7 @@ class MemberNamespaces:
                 message=f"cannot read hub namespace {namespace}, so its Pod Security "
                         f"level cannot be carried to {cluster}; no namespace is created "
                         f"and no copy made: {exc.detail} (the hub ClusterRole of "
-                        f"deploy/rbac.yaml grants get on namespaces)")
+                        f"deploy/base/rbac.yaml grants get on namespaces)")
         return dict((found.get("metadata") or {}).get("labels") or {})
 
     def _verified(self, cluster: str, namespace: str) -> bool:

@@ -1,6 +1,6 @@
 """Fill freshly started control planes: CRDs on every cluster, GPU Nodes on members.
 
-The hub gets the dispatcher's own CRDs (``deploy/crds/``); every cluster gets CRDs for the
+The hub gets the dispatcher's own CRDs (``deploy/base/crds/``); every cluster gets CRDs for the
 catalog's workload kinds, since users create workloads on the hub and the dispatcher creates
 copies on members: on a real fleet the real CRDs of the kinds whose operator the members run
 (JobSet, ...; the members' operators install them, the hub gets the same ones), open-schema
@@ -33,12 +33,12 @@ __all__ = ["crds_dir", "install_crds", "member_nodes", "provision_hub", "provisi
            "wait_nodes_ready"]
 
 def crds_dir() -> Path:
-    """The dispatcher's CRDs in the source tree (``deploy/crds``)."""
-    return source_path("deploy", "crds")
+    """The dispatcher's CRDs in the source tree (``deploy/base/crds``)."""
+    return source_path("deploy", "base", "crds")
 
 
 def dispatcher_crds() -> list[dict[str, Any]]:
-    """The CRDs of deploy/crds/*.yaml."""
+    """The CRDs of deploy/base/crds/*.yaml."""
     docs: list[dict[str, Any]] = []
     for path in sorted(crds_dir().glob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)

@@ -1,7 +1,7 @@
 """MemberCluster status: rendered from live state, written only when it says something new.
 
 Pure. ``member_status`` turns a connection's health, capacity, version and served kinds into
-the ``status`` of the CRD (deploy/crds/dispatcher.io_memberclusters.yaml); ``conditions``
+the ``status`` of the CRD (deploy/base/crds/dispatcher.io_memberclusters.yaml); ``conditions``
 keeps ``lastTransitionTime`` when a condition's status did not change; ``needs_write``
 decides whether a write is worth it (content changed, or the ``lastSeen`` heartbeat is due)
 so that 100 members never flood the hub. ``rows`` renders MemberClusters for

@@ -113,7 +113,7 @@ MEMBER_CLUSTERS = ResourceRef(group="dispatcher.io", version="v1alpha1", kind="M
                               plural="memberclusters", namespaced=False)
 DISPATCHES = ResourceRef(group="dispatcher.io", version="v1alpha1", kind="Dispatch",
                          plural="dispatches", namespaced=True)
-# Workload definitions on the hub, in both upstream formats (deploy/crds).
+# Workload definitions on the hub, in both upstream formats (deploy/base/crds).
 RESOURCE_INTERFACES = ResourceRef(group="optimization.nvidia.com", version="v1alpha1",
                                   kind="ResourceInterface", plural="resourceinterfaces",
                                   namespaced=False)

@@ -17,7 +17,6 @@ on the dev fleet), an image actually running from the chart.
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -66,26 +65,9 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
 
 
 def shared_hub_kustomized(tmp: Path) -> list[dict[str, Any]]:
-    """What ``deploy/shared-hub/`` adds to ``deploy/``, rendered by kustomize itself.
-
-    kustomize refuses ``deploy/shared-hub`` as it is laid out (its base ``../`` contains the
-    overlay: "cycle detected", kubectl 1.35 / kustomize v5.7.1), so the same two
-    kustomizations are rendered from a copy where the base is a sibling folder."""
-    base = tmp / "base"
-    base.mkdir()
-    shutil.copytree(DEPLOY / "crds", base / "crds")
-    for path in DEPLOY.iterdir():
-        if path.is_file():
-            shutil.copyfile(path, base / path.name)
-    overlay = tmp / "shared-hub"
-    overlay.mkdir()
-    for path in (DEPLOY / "shared-hub").iterdir():
-        text = path.read_text()
-        if path.name == "kustomization.yaml":
-            assert "\n- ../\n" in text
-            text = text.replace("\n- ../\n", "\n- ../base\n")
-        (overlay / path.name).write_text(text)
-    return kustomize(overlay)
+    """What ``kubectl apply -k deploy/shared-hub/`` installs, rendered by kustomize itself
+    (``tmp`` is unused: the overlay renders in place since the base moved to deploy/base)."""
+    return kustomize(DEPLOY / "shared-hub")
 
 
 def normalized(docs: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
@@ -139,7 +121,7 @@ def test_the_hub_chart_renders_the_kustomization() -> None:
     assert {"CustomResourceDefinition", "ClusterRole", "Role", "Deployment", "ConfigMap",
             "Service", "Namespace"} <= kinds
     assert len([k for k in chart if k[0] == "CustomResourceDefinition"]) == \
-        len(list((DEPLOY / "crds").glob("*.yaml")))
+        len(list((DEPLOY / "base" / "crds").glob("*.yaml")))
 
 
 def test_shared_mode_renders_the_shared_hub_kustomization(tmp_path: Path) -> None:
@@ -265,3 +247,15 @@ def test_a_real_member_accepts_the_rendered_member_chart(dev_fleet: FleetState) 
               "--dry-run=server", "-f", "-", stdin=rendered)
     assert "clusterrole.rbac.authorization.k8s.io/dispatcher-member-write" in out
     assert "rolebinding.rbac.authorization.k8s.io/dispatcher-member" in out
+
+
+@pytest.mark.parametrize("overlay", ["", "shared-hub"], ids=["dedicated", "shared"])
+def test_the_real_hub_accepts_each_kustomization(dev_fleet: FleetState, overlay: str) -> None:
+    """``kubectl apply -k deploy/`` and ``-k deploy/shared-hub/`` exactly as the operator
+    guide says (server dry-run on the dev hub): kustomize itself renders them, so a layout
+    it refuses (a base that contains its overlay) fails here."""
+    kubectl = ensure_binaries(members=False).kubectl
+    out = run(kubectl, "--kubeconfig", dev_fleet.cluster("hub").kubeconfig, "apply",
+              "--dry-run=server", "-k", str(DEPLOY / overlay) if overlay else str(DEPLOY))
+    assert "deployment.apps/dispatcher" in out and "(server dry run)" in out
+    assert ("mutatingwebhookconfiguration" in out) == bool(overlay)

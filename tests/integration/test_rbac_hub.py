@@ -291,7 +291,7 @@ async def test_kubectl_get_prints_useful_columns(installed: str, admin: KubeClie
 
 async def test_in_cluster_kubeconfig_authenticates_with_the_mounted_token(
         installed: str, admin: KubeClient, tmp_path: Path) -> None:
-    """deploy/in-cluster.kubeconfig (tokenFile + CA file) read the way the controller reads
+    """deploy/base/in-cluster.kubeconfig (tokenFile + CA file) read the way the controller reads
     its hub kubeconfig; only the pod's mount paths and the server address are swapped."""
     token, _ = await identity.request_token(admin, namespace=SYSTEM, name="dispatcher",
                                             expiration_s=3600)
@@ -300,7 +300,7 @@ async def test_in_cluster_kubeconfig_authenticates_with_the_mounted_token(
     (tmp_path / "token").write_text(token)
     (tmp_path / "ca.crt").write_bytes(base64.b64decode(
         hub_admin["clusters"][0]["cluster"]["certificate-authority-data"]))
-    text = (ROOT / "deploy" / "in-cluster.kubeconfig").read_text()
+    text = (ROOT / "deploy" / "base" / "in-cluster.kubeconfig").read_text()
     assert text.count(mount) == 2
     kubeconfig = yaml.safe_load(text.replace(mount, str(tmp_path)).replace(
         "https://kubernetes.default.svc", hub_admin["clusters"][0]["cluster"]["server"]))

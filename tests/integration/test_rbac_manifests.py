@@ -4,7 +4,7 @@ Covers: no wildcard in any Role or ClusterRole; the hub ClusterRole and the memb
 ClusterRoles (read, bound cluster-wide; write, bound per namespace) grant each catalog
 workload kind exactly the verbs the controller uses (pods create: the admission dry-run;
 namespaces get: the Pod Security labels, hub and member), and no resource outside the
-catalog; every CRD of deploy/crds is installed by the
+catalog; every CRD of deploy/base/crds is installed by the
 kustomization; the Deployment is hardened (non-root, read-only root, no capabilities, RuntimeDefault
 seccomp, probes on the config's server port) and runs as the ServiceAccount the RBAC
 binds; the in-cluster config is config/default.yaml but for the hub kubeconfig.
@@ -94,7 +94,10 @@ def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 
 def all_roles() -> list[tuple[Path, dict[str, Any]]]:
     roles = []
-    for path in sorted(DEPLOY.glob("*.yaml")) + sorted((DEPLOY / "member").rglob("*.yaml")):
+    paths = [*sorted((DEPLOY / "base").glob("*.yaml")),
+             *sorted((DEPLOY / "shared-hub").glob("*.yaml")),
+             *sorted((DEPLOY / "member").rglob("*.yaml"))]
+    for path in paths:
         roles += [(path, d) for d in load(path) if d.get("kind") in ("Role", "ClusterRole")]
     return roles
 
@@ -147,7 +150,7 @@ def test_hub_secrets_and_lease_are_namespaced_to_dispatcher_system() -> None:
     assert grants(role["rules"])[("", "secrets")] == {"get", "list", "watch"}
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": [configmod.load(DEPLOY / "config.yaml")
+                      "resourceNames": [configmod.load(DEPLOY / "base" / "config.yaml")
                                         .control.leader.name],
                       "verbs": ["get", "update"]}]
     cluster_role = one(docs, "ClusterRole", "dispatcher")
@@ -176,8 +179,8 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
 
 
 def test_every_crd_is_installed_by_the_kustomization() -> None:
-    listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
-    crds = sorted(f"crds/{p.name}" for p in (DEPLOY / "crds").glob("*.yaml"))
+    listed = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())["resources"]
+    crds = sorted(f"crds/{p.name}" for p in (DEPLOY / "base" / "crds").glob("*.yaml"))
     assert crds and set(crds) <= set(listed)
 
 
@@ -195,7 +198,7 @@ def test_deployment_is_hardened_and_probes_the_configured_port() -> None:
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    server = configmod.load(DEPLOY / "config.yaml").control.server
+    server = configmod.load(DEPLOY / "base" / "config.yaml").control.server
     (port,) = container["ports"]
     assert port["containerPort"] == server.port
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
@@ -207,14 +210,14 @@ def test_deployment_is_hardened_and_probes_the_configured_port() -> None:
 
 
 def test_in_cluster_config_is_the_default_but_for_the_hub_kubeconfig() -> None:
-    deployed = yaml.safe_load((DEPLOY / "config.yaml").read_text())
+    deployed = yaml.safe_load((DEPLOY / "base" / "config.yaml").read_text())
     default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
     assert deployed["hub"].pop("kubeconfig") == "in-cluster.kubeconfig"
     default["hub"].pop("kubeconfig")
     assert deployed == default
-    loaded = configmod.load(DEPLOY / "config.yaml")
-    assert loaded.hub_kubeconfig == str(DEPLOY / "in-cluster.kubeconfig")
-    kubeconfig = yaml.safe_load((DEPLOY / "in-cluster.kubeconfig").read_text())
+    loaded = configmod.load(DEPLOY / "base" / "config.yaml")
+    assert loaded.hub_kubeconfig == str(DEPLOY / "base" / "in-cluster.kubeconfig")
+    kubeconfig = yaml.safe_load((DEPLOY / "base" / "in-cluster.kubeconfig").read_text())
     assert kubeconfig["users"][0]["user"] == {
         "tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
 

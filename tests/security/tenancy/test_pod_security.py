@@ -215,7 +215,7 @@ async def test_the_shipped_rbac_reads_the_hub_namespace_and_carries_restricted(
 async def without_namespace_read(shipped: dict[str, Any]) -> Any:
     """A ServiceAccount bound to the shipped hub ClusterRole minus its namespaces rule."""
     account = f"dispatcher-nons-{uuid.uuid4().hex[:6]}"
-    role = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text())
+    role = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text())
                 if d and d["kind"] == "ClusterRole")
     rules = [r for r in role["rules"] if "namespaces" not in r["resources"]]
     assert len(rules) == len(role["rules"]) - 1
