@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["FORMATS", "Format", "emit", "table"]
+__all__ = ["FORMATS", "Format", "age", "emit", "table"]
 
 Format = Literal["table", "wide", "json", "yaml"]
 FORMATS: tuple[str, ...] = ("table", "wide", "json", "yaml")
@@ -45,3 +45,16 @@ def emit(data: Any, *, fmt: Format, out: TextIO | None = None) -> None:
         yaml.safe_dump(data, sink, sort_keys=False)
     else:
         raise ValueError(f"emit() renders json or yaml, not {fmt!r}")
+
+
+def age(seconds: float | None) -> str:
+    """An age as kubectl prints one, roughly: 45s, 12m, 5h, 3d ("-" when unknown)."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"

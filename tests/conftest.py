@@ -97,13 +97,11 @@ def dev_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
         devfleet.down(root=root)
 
 
-@pytest.fixture(scope="session")
-def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
-               ) -> Iterator[FleetState]:
-    """A running hub + real members (controllers, scheduler, kwok) for the whole session."""
-    root = tmp_path_factory.mktemp("realfleet")
+def _real(root: Path, fleet_spec: FleetSpec, *, hub: devfleet.HubMode) -> Iterator[FleetState]:
+    """Real members and a hub of mode ``hub``, stopped and removed afterwards (also when
+    starting fails half-way)."""
     try:
-        state = devfleet.up(root=root, fleet=fleet_spec, real=True)
+        state = devfleet.up(root=root, fleet=fleet_spec, real=True, hub=hub)
     except BaseException:
         devfleet.down(root=root)
         raise
@@ -111,6 +109,14 @@ def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
         yield state
     finally:
         devfleet.down(root=root)
+
+
+@pytest.fixture(scope="session")
+def real_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+               ) -> Iterator[FleetState]:
+    """A running dedicated hub + real members (controllers, scheduler, kwok) for the whole
+    session."""
+    yield from _real(tmp_path_factory.mktemp("realfleet"), fleet_spec, hub="dedicated")
 
 
 @pytest.fixture(scope="session")
@@ -118,16 +124,7 @@ def shared_hub_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: Fleet
                      ) -> Iterator[FleetState]:
     """A running shared hub (a full cluster, ``hub_mode == "shared"``) + real members for
     the whole session."""
-    root = tmp_path_factory.mktemp("sharedhub")
-    try:
-        state = devfleet.up(root=root, fleet=fleet_spec, real=True, hub="shared")
-    except BaseException:
-        devfleet.down(root=root)
-        raise
-    try:
-        yield state
-    finally:
-        devfleet.down(root=root)
+    yield from _real(tmp_path_factory.mktemp("sharedhub"), fleet_spec, hub="shared")
 
 
 @pytest.fixture(scope="session")

@@ -207,18 +207,6 @@ def pending_rows(dispatches: Sequence[Mapping[str, Any]], *, now: float
     return rows
 
 
-def _age(seconds: float | None) -> str:
-    """An age as kubectl prints one, roughly: 45s, 12m, 5h, 3d."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    if seconds < 172800:
-        return f"{int(seconds // 3600)}h"
-    return f"{int(seconds // 86400)}d"
-
 
 def _print_rows(rows: list[dict[str, Any]], *, output: str, namespaces: bool) -> None:
     from dispatcher.output import emit, table
@@ -279,3 +267,8 @@ def _print_report(report: dict[str, Any], *, output: str) -> None:
         explain.print_table(report, wide=output == "wide")
     elif report.get("membersError"):
         print(f"\nmembers now: {report['membersError']}")
+
+
+def _age(seconds: float | None) -> str:
+    from dispatcher.output import age  # rich stays out of `dispatcher --help`
+    return age(seconds)

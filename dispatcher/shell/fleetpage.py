@@ -34,6 +34,7 @@ from dispatcher.control.overview import (
     QueueRow,
     overview,
 )
+from dispatcher.output import age
 
 __all__ = ["HEADERS", "PATH", "pages", "render"]
 
@@ -82,17 +83,6 @@ def _t(value: Any) -> str:
     """Any value as escaped text (quotes too: safe in attributes)."""
     return html.escape("" if value is None else str(value), quote=True)
 
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    if seconds < 172800:
-        return f"{int(seconds // 3600)}h"
-    return f"{int(seconds // 86400)}d"
 
 
 def _clock(at: float) -> str:
@@ -150,7 +140,7 @@ def _queued(row: QueueRow, now: float) -> str:
             f'<span class="chip">{_t(row.kind)}</span></td>'
             f'<td class="n">{_t("-" if row.gpus is None else row.gpus)}</td>'
             f"<td>{_badge(row.reason or 'NotDecided', _REASON_TONE.get(row.reason, 'bad'))}"
-            f'</td><td class="n">{_t(_age(waited))}</td>'
+            f'</td><td class="n">{_t(age(waited))}</td>'
             f'<td class="msg">{_t(row.message)}</td></tr>')
 
 

@@ -51,17 +51,23 @@ KINDS = {"Job": JOBS, "JobSet": JOBSETS}
 DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
-@pytest.fixture
-async def clients(real_fleet: FleetState) -> AsyncIterator[dict[str, KubeClient]]:
+async def open_clients(state: FleetState) -> AsyncIterator[dict[str, KubeClient]]:
+    """Admin clients of the hub and the members, closed afterwards."""
     opened = {}
     for name in ("hub", *MEMBERS):
-        kubeconfig = yaml.safe_load(Path(real_fleet.cluster(name).kubeconfig).read_text())
+        kubeconfig = yaml.safe_load(Path(state.cluster(name).kubeconfig).read_text())
         opened[name] = await KubeClient.from_kubeconfig(kubeconfig, name=name)
     try:
         yield opened
     finally:
         for client in opened.values():
             await client.close()
+
+
+@pytest.fixture
+async def clients(real_fleet: FleetState) -> AsyncIterator[dict[str, KubeClient]]:
+    async for opened in open_clients(real_fleet):
+        yield opened
 
 
 # real members take longer than the light fleet (operators, scheduler, kwok)

@@ -33,7 +33,7 @@ from tests.integration.harness import kubectl as any_kubectl
 
 from .conftest import ControllerProcess, _controller
 from .conftest import eventually as shared_eventually
-from .test_real_fleet import MEMBERS, copies, job, jobset, kubectl, nothing_left, start
+from .test_real_fleet import copies, job, jobset, kubectl, nothing_left, open_clients, start
 
 pytestmark = pytest.mark.e2e
 
@@ -57,15 +57,8 @@ def shared_settings(port: int) -> Callable[[str], dict[str, Any]]:
 
 @pytest.fixture
 async def shared_clients(shared_hub_fleet: FleetState) -> AsyncIterator[dict[str, KubeClient]]:
-    opened = {}
-    for name in ("hub", *MEMBERS):
-        kubeconfig = yaml.safe_load(Path(shared_hub_fleet.cluster(name).kubeconfig).read_text())
-        opened[name] = await KubeClient.from_kubeconfig(kubeconfig, name=name)
-    try:
+    async for opened in open_clients(shared_hub_fleet):
         yield opened
-    finally:
-        for client in opened.values():
-            await client.close()
 
 
 @pytest.fixture
