@@ -224,6 +224,9 @@ class Definition:
     full_batch: Batch  # demand slots, then status slots: one jq call per full resolve
     # copyDefinition.serverSetPaths: what the hub's apiserver set, removed from a copy
     server_set: tuple[Expr, ...] = ()
+    # ... of them, the plain field paths as JSON paths ("spec.priority"): a scheduling field
+    # found there is the hub's (its admission wrote it), not the tenant's, and goes unjudged
+    server_set_fields: frozenset[str] = frozenset()
     # copyDefinition.hubHold: how the kind is kept from running on a shared hub
     hold: Hold | None = None
     document: dict[str, Any] = field(repr=False)
