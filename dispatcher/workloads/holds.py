@@ -33,9 +33,9 @@ __all__ = [
     "Hold",
     "HoldState",
     "clear_hold",
+    "dotted",
     "hold_patch",
     "hold_state",
-    "dotted",
     "parse_path",
 ]
 
