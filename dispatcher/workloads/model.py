@@ -62,11 +62,15 @@ GENERIC_OF_KEY: dict[str, GenericStatus] = {
     "suspended": GenericStatus.SUSPENDED, "running": GenericStatus.RUNNING,
     "failed": GenericStatus.FAILED, "completed": GenericStatus.COMPLETED,
     "initializing": GenericStatus.INITIALIZING, "pending": GenericStatus.PENDING,
+    # the Karta variant that split Initializing into Pending and Progressing
+    # (dsx-ai-factory/karta pkg/api/runai/v1alpha1/structure.go, its nimservice.go): its
+    # Progressing is ours initializing, its Pending ours pending
+    "progressing": GenericStatus.INITIALIZING,
     "degraded": GenericStatus.DEGRADED,
 }
 DEFAULT_PRECEDENCE: tuple[str, ...] = (
     "resuming", "suspending", "suspended", "running", "failed", "completed",
-    "initializing", "pending", "degraded",
+    "initializing", "pending", "progressing", "degraded",
 )
 
 # fragmentedPodSpecDefinition fields (upstream + dispatcher extensions at the end)
