@@ -19,7 +19,8 @@ Branch order (first match wins):
 3   being deleted, member unreachable, not lost    WAIT (recheck when it may count as lost)
     long enough
 4   being deleted, otherwise                       RELEASE_FINALIZER (if still held)
-5   no finalizer                                   ADD_FINALIZER
+5   no finalizer, a controller owns it, no record  NOTHING (its owner's pod, Job, ...: never ours)
+5a  no finalizer                                   ADD_FINALIZER
 6   no Dispatch record                             CREATE_RECORD
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
 8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from dispatcher.control.hubhold import controller_owner
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.placing import Placement, PlacementInput, place
 from dispatcher.control.record import DispatchRecord
@@ -309,6 +311,10 @@ def decide(snap: Snapshot) -> Action:
     if meta.get("deletionTimestamp"):
         return _deleting(snap, workload)
     if FINALIZER not in (meta.get("finalizers") or ()):
+        owner = controller_owner(workload)
+        if owner is not None and record is None:  # never taken: its owner's, not ours
+            return Action(kind=ActionKind.NOTHING,
+                          reason=f"owned by {owner}: part of its owner's workload")
         return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
     if record is None:
         return Action(kind=ActionKind.CREATE_RECORD, reason="new workload")

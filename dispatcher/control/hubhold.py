@@ -11,7 +11,12 @@ catalog kind; the answer is an AdmissionReview response:
   reason, so it never runs twice silently;
 - UPDATE that would drop a hold the object had: the hold put back;
 - a ``managedBy`` someone else set (Kueue MultiKueue): allowed unchanged, with a warning;
-  the controller does not dispatch it either (``unheld_reason``).
+  the controller does not dispatch it either (``unheld_reason``);
+- CREATE of an object a controller owns (an ownerReference with ``controller: true``: the
+  pods of a DaemonSet, the Jobs of an Argo Workflow): allowed as is. It is part of its
+  owner's workload, never one of its own (``controller_owner``); the controller does not
+  dispatch it. Without this, putting ``Pod`` in the catalog would refuse every pod the
+  shared hub's own controllers create in a dispatched namespace.
 
 ``unheld_reason`` is the controller's own check of the same rule (an object created before
 the webhook was installed, or while ``failurePolicy`` was not ``Fail``): such a workload is
@@ -31,8 +36,9 @@ from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.holds import HoldState, hold_patch, hold_state
 from dispatcher.workloads.model import Definition
 
-__all__ = ["WEBHOOK_NAME", "WEBHOOK_PATH", "HoldScope", "configuration", "review",
-           "unheld_reason"]
+__all__ = ["NOT_OWNED", "WEBHOOK_NAME", "WEBHOOK_PATH", "HoldScope", "configuration",
+           "controller_owner",
+           "review", "unheld_reason"]
 
 WEBHOOK_NAME = "hold.dispatcher.io"
 WEBHOOK_PATH = "/mutate"
@@ -53,6 +59,17 @@ class HoldScope:
         if self.namespaces and namespace not in self.namespaces:
             return False
         return self.selector.matches(labels)
+
+
+def controller_owner(obj: Mapping[str, Any]) -> str | None:
+    """``Kind/name`` of the controller that owns ``obj`` (its ownerReference with
+    ``controller: true``), or None for an object of its own: only those are workloads."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return f"{ref.get('kind') or '?'}/{ref.get('name') or '?'}"
+    return None
 
 
 def unheld_reason(obj: Mapping[str, Any], definition: Definition) -> str | None:
@@ -122,6 +139,8 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
         return _response(uid, patch=hold_patch(obj, hold), warnings=[
             f"{hold.dotted} is how the dispatcher keeps {kind} from running on this hub: "
             f"kept at {hold.value!r}"])
+    if controller_owner(obj) is not None:  # its owner is the workload
+        return _response(uid)
     reason = unheld_reason(obj, definition)
     if hold is None or hold.kind == "refuse":
         return _response(uid, allowed=False,
@@ -131,6 +150,20 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
         return _response(uid, warnings=[f"dispatcher.io: {reason}"])
     return _response(uid, patch=hold_patch(obj, hold))
 
+
+_OWNED = "has({o}.metadata.ownerReferences) && {o}.metadata.ownerReferences.exists(r, " \
+         "has(r.controller) && r.controller)"
+NOT_OWNED = {
+    "name": "not-a-controllers-child",
+    # CREATE of an object a controller owns never reaches the webhook (review would pass it
+    # anyway); an UPDATE does when the object was not owned before, so a held object that
+    # gains an owner keeps its hold.
+    "expression": f"!({_OWNED.format(o='object')}) || (request.operation == 'UPDATE' && "
+                  f"!({_OWNED.format(o='oldObject')}))",
+}
+"""The webhook's matchCondition: the shared hub's own controllers' children (its pods,
+above all, now that Pod is a catalog kind) are never sent, so a webhook that is down delays
+none of them."""
 
 _OBJECT_OPERATORS = {"=": "In", "in": "In", "!=": "NotIn", "notin": "NotIn",
                      "exists": "Exists", "!": "DoesNotExist"}
@@ -192,6 +225,7 @@ def configuration(*, name: str, resources: Mapping[tuple[str, str], list[str]],
             "timeoutSeconds": 5,
             "clientConfig": dict(client_config),
             "namespaceSelector": _namespace_selector(scope, skip),
+            "matchConditions": [dict(NOT_OWNED)],
             "rules": rules,
             **({"objectSelector": selector} if (selector := _object_selector(scope)) else {}),
         }],

@@ -109,6 +109,7 @@ class HubWatchers:
         self._selector = label_selector or None
         self._skip = frozenset(skip_namespaces)
         self._watched: set[GroupVersionKind] = set()
+        self._kinds: set[tuple[str, str]] = set()  # (group, kind) of self._watched
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
         self._crds_served: dict[str, CrdServes] = {}
@@ -137,12 +138,17 @@ class HubWatchers:
         Run again when a CRD appears and when the live catalog gains a kind. A kind that
         leaves the catalog stays watched: its workloads stay cached (never mistaken for
         deleted ones), and the reconciler says why they are not dispatched. Returns the
-        catalog's kinds the hub does not serve (as far as discovery says)."""
+        catalog's kinds the hub does not serve (as far as discovery says).
+
+        One watch per (group, kind), the first version the catalog lists that the hub
+        serves, as for the members' copies (``MemberWatchers._start_kinds``): every version
+        of a kind is the same objects, and two watches would deliver each object twice, in
+        two shapes, to two definitions (LLMInferenceService v1alpha1 and v1alpha2)."""
         self._hub.discovery.forget()
         missing: set[GroupVersionKind] = set()
         for gvk in self._live.current.kinds():
             key = gvk.key
-            if gvk in self._watched:
+            if gvk in self._watched or (gvk.group, gvk.kind) in self._kinds:
                 continue
             try:
                 ref = await self._hub.discovery.resource(gvk.api_version, gvk.kind)
@@ -152,6 +158,7 @@ class HubWatchers:
                 missing.add(gvk)
                 continue
             self._watched.add(gvk)
+            self._kinds.add((gvk.group, gvk.kind))
             for namespace in self._namespaces:
                 self._tasks.append(guarded(
                     forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),

@@ -51,8 +51,7 @@ def _workload_crds(rest: Rest, real: Iterable[dict[str, Any]] = ()) -> list[dict
     real = list(real)
     have = {crd["metadata"]["name"] for crd in real}
     crds = list(real)
-    for group, version, kind, plural in workload_crds.WORKLOAD_KINDS:
-        name = f"{plural}.{group}"
+    for name, standin in workload_crds.crds_for(workload_crds.WORKLOAD_KINDS).items():
         if name in have:
             continue
         try:
@@ -63,8 +62,7 @@ def _workload_crds(rest: Rest, real: Iterable[dict[str, Any]] = ()) -> list[dict
         else:
             if "dispatcher.io/devfleet-standin" not in current["metadata"].get("labels", {}):
                 continue
-        crds.append(workload_crds.crd_manifest(group=group, version=version, kind=kind,
-                                               plural=plural))
+        crds.append(standin)
     return crds
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 from dispatcher.devfleet.rest import ApiError, Rest
 
-__all__ = ["CRD_PATH", "WORKLOAD_KINDS", "crd_manifest", "install_crds"]
+__all__ = ["CRD_PATH", "WORKLOAD_KINDS", "crd_manifest", "crds_for", "install_crds"]
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
-# (group, version, kind, plural)
+# (group, version, kind, plural); a kind served in several versions has one entry per
+# version, the first its storage version (one CRD with every version: crds_for).
 WORKLOAD_KINDS: tuple[tuple[str, str, str, str], ...] = (
     ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
     ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
@@ -33,11 +34,18 @@ WORKLOAD_KINDS: tuple[tuple[str, str, str, str], ...] = (
     ("milvus.io", "v1beta1", "Milvus", "milvuses"),
     ("grove.io", "v1alpha1", "PodCliqueSet", "podcliquesets"),
     ("nvidia.com", "v1alpha1", "DynamoGraphDeployment", "dynamographdeployments"),
+    ("nvidia.com", "v1beta1", "DynamoGraphDeployment", "dynamographdeployments"),
+    ("apps.nvidia.com", "v1alpha1", "NIMCache", "nimcaches"),
+    ("serving.kserve.io", "v1alpha2", "LLMInferenceService", "llminferenceservices"),
+    ("serving.kserve.io", "v1alpha1", "LLMInferenceService", "llminferenceservices"),
+    ("agents.x-k8s.io", "v1beta1", "Sandbox", "sandboxes"),
 )
 
 
-def crd_manifest(*, group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
-    """An open-schema, namespaced CRD with a status subresource."""
+def crd_manifest(*, group: str, version: str, kind: str, plural: str,
+                 also_served: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An open-schema, namespaced CRD with a status subresource; ``version`` is stored,
+    ``also_served`` are served too (no conversion: a stand-in keeps what was written)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -49,13 +57,24 @@ def crd_manifest(*, group: str, version: str, kind: str, plural: str) -> dict[st
             "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
                       "listKind": f"{kind}List"},
             "versions": [{
-                "name": version, "served": True, "storage": True,
+                "name": name, "served": True, "storage": name == version,
                 "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {
                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-            }],
+            } for name in (version, *also_served)],
         },
     }
+
+
+def crds_for(kinds: Iterable[tuple[str, str, str, str]]) -> dict[str, dict[str, Any]]:
+    """One stand-in CRD per resource of ``kinds`` (``WORKLOAD_KINDS`` entries), by CRD
+    name; the first entry of a resource names its storage version."""
+    versions: dict[tuple[str, str, str], list[str]] = {}
+    for group, version, kind, plural in kinds:
+        versions.setdefault((group, kind, plural), []).append(version)
+    return {f"{plural}.{group}": crd_manifest(group=group, version=names[0], kind=kind,
+                                              plural=plural, also_served=tuple(names[1:]))
+            for (group, kind, plural), names in versions.items()}
 
 
 CRD_WRITE_S = 60.0

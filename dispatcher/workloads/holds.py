@@ -33,6 +33,7 @@ __all__ = [
     "Hold",
     "HoldState",
     "clear_hold",
+    "dotted",
     "hold_patch",
     "hold_state",
     "parse_path",
@@ -45,17 +46,32 @@ HOLD_ANNOTATION = "dispatcher.io/hub-hold"
 
 HoldKind = Literal["managedBy", "pause", "refuse"]
 _SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_STEP = re.compile(r'\.(?:([A-Za-z_][A-Za-z0-9_-]*)|"([^"\\]+)")')
 
 
 def parse_path(text: str) -> tuple[str, ...] | None:
     """``.spec.runPolicy.managedBy`` -> ("spec", "runPolicy", "managedBy"); None if it is not
-    a plain field path (no indexes, no jq)."""
+    a plain field path (no indexes, no jq).
+
+    A segment that is not an identifier is written quoted, as in jq, so an annotation can
+    be a hold (``.metadata.annotations."serving.kserve.io/stop"``); no escapes inside."""
     if not text.startswith(".") or len(text) > 200:
         return None
-    parts = tuple(text[1:].split("."))
-    if not parts or not all(_SEGMENT.fullmatch(p) for p in parts):
-        return None
-    return parts
+    parts: list[str] = []
+    at = 0
+    while at < len(text):
+        match = _STEP.match(text, at)
+        if match is None:
+            return None
+        parts.append(match.group(1) if match.group(1) is not None else match.group(2))
+        at = match.end()
+    return tuple(parts) or None
+
+
+def dotted(path: tuple[str, ...]) -> str:
+    """``parse_path``'s inverse: ("metadata", "annotations", "a.b/c") ->
+    ``.metadata.annotations."a.b/c"``."""
+    return "".join("." + (p if _SEGMENT.fullmatch(p) else f'"{p}"') for p in path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +92,7 @@ class Hold:
     @property
     def dotted(self) -> str:
         """The path as written in the definition."""
-        return "." + ".".join(self.path)
+        return dotted(self.path)
 
 
 class HoldState:
@@ -135,7 +151,9 @@ def hold_patch(obj: Mapping[str, Any], hold: Hold) -> list[dict[str, Any]]:
         node = child
     if hold.kind == "pause":
         annotations = (obj.get("metadata") or {}).get("annotations")
-        if not isinstance(annotations, Mapping):
+        # a pause that is itself an annotation has just made the map, if there was none
+        made = hold.path[:2] == ("metadata", "annotations")
+        if not isinstance(annotations, Mapping) and not made:
             ops.append({"op": "add", "path": "/metadata/annotations",
                         "value": {HOLD_ANNOTATION: hold.dotted}})
         else:

@@ -124,7 +124,7 @@ def _paren_end(text: str, at: int) -> int:
 # -- parser: jq's grammar for the subset, compiling straight to closures -------------------
 
 _LEVELS: tuple[tuple[str, ...], ...] = (
-    ("//",), ("or",), ("and",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*",))
+    ("//",), ("or",), ("and",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/"))
 _KEYWORDS = frozenset({"if", "then", "elif", "else", "end", "as", "and", "or", "reduce",
                        "foreach", "try", "catch", "label", "def", "import", "include",
                        "__loc__"})

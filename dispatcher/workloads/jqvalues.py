@@ -119,6 +119,20 @@ def _multiply(a: Any, b: Any) -> Any:
     raise GiveUp("multiplication")
 
 
+def _divide(a: Any, b: Any) -> Any:
+    """Integers that divide exactly (LLMInferenceService's data / dataLocal); anything
+    else (a fraction, a zero divisor, strings: jq's split) is libjq's."""
+    if type(a) is int and type(b) is int and b != 0 and a % b == 0:
+        return number(a // b)
+    raise GiveUp("division")
+
+
+def _floor(value: Any) -> int:
+    if type(value) is int:
+        return value
+    raise GiveUp("floor")
+
+
 def iterate(value: Any) -> list[Any]:
     if isinstance(value, list):
         return value
@@ -295,12 +309,13 @@ UNARY: dict[str, Callable[[Any], Any]] = {
     "tostring": tostring, "tonumber": _tonumber, "ascii_downcase": _ascii_downcase,
     "min": lambda v: _extreme(v, -1), "max": lambda v: _extreme(v, 1), "add": _sum,
     "last": _last, "not": lambda v: not truthy(v), "any": _any, "all": _all,
+    "floor": _floor,
 }
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "split": _split, "ltrimstr": _ltrimstr, "has": _has,
 }
 OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
-    "+": _add, "-": _subtract, "*": _multiply,
+    "+": _add, "-": _subtract, "*": _multiply, "/": _divide,
     "==": _equal, "!=": lambda a, b: not _equal(a, b),
     "<": lambda a, b: _compare(a, b) < 0, "<=": lambda a, b: _compare(a, b) <= 0,
     ">": lambda a, b: _compare(a, b) > 0, ">=": lambda a, b: _compare(a, b) >= 0,

@@ -62,11 +62,15 @@ GENERIC_OF_KEY: dict[str, GenericStatus] = {
     "suspended": GenericStatus.SUSPENDED, "running": GenericStatus.RUNNING,
     "failed": GenericStatus.FAILED, "completed": GenericStatus.COMPLETED,
     "initializing": GenericStatus.INITIALIZING, "pending": GenericStatus.PENDING,
+    # the Karta variant that split Initializing into Pending and Progressing
+    # (dsx-ai-factory/karta pkg/api/runai/v1alpha1/structure.go, its nimservice.go): its
+    # Progressing is ours initializing, its Pending ours pending
+    "progressing": GenericStatus.INITIALIZING,
     "degraded": GenericStatus.DEGRADED,
 }
 DEFAULT_PRECEDENCE: tuple[str, ...] = (
     "resuming", "suspending", "suspended", "running", "failed", "completed",
-    "initializing", "pending", "degraded",
+    "initializing", "pending", "progressing", "degraded",
 )
 
 # fragmentedPodSpecDefinition fields (upstream + dispatcher extensions at the end)
@@ -224,6 +228,9 @@ class Definition:
     full_batch: Batch  # demand slots, then status slots: one jq call per full resolve
     # copyDefinition.serverSetPaths: what the hub's apiserver set, removed from a copy
     server_set: tuple[Expr, ...] = ()
+    # ... of them, the plain field paths as JSON paths ("spec.priority"): a scheduling field
+    # found there is the hub's (its admission wrote it), not the tenant's, and goes unjudged
+    server_set_fields: frozenset[str] = frozenset()
     # copyDefinition.hubHold: how the kind is kept from running on a shared hub
     hold: Hold | None = None
     document: dict[str, Any] = field(repr=False)

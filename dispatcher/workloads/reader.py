@@ -132,8 +132,10 @@ class DocReader(StatusReader):
             name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
             group=kind.group, version=kind.version, kind=kind.kind, components=tuple(components),
             status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
-            full_batch=full_batch, server_set=server_set, hold=hold,
-            document=dict(doc))
+            full_batch=full_batch, server_set=server_set,
+            server_set_fields=frozenset(
+                ".".join(parts) for e in server_set if (parts := parse_path(e.text.strip()))),
+            hold=hold, document=dict(doc))
 
     # -- components ------------------------------------------------------------------------
 

@@ -296,7 +296,10 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
         members.extend(instances)
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,
                         values=values)
-    return tuple(views), Demand(gangs=gangs), tuple(scheduling)
+    # A field at a location the definition declares server-set is the hub's admission's
+    # (a bare Pod's spec.priority): the copy drops it, so there is nothing to judge.
+    kept = tuple(f for f in scheduling if f.path not in definition.server_set_fields)
+    return tuple(views), Demand(gangs=gangs), kept
 
 
 def _instances(comp: Component, values: _Values, scheduling: list[PodField]

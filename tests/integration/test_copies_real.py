@@ -202,6 +202,7 @@ def _served_kinds() -> list[tuple[str, str, str, str]]:
     from dispatcher.devfleet.workload_crds import WORKLOAD_KINDS
 
     return [*WORKLOAD_KINDS, ("batch", "v1", "Job", "jobs"),
+            ("batch", "v1", "CronJob", "cronjobs"), ("", "v1", "Pod", "pods"),
             ("apps", "v1", "Deployment", "deployments"),
             ("apps", "v1", "StatefulSet", "statefulsets")]
 

@@ -28,8 +28,9 @@ DEPLOY = ROOT / "deploy"
 
 # Plurals of the catalog's built-in (non-CRD) kinds; CRD kinds come from the dev fleet's
 # stand-in CRDs, which carry each framework's real plural.
-BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("apps", "Deployment"): "deployments",
-                   ("apps", "StatefulSet"): "statefulsets"}
+BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("batch", "CronJob"): "cronjobs",
+                   ("apps", "Deployment"): "deployments",
+                   ("apps", "StatefulSet"): "statefulsets", ("", "Pod"): "pods"}
 
 # What the controller's requests need (grep dispatcher/control and dispatcher/fleet):
 # hub workloads are watched, read after a conflict and merge-patched (finalizer), their
@@ -166,8 +167,10 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
         assert read.get(resource) == MEMBER_READ_VERBS, resource
         assert write.get(resource) == MEMBER_WRITE_VERBS, resource
         assert read[resource] | write[resource] == MEMBER_WORKLOAD_VERBS
-    assert read[("", "nodes")] == read[("", "pods")] == {"list", "watch"}
-    assert write[("", "pods")] == {"create"}  # the pod admission dry-run (?dryRun=All)
+    assert read[("", "nodes")] == {"list", "watch"}
+    # Pods: capacity (list, watch) and a catalog kind (bare Pods); create is also the pod
+    # admission dry-run (?dryRun=All)
+    assert read[("", "pods")] == MEMBER_READ_VERBS and write[("", "pods")] == MEMBER_WRITE_VERBS
     # the bound namespace's own Pod Security labels, compared with the hub namespace's
     assert write[("", "namespaces")] == {"get"}
     assert set(read) - workloads - {("", "nodes"), ("", "pods")} == set()

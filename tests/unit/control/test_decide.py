@@ -32,8 +32,11 @@ NOW = 1_000_000.0
 
 
 def workload(*, finalizer: bool = True, deleting: bool = False,
-             status: dict[str, Any] | None = None) -> dict[str, Any]:
+             status: dict[str, Any] | None = None, owned: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "train", "namespace": "team-a", "uid": "u1"}
+    if owned:  # a controller's child (an Argo Workflow's JobSet, a DaemonSet's pod)
+        meta["ownerReferences"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                    "name": "wf", "uid": "w1", "controller": True}]
     if finalizer:
         meta["finalizers"] = [FINALIZER]
     if deleting:
@@ -88,6 +91,11 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
                                           record=None), ActionKind.NOTHING),
     ("new", Snapshot(now=NOW, workload=workload(finalizer=False), record=None),
      ActionKind.ADD_FINALIZER),
+    ("new, a controller owns it", Snapshot(now=NOW, workload=workload(finalizer=False,
+                                                                      owned=True),
+                                           record=None), ActionKind.NOTHING),
+    ("taken before it got an owner", Snapshot(now=NOW, workload=workload(owned=True),
+                                              record=None), ActionKind.CREATE_RECORD),
     ("no record", Snapshot(now=NOW, workload=workload(), record=None),
      ActionKind.CREATE_RECORD),
     ("gave up", Snapshot(now=NOW, workload=workload(), record=record(failure="x")),

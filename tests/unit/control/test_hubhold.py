@@ -3,22 +3,34 @@ requests, and the controller's own check (``unheld_reason``).
 
 Covered: hold on create per form, refusal with the definition's reason, scope (namespaces,
 kube-*, the controller's own, label selector), re-hold on an update that drops it, a foreign
-managedBy left alone with a warning, non-catalog kinds and deletes untouched, the webhook
-configuration's shape.
+managedBy left alone with a warning, non-catalog kinds and deletes untouched, objects a
+controller owns (the hub's own pods, Deployments of an operator) passed as they are, a bare Pod
+refused, an annotation pause (LLMInferenceService), the webhook configuration's shape.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
-from dispatcher.control.hubhold import HoldScope, configuration, review, unheld_reason
+import yaml
+
+from dispatcher.control.hubhold import (
+    NOT_OWNED,
+    HoldScope,
+    configuration,
+    controller_owner,
+    review,
+    unheld_reason,
+)
 from dispatcher.placement.selector import parse_selector
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.holds import HOLD_ANNOTATION, MANAGED_BY
 from tests.unit.workloads.test_holds import apply
 
+ROOT = Path(__file__).resolve().parents[3]
 CATALOG = Catalog.builtin()
 SCOPE = HoldScope(skip=frozenset({"dispatcher-system"}))
 
@@ -88,8 +100,8 @@ def test_out_of_scope_objects_pass_untouched() -> None:
 
 
 def test_other_kinds_and_operations_pass_untouched() -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}}
-    assert review(request(pod), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}}
+    assert review(request(cm), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
     assert review({**request(job()), "operation": "DELETE"}, catalog=CATALOG,
                   scope=SCOPE) == {"uid": "r1", "allowed": True}
 
@@ -133,6 +145,11 @@ def test_the_configuration_fails_closed_and_skips_system_namespaces() -> None:
     assert [r["apiGroups"] for r in hook["rules"]] == [["apps"], ["batch"]]
     assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "dispatcher-system", "kube-system"]
+    # the shipped manifest says the same as the controller writes
+    shipped = [d for d in yaml.safe_load_all((ROOT / "deploy" / "shared-hub" / "webhook.yaml")
+                                             .read_text()) if d and d["kind"].startswith("Mut")]
+    (condition,) = shipped[0]["webhooks"][0]["matchConditions"]
+    assert hook["matchConditions"] == [condition] == [NOT_OWNED]
 
 
 def test_the_configuration_sends_only_watched_namespaces_and_labels() -> None:
@@ -149,3 +166,75 @@ def test_the_configuration_sends_only_watched_namespaces_and_labels() -> None:
     (numeric,) = configuration(name="d", resources={}, client_config={}, skip=(),
                                scope=HoldScope(selector=parse_selector("gen>2")))["webhooks"]
     assert "objectSelector" not in numeric  # review() filters it alone
+
+
+def _owned(obj: dict[str, Any], *, kind: str = "ReplicaSet", controller: Any = True
+           ) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Other", "name": "x", "uid": "u0"},
+        {"apiVersion": "apps/v1", "kind": kind, "name": "web-7d9f", "uid": "u1",
+         "controller": controller, "blockOwnerDeletion": True}]
+    return obj
+
+
+def _pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}
+
+
+def test_a_bare_pod_is_refused_but_a_controllers_pod_passes() -> None:
+    """Pod is a catalog kind: a bare one cannot be held (refused with the reason), while the
+    pods the shared hub's own controllers create (a DaemonSet's, a ReplicaSet's) are their
+    owners' and pass untouched, or no pod could start in a dispatched namespace."""
+    refused = review(request(_pod()), catalog=CATALOG, scope=SCOPE)
+    assert refused["allowed"] is False and "scheduling gate" in refused["status"]["message"]
+    owned = _owned(_pod())
+    assert controller_owner(owned) == "ReplicaSet/web-7d9f"
+    assert review(request(owned), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
+    # an ownerReference that is not the controller does not make a pod someone else's
+    assert review(request(_owned(_pod(), controller=False)), catalog=CATALOG,
+                  scope=SCOPE)["allowed"] is False
+    assert controller_owner(_owned(_pod(), controller="true")) is None
+
+
+def test_an_owned_deployment_is_not_paused() -> None:
+    obj = _owned({"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "d", "namespace": "team-a"}, "spec": {}},
+                 kind="MyOperatorApp")
+    assert review(request(obj), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
+
+
+def test_a_held_object_that_gains_an_owner_keeps_its_hold() -> None:
+    old = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "d", "namespace": "team-a",
+                        "annotations": {HOLD_ANNOTATION: ".spec.paused"}},
+           "spec": {"paused": True}}
+    new = _owned({**old, "metadata": dict(old["metadata"]), "spec": {}})
+    response = review(request(new, operation="UPDATE", old=old), catalog=CATALOG, scope=SCOPE)
+    assert patched(response, new)["spec"]["paused"] is True
+
+
+def test_an_llminferenceservice_is_stopped_by_its_annotation() -> None:
+    obj = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+           "metadata": {"name": "m", "namespace": "team-a"}, "spec": {}}
+    held = patched(review(request(obj), catalog=CATALOG, scope=SCOPE), obj)
+    assert held["metadata"]["annotations"] == {
+        "serving.kserve.io/stop": "true",
+        HOLD_ANNOTATION: '.metadata.annotations."serving.kserve.io/stop"'}
+    assert unheld_reason(held, CATALOG.require(held)) is None
+    # with annotations already there, both are added next to them
+    obj["metadata"]["annotations"] = {"team": "a"}
+    held = patched(review(request(obj), catalog=CATALOG, scope=SCOPE), obj)
+    assert held["metadata"]["annotations"]["team"] == "a"
+    assert held["metadata"]["annotations"]["serving.kserve.io/stop"] == "true"
+
+
+def test_a_cronjob_is_suspended_and_a_sandbox_suspended() -> None:
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "c", "namespace": "team-a"}, "spec": {"schedule": "@daily"}}
+    assert patched(review(request(cron), catalog=CATALOG, scope=SCOPE), cron)[
+        "spec"]["suspend"] is True
+    box = {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+           "metadata": {"name": "s", "namespace": "team-a"}, "spec": {"podTemplate": {}}}
+    assert patched(review(request(box), catalog=CATALOG, scope=SCOPE), box)[
+        "spec"]["operatingMode"] == "Suspended"

@@ -22,6 +22,7 @@ from dispatcher.workloads.holds import (
     Hold,
     HoldState,
     clear_hold,
+    dotted,
     hold_patch,
     hold_state,
     parse_path,
@@ -48,8 +49,14 @@ def apply(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_paths_are_plain_field_paths() -> None:
     assert parse_path(".spec.runPolicy.managedBy") == ("spec", "runPolicy", "managedBy")
-    for bad in ("spec.managedBy", ".spec[0]", ".spec | .x", ".", "..a", '.a["b"]'):
+    for bad in ("spec.managedBy", ".spec[0]", ".spec | .x", ".", "..a", '.a["b"]',
+                '.a.""', '.a."b\\"c"', '.a."b', '.a."b".'):
         assert parse_path(bad) is None, bad
+    # an annotation key, quoted as in jq (the LLMInferenceService stop annotation)
+    quoted = '.metadata.annotations."serving.kserve.io/stop"'
+    assert parse_path(quoted) == ("metadata", "annotations", "serving.kserve.io/stop")
+    assert dotted(("metadata", "annotations", "serving.kserve.io/stop")) == quoted
+    assert dotted(("spec", "run-policy", "x_1")) == ".spec.run-policy.x_1"
 
 
 @pytest.mark.parametrize(("name", "kind"), [

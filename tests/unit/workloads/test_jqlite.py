@@ -154,7 +154,8 @@ _EXPRESSIONS = [
     ".", ".a", ".a.b", ".a.b[1].c", '."a"', '.["a"]', ".[0]", ".[-1]", ".[5]", ".[]", ".[]?",
     ".a[]?", ".[1:]", ".[:1]", ".[0:2]", ".a // 1", ".x // .y // 3", "(.a, .b) // 0",
     "[.[] // 7]", ".a and .b", ".a or false", "(true, false) and (true, false)",
-    "(1, 2) + (10, 20)", ". + 1", ". + .", ". - 1", ". * 2", ". == 1", ". != null",
+    "(1, 2) + (10, 20)", ". + 1", ". + .", ". - 1", ". * 2", ". / 2", "6 / .", ". / 2 | floor",
+    "(. * 3) / 3", "floor", ". == 1", ". != null",
     ". < 2", ". >= [1]", ". > \"a\"", "[1, true] == [1, 1]", "length", "keys", "keys[]",
     "to_entries", "to_entries[] | .key", "with_entries(select(.value != null))", "type",
     "tostring", "tonumber", "tonumber? // 0", "ascii_downcase", "min", "max", "add", "last",
@@ -182,7 +183,7 @@ def test_agrees_with_libjq_on_small_expressions_over_edge_values() -> None:
 
 
 @pytest.mark.parametrize("expression", [
-    "reduce .[] as $x (0; . + $x)", '"\\(reduce .[] as $x (0; 1))"', "1.5", "1e3", ". / 2",
+    "reduce .[] as $x (0; . + $x)", '"\\(reduce .[] as $x (0; 1))"', "1.5", "1e3",
     ". % 2", "..", "$__loc__", "$ENV", "def f: 1; f", "try .a catch 0", ".[] as [$a] | $a",
     "@base64",
     "test(\"a\")", "first(.[])", "label $f | 1", ".a |= 1", "# c\n.a", "$undefined",
