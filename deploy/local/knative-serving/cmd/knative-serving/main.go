@@ -26,7 +26,9 @@ limitations under the License.
 //   - sharedmain's health probes (a constant port, 8080) are off; -health-address serves
 //     /readyz on loopback instead, 200 once the webhook port completes a TLS handshake
 //     with the certificate from webhook-certs (the informers have synced by then);
-//   - HA (leader election over buckets) is off: one replica per member.
+//   - HA (leader election over buckets) is off: one replica per member;
+//   - the webhook's drain on SIGTERM lasts 1 s, not 45 s: nothing load-balances between
+//     replicas here, and a member stops as a whole.
 package main
 
 import (
@@ -248,6 +250,7 @@ func main() {
 		ServiceName: webhook.NameFromEnv(),
 		Port:        webhook.PortFromEnv(8443),
 		SecretName:  "webhook-certs",
+		GracePeriod: time.Second,
 	}
 	ctx := webhook.WithOptions(signals.NewContext(), options)
 	ctx = sharedmain.WithHealthProbesDisabled(ctx)
