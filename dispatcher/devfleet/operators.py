@@ -7,6 +7,8 @@ by the dev fleet CA (``<op>-certs/tls.{crt,key}``), its own config file and log.
 one on a member means what its release manifests do on a cluster, minus the Deployment:
 
 - its CRDs, from the same module version (large: created, never client-side applied);
+- what it reads at start-up from the release (KServe's ``inferenceservice-config`` and
+  ClusterServingRuntimes, Knative's ``config-*`` ConfigMaps), created before it starts;
 - its Mutating/ValidatingWebhookConfigurations, taken from the module's webhook manifests,
   with ``clientConfig.url`` pointing at the operator's loopback port and the fleet CA as
   ``caBundle`` (pod webhooks narrowed to the operator's own pods with an objectSelector, so
@@ -57,7 +59,8 @@ class OperatorRun:
     webhooks: list[dict[str, Any]]
     """Mutating/ValidatingWebhookConfigurations to register with the member's apiserver."""
     objects: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    """(collection path, object) created before the operator starts (namespace, Secret)."""
+    """(collection path, object) created before the operator starts and before its webhooks
+    are registered (namespace, Secret, its config ConfigMaps, KServe's runtimes)."""
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
