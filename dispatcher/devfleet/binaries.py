@@ -63,9 +63,14 @@ class OperatorBuild:
     package: str
     """The main package to build."""
     crds: tuple[str, ...]
-    """CRD YAML files inside the module, copied next to the binary."""
+    """CRD YAML files inside the module, copied next to the binary; ``module:path`` names a
+    file of another module of the build (Knative's networking and caching CRDs ship in
+    their own modules, at the versions serving pins)."""
     webhooks: str = ""
     """The module's webhook manifests (copied as ``webhooks.yaml``), "" when it has none."""
+    files: tuple[str, ...] = ()
+    """Other release manifests (ConfigMaps, runtimes, webhooks; ``module:path`` as for
+    ``crds``), copied into ``files/`` for the operator's preparer."""
 
 
 OPERATORS: tuple[OperatorBuild, ...] = (
@@ -90,6 +95,41 @@ OPERATORS: tuple[OperatorBuild, ...] = (
     OperatorBuild(name="mpi-operator", module="github.com/kubeflow/mpi-operator",
                   package="example.invalid/dispatcher/local/mpi-operator/cmd/mpi-operator",
                   crds=("manifests/base/kubeflow.org_mpijobs.yaml",)),
+    # KServe's manager (RawDeployment mode: see operators._kserve); every CRD of v0.15.2
+    # (no LLMInferenceService at that version), its config and model-server runtimes.
+    OperatorBuild(name="kserve", module="github.com/kserve/kserve",
+                  package="github.com/kserve/kserve/cmd/manager",
+                  crds=tuple(f"config/crd/full/serving.kserve.io_{plural}.yaml"
+                             for plural in ("clusterservingruntimes",
+                                            "clusterstoragecontainers", "inferencegraphs",
+                                            "inferenceservices", "localmodelcaches",
+                                            "localmodelnodegroups", "localmodelnodes",
+                                            "servingruntimes", "trainedmodels")),
+                  webhooks="config/webhook/manifests.yaml",
+                  files=("config/configmap/inferenceservice.yaml",
+                         "config/runtimes/kserve-huggingfaceserver.yaml",
+                         "config/runtimes/kserve-sklearnserver.yaml",
+                         "config/runtimes/kustomization.yaml")),
+    # Knative Serving's controller and webhook in one process: the wrapper's own main
+    # (see deploy/local/knative-serving/README.md); the networking and caching CRDs come
+    # from the modules of the versions serving pins.
+    OperatorBuild(name="knative-serving", module="knative.dev/serving",
+                  package="example.invalid/dispatcher/local/knative-serving/cmd/knative-serving",
+                  crds=(*(f"config/core/300-resources/{name}.yaml"
+                          for name in ("configuration", "domain-mapping", "metric",
+                                       "podautoscaler", "revision", "route", "service")),
+                        *(f"knative.dev/networking:config/{name}.yaml"
+                          for name in ("certificate", "domain-claim", "ingress",
+                                       "serverlessservice")),
+                        "knative.dev/caching:config/image.yaml"),
+                  files=(*(f"config/core/configmaps/{name}.yaml"
+                           for name in ("autoscaler", "certmanager", "defaults", "deployment",
+                                        "domain", "features", "gc", "leader-election",
+                                        "logging", "observability", "tracing")),
+                         "knative.dev/networking:config/config-network.yaml",
+                         *(f"config/core/webhooks/{name}.yaml"
+                           for name in ("configmap-validation", "defaulting",
+                                        "resource-validation")))),
 )
 """The operators of a real member, in start order."""
 
@@ -120,6 +160,11 @@ class OperatorBinary:
     def crd_files(self) -> list[Path]:
         """The CRD YAMLs copied from the module."""
         return sorted(self.crds_dir.glob("*.yaml"))
+
+    @property
+    def files_dir(self) -> Path:
+        """Where the build's other release manifests (``OperatorBuild.files``) are."""
+        return self.crds_dir.parent / "files"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,10 +255,13 @@ def _go_build(*, module: Path, package: str, output: Path, ldflags: str, log: Pa
                 break
             except subprocess.TimeoutExpired:
                 _say(f"  ... {package}: {time.monotonic() - started:.0f}s")
+    elapsed = time.monotonic() - started
+    with log.open("a") as sink:  # the build time stays on record beside the binary
+        sink.write(f"go build {package}: exit {proc.returncode} after {elapsed:.0f}s\n")
     if proc.returncode != 0:
         tail = log.read_text()[-3000:]
         raise BuildError(f"go build {package} in {module} failed (exit {proc.returncode}):\n{tail}")
-    _say(f"built {output.name} in {time.monotonic() - started:.0f}s")
+    _say(f"built {output.name} in {elapsed:.0f}s")
 
 
 def _say(message: str) -> None:
@@ -244,6 +292,13 @@ def _module_dir(module_dir: Path, module: str) -> Path:
     return Path(out.stdout.strip())
 
 
+def _manifest(module_dir: Path, source: Path, rel: str) -> Path:
+    """The file ``rel`` of the operator's module (``source``), or ``module:path`` of another
+    module of the wrapper's build."""
+    module, sep, path = rel.rpartition(":")
+    return _module_dir(module_dir, module) / path if sep else source / rel
+
+
 def ensure_operators(*, rebuild: bool = False, names: Collection[str] | None = None,
                      builds: tuple[OperatorBuild, ...] = OPERATORS
                      ) -> tuple[OperatorBinary, ...]:
@@ -271,9 +326,15 @@ def ensure_operators(*, rebuild: bool = False, names: Collection[str] | None = N
             shutil.rmtree(crds, ignore_errors=True)
             crds.mkdir()
             for rel in spec.crds:
-                shutil.copyfile(source / rel, crds / Path(rel).name)
+                shutil.copyfile(_manifest(module_dir, source, rel), crds / Path(rel).name)
             if spec.webhooks:
                 shutil.copyfile(source / spec.webhooks, target / "webhooks.yaml")
+            if spec.files:
+                shutil.rmtree(op.files_dir, ignore_errors=True)
+                op.files_dir.mkdir()
+                for rel in spec.files:
+                    shutil.copyfile(_manifest(module_dir, source, rel),
+                                    op.files_dir / Path(rel).name)
             shutil.rmtree(op.crds_dir, ignore_errors=True)
             crds.rename(op.crds_dir)
             partial.rename(op.binary)
