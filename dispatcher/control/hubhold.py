@@ -35,6 +35,7 @@ from dispatcher.placement.selector import Selector
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.holds import HoldState, hold_patch, hold_state
 from dispatcher.workloads.model import Definition
+from dispatcher.workloads.paths import value_at
 
 __all__ = ["NOT_OWNED", "WEBHOOK_NAME", "WEBHOOK_PATH", "HoldScope", "configuration",
            "controller_owner",
@@ -85,18 +86,11 @@ def unheld_reason(obj: Mapping[str, Any], definition: Definition) -> str | None:
     if state == HoldState.REFUSED:
         return f"cannot be held on a shared hub: {hold.reason}"
     if state == HoldState.FOREIGN:
-        return (f"{hold.dotted} is {_value_at(obj, hold.path)!r}: another system manages it, "
+        return (f"{hold.dotted} is {value_at(obj, hold.path)!r}: another system manages it, "
                 f"so the dispatcher leaves it alone")
     return (f"created without the hub hold ({hold.dotted}: {hold.value!r}), so the shared "
             f"hub's controllers may be running it: not dispatched. Recreate it while the "
             f"dispatcher's webhook is installed")
-
-
-def _value_at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    node: Any = obj
-    for part in path:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
 
 
 def _response(uid: str, *, allowed: bool = True, message: str = "",

@@ -66,16 +66,15 @@ def job_status(hub: Mapping[str, Any], member: Mapping[str, Any], *, suspended: 
     start = hub.get("startTime") or member.get("startTime")
     if start:
         out["startTime"] = start
-    complete = _true(conditions, "Complete")
-    if _true(conditions, "Complete") or _true(conditions, "Failed"):
+    complete, failed = _true(conditions, "Complete"), _true(conditions, "Failed")
+    if complete or failed:
         out["active"] = 0
         for gauge in ("ready", "terminating"):
             if gauge in out:
                 out[gauge] = 0
         out.pop("uncountedTerminatedPods", None)
         if not start:
-            out["startTime"] = start = (complete or _true(conditions, "Failed") or {}).get(
-                "lastTransitionTime")
+            out["startTime"] = start = (complete or failed or {}).get("lastTransitionTime")
     if complete is None:
         out.pop("completionTime", None)
     else:

@@ -45,6 +45,7 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.model import Definition
 
 __all__ = ["Reconciler"]
 
@@ -127,21 +128,22 @@ class Reconciler:
         synced = (cluster, key) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
 
+    def _shared_definition(self, workload: Mapping[str, Any]) -> Definition | None:
+        """The workload's definition when the hub is shared (its hold matters), else None."""
+        if self.settings.hub_mode != "shared":
+            return None
+        return self.catalog.find(str(workload.get("apiVersion") or ""),
+                                 str(workload.get("kind") or ""))
+
     def _hub_owns_status(self, workload: Mapping[str, Any]) -> bool:
         """On a shared hub, a kind held by a pause has its status written by the hub's own
         controller: the mirror leaves it (``control.hubstatus``)."""
-        if self.settings.hub_mode != "shared":
-            return False
-        definition = self.catalog.find(str(workload.get("apiVersion") or ""),
-                                       str(workload.get("kind") or ""))
+        definition = self._shared_definition(workload)
         return definition is not None and definition.hold is not None \
             and definition.hold.hub_writes_status
 
     def _unheld(self, workload: Mapping[str, Any]) -> str | None:
-        if self.settings.hub_mode != "shared":
-            return None
-        definition = self.catalog.find(str(workload.get("apiVersion") or ""),
-                                       str(workload.get("kind") or ""))
+        definition = self._shared_definition(workload)
         return None if definition is None else unheld_reason(workload, definition)
 
     async def placement_input(self, uid: str, snap: Snapshot) -> PlacementInput:
