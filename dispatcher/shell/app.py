@@ -36,7 +36,7 @@ from dispatcher.kube.client import KubeClient, observe_requests
 from dispatcher.kube.errors import KubeError
 from dispatcher.placement.selector import parse_selector
 from dispatcher.shell import fleetpage
-from dispatcher.shell.hubmode import mode_warnings, read_evidence
+from dispatcher.shell.hubmode import hub_warnings
 from dispatcher.shell.webhook import HubWebhook
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import WorkloadError
@@ -86,10 +86,10 @@ async def check_hub(config: Config) -> list[str]:
     except (OSError, ValueError, KubeError) as exc:
         return [f"could not read the hub to check hub.mode: {exc}"]
     try:
-        evidence = await read_evidence(hub, own_webhook=config.control.webhook.configuration)
+        return await hub_warnings(hub, mode=config.control.hub_mode,
+                                  own_webhook=config.control.webhook.configuration)
     finally:
         await hub.close()
-    return mode_warnings(config.control.hub_mode, evidence)
 
 
 async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller
@@ -147,8 +147,8 @@ async def run(config: Config) -> int:
         log.info("controller.starting", config=config.source, hub=hub.server,
                  hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode,
                  fleet_view=settings.server.fleet_view)
-        for warning in mode_warnings(settings.hub_mode, await read_evidence(
-                hub, own_webhook=settings.webhook.configuration)):
+        for warning in await hub_warnings(hub, mode=settings.hub_mode,
+                                          own_webhook=settings.webhook.configuration):
             log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
         if settings.hub_mode == "shared":
             stop_webhook = await _start_webhook(settings, hub, controller)

@@ -21,7 +21,7 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import NODES, ResourceRef
 
-__all__ = ["HubEvidence", "mode_warnings", "read_evidence"]
+__all__ = ["HubEvidence", "hub_warnings", "mode_warnings", "read_evidence"]
 
 _CONTROLLERS = ("job-controller", "replicaset-controller", "deployment-controller",
                 "statefulset-controller", "cronjob-controller")
@@ -42,14 +42,15 @@ class HubEvidence:
     """What was found (empty tuples: nothing, or not readable: see ``unreadable``)."""
 
     controllers: tuple[str, ...] = ()
-    nodes: int = 0
+    nodes: bool = False  # at least one Node
     operator_webhooks: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
 
 
-async def _names(client: KubeClient, path: str) -> list[str] | None:
+async def _names(client: KubeClient, path: str, *, limit: int = 0) -> list[str] | None:
     try:
-        body = await client.request("GET", path)
+        body = await client.request("GET", path,
+                                    query=[("limit", str(limit))] if limit else ())
     except KubeError:
         return None
     return [str((i.get("metadata") or {}).get("name") or "") for i in body.get("items") or ()]
@@ -61,7 +62,7 @@ async def read_evidence(client: KubeClient, *, own_webhook: str) -> HubEvidence:
     accounts = await _names(client, _ACCOUNTS.collection("kube-system"))
     if accounts is None:
         unreadable.append("kube-system serviceaccounts")
-    nodes = await _names(client, NODES.collection())
+    nodes = await _names(client, NODES.collection(), limit=1)  # whether any, not how many
     if nodes is None:
         unreadable.append("nodes")
     hooks: list[str] = []
@@ -72,8 +73,16 @@ async def read_evidence(client: KubeClient, *, own_webhook: str) -> HubEvidence:
         hooks += [h for h in found or () if h != own_webhook
                   and any(op in h.lower() for op in _OPERATORS)]
     return HubEvidence(controllers=tuple(a for a in accounts or () if a in _CONTROLLERS),
-                       nodes=len(nodes or ()), operator_webhooks=tuple(sorted(set(hooks))),
+                       nodes=bool(nodes), operator_webhooks=tuple(sorted(set(hooks))),
                        unreadable=tuple(unreadable))
+
+
+async def hub_warnings(client: KubeClient, *, mode: str, own_webhook: str) -> list[str]:
+    """``mode_warnings`` for the hub behind ``client``; nothing is read for a shared hub
+    (there is nothing to warn about)."""
+    if mode != "dedicated":
+        return []
+    return mode_warnings(mode, await read_evidence(client, own_webhook=own_webhook))
 
 
 def mode_warnings(mode: str, evidence: HubEvidence) -> list[str]:
@@ -87,7 +96,7 @@ def mode_warnings(mode: str, evidence: HubEvidence) -> list[str]:
     if evidence.operator_webhooks:
         found.append(f"workload operators are installed ({', '.join(evidence.operator_webhooks)})")
     if evidence.nodes and found:
-        found.append(f"it has {evidence.nodes} node(s) to run their pods on")
+        found.append("it has nodes to run their pods on")
     if not found:
         return []
     return [f"hub.mode is dedicated, but the hub looks shared: {'; '.join(found)}. Every "

@@ -162,11 +162,11 @@ class HubWebhook:
 
     async def _resources(self) -> dict[tuple[str, str], list[str]]:
         out: dict[tuple[str, str], list[str]] = {}
+        self.hub.discovery.forget()  # CRDs may have come or gone: each group read once
         for definition in self.catalog().definitions:
             gvk = definition.gvk
             try:
-                ref = await self.hub.discovery.resource(gvk.api_version, gvk.kind,
-                                                        refresh=True)
+                ref = await self.hub.discovery.resource(gvk.api_version, gvk.kind)
             except KubeError:
                 ref = None
             if ref is not None and ref.namespaced:
