@@ -45,9 +45,10 @@ from typing import Any
 
 import yaml
 
-from dispatcher.devfleet import operators, pki
+from dispatcher.devfleet import operators
 from dispatcher.devfleet.binaries import Binaries, kwok_stages
 from dispatcher.devfleet.rest import ApiError, Rest
+from dispatcher.kube import pki
 
 __all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KWOK_NODE_ANNOTATION", "LIGHT",
            "REAL", "ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo", "compact_etcd",

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from dispatcher.devfleet import kueue as kueue_run
-from dispatcher.devfleet import multikueue, operators, pki, provision
+from dispatcher.devfleet import multikueue, operators, provision
 from dispatcher.devfleet.binaries import OperatorBinary, ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState, free_port
 from dispatcher.fleet.fleetfile import HUB_NAME, FleetSpec
+from dispatcher.kube import pki
 
 __all__ = ["HUB", "HUB_MODES", "KUEUE_NAMESPACES", "HubMode", "default_root", "down", "up"]
 

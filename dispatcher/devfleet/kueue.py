@@ -37,8 +37,9 @@ from typing import Any
 
 import yaml
 
-from dispatcher.devfleet import operators, pki
+from dispatcher.devfleet import operators
 from dispatcher.devfleet.binaries import OperatorBinary, cache_root
+from dispatcher.kube import pki
 
 __all__ = ["CONFIG_API", "INTEGRATIONS", "NAMESPACE", "ClientLimits", "prepare"]
 

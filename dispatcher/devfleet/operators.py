@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from dispatcher.devfleet import pki
 from dispatcher.devfleet.binaries import OperatorBinary, cache_root
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.devfleet.workload_crds import install_crds
+from dispatcher.kube import pki
 
 __all__ = ["OperatorRun", "crds_of", "hub_crds", "install", "prepare", "serving_cert",
            "webhook_configs"]

@@ -206,6 +206,6 @@ def _kubeconfig(*, server: str, token: str, ca: str) -> dict[str, Any]:
 
 
 def _self_signed_pem() -> str:
-    from dispatcher.devfleet import pki
+    from dispatcher.kube import pki
 
     return pki.new_ca("someone-else").cert_pem.decode()

@@ -35,12 +35,11 @@ import yaml
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from dispatcher.devfleet import pki
 from dispatcher.devfleet.controlplane import ClusterInfo, FleetState
 from dispatcher.fleet.kubeconfigs import file_reference
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
-from dispatcher.kube import errors, resources
+from dispatcher.kube import errors, pki, resources
 from dispatcher.kube.client import KubeClient
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from dispatcher.devfleet import pki
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.kube import pki
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Unreachable
 

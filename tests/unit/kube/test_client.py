@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from dispatcher.devfleet import pki
+from dispatcher.kube import pki
 from dispatcher.kube.client import KubeClient, KubeconfigError
 
 
