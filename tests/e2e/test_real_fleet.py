@@ -177,6 +177,13 @@ async def bound_pods(client: KubeClient, namespace: str, hub_uid: str, count: in
     return None
 
 
+async def all_completed(hub: KubeClient, namespace: str, count: int) -> bool:
+    """Whether ``count`` Dispatches in ``namespace`` say ``completed``."""
+    listed = await watch.list_objects(hub, DISPATCHES, namespace=namespace)
+    return count == sum(1 for o in listed.objects
+                        if (o.get("status") or {}).get("genericStatus") == "completed")
+
+
 async def nothing_left(clients: dict[str, KubeClient], namespace: str, hub_id: str) -> bool:
     if await copies(clients, namespace, hub_id):
         return False
@@ -263,13 +270,8 @@ async def test_kill9_mid_burst_on_the_real_fleet_loses_and_duplicates_nothing(
     await start(real_controller)
     wanted = sorted((b["kind"], b["metadata"]["name"]) for b in bodies)
 
-    async def completed() -> bool:
-        listed = await watch.list_objects(hub, DISPATCHES, namespace=ns)
-        done = [o for o in listed.objects
-                if (o.get("status") or {}).get("genericStatus") == "completed"]
-        return len(done) == len(bodies)
-
-    await eventually(completed, what="every workload completed", within=240)
+    await eventually(lambda: all_completed(hub, ns, len(bodies)),
+                     what="every workload completed", within=240)
     found = await copies(clients, ns, hub_id)
     assert sorted((k, n) for k, n, _ in found) == wanted, f"{before} copies before the kill"
     for kind, name, member in found:

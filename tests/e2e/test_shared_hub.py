@@ -33,7 +33,16 @@ from tests.integration.harness import kubectl as any_kubectl
 
 from .conftest import ControllerProcess, _controller
 from .conftest import eventually as shared_eventually
-from .test_real_fleet import copies, job, jobset, kubectl, nothing_left, open_clients, start
+from .test_real_fleet import (
+    all_completed,
+    copies,
+    job,
+    jobset,
+    kubectl,
+    nothing_left,
+    open_clients,
+    start,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -211,13 +220,8 @@ async def test_kill9_mid_burst_on_a_shared_hub_runs_each_once_and_never_on_the_h
     shared_controller.kill9()
     await start(shared_controller)
 
-    async def completed() -> bool:
-        listed = await watch.list_objects(hub, DISPATCHES, namespace=ns)
-        done = [o for o in listed.objects
-                if (o.get("status") or {}).get("genericStatus") == "completed"]
-        return len(done) == len(bodies)
-
-    await eventually(completed, what="every workload completed", within=240)
+    await eventually(lambda: all_completed(hub, ns, len(bodies)),
+                     what="every workload completed", within=240)
     found = await copies(shared_clients, ns, hub_id)
     assert sorted((k, n) for k, n, _ in found) == sorted(
         (b["kind"], b["metadata"]["name"]) for b in bodies)
