@@ -172,11 +172,18 @@ async def test_a_hub_knative_service_gets_its_revision_pods_on_a_real_member(
                                                                   h.namespace))
         assert deployment["spec"]["replicas"] == 1
         # Where Knative stops without its autoscaler: the Revision waits for its
-        # PodAutoscaler, which nothing here reconciles (no status at all).
-        revision = await member.request("GET", REVISIONS.item("serve-00001", h.namespace))
+        # PodAutoscaler, which nothing here reconciles (no status at all). Its status can
+        # still say ResolvingDigests (the first pass) after the pods run: wait for the next.
+        async def deploying_revision() -> dict[str, Any] | None:
+            found: dict[str, Any] = await member.request(
+                "GET", REVISIONS.item("serve-00001", h.namespace))
+            ready = condition(found, "Ready")
+            return found if ready is not None and ready.get("reason") == "Deploying" else None
+
+        revision = await eventually(deploying_revision, what="the Revision Deploying",
+                                    within=WITHIN_S)
         deploying = condition(revision, "Ready")
         assert deploying is not None and deploying["status"] == "Unknown"
-        assert deploying.get("reason") == "Deploying"
         assert condition(revision, "ContainerHealthy")["status"] == "True"  # type: ignore[index]
         autoscaler = await member.request("GET", PODAUTOSCALERS.item("serve-00001", h.namespace))
         assert not (autoscaler.get("status") or {}).get("conditions")
