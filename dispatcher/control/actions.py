@@ -47,8 +47,8 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
         await w.add_finalizer(uid, workload)
         return AGAIN
     if kind is ActionKind.CREATE_RECORD:
-        await w.create_record(uid, workload)
-        return AGAIN
+        assert action.placement is not None
+        return await _create_record(w, uid, snap, action.placement)
     if kind is ActionKind.RECORD_PLACEMENT:
         assert action.placement is not None
         return await _record_placement(w, uid, snap, action.placement)
@@ -77,6 +77,29 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
     if kind is ActionKind.RELEASE_FINALIZER:
         return await _release_finalizer(w, uid, snap)
     raise AssertionError(f"unhandled action {kind}")
+
+
+async def _create_record(w: Writer, uid: str, snap: Snapshot, placement: Placement
+                         ) -> Outcome:
+    """The Dispatch, created with the first decision and its reservation when one member
+    was chosen (one write: the record exists before the member is touched), else created
+    and then marked Pending."""
+    decision = placement.decision
+    placed = None
+    if decision.chosen is not None:
+        placed = records.first_placement(decision=decision, reservation=placement.reservation,
+                                         now=snap.now, demand=w.demand_patch(uid))
+    try:
+        created = await w.create_record(uid, snap.workload or {}, placed=placed)
+    except BaseException:
+        if placed is not None:
+            w.release(uid)
+        raise
+    if placed is not None or not created:
+        if not created:
+            w.release(uid)  # a namesake's record was there: decide again on what is
+        return AGAIN
+    return await _record_pending(w, uid, snap, placement)
 
 
 async def _record_placement(w: Writer, uid: str, snap: Snapshot, placement: Placement
@@ -134,6 +157,10 @@ async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome
         workload.get("metadata", {}).get("generation") or 0)
     status = records.submitted_status(cluster=action.member, remote_uid=copy.uid,
                                       now=snap.now, adopted=adopted, generation=generation)
+    # the first decision, if it is only in spec yet (made at create: the same write)
+    settled = records.settled_status(record, snap.now)
+    status["conditions"] = [*settled.pop("conditions", []), *status["conditions"]]
+    status.update(settled)
     # the generic status in the same write (saves a mirror step)
     status.update({"phase": Phase.of_generic(copy.generic).value,
                    "genericStatus": copy.generic, "statuses": list(copy.statuses)})

@@ -21,7 +21,10 @@ Branch order (first match wins):
 4   being deleted, otherwise                       RELEASE_FINALIZER (if still held)
 5   no finalizer, a controller owns it, no record  NOTHING (its owner's pod, Job, ...: never ours)
 5a  no finalizer                                   ADD_FINALIZER
-6   no Dispatch record                             CREATE_RECORD
+6   no Dispatch record, no placement input yet     PLACE (shell resolves, reads the views)
+6a  no Dispatch record                             CREATE_RECORD (with the Placement: its
+                                                   decision rides on the create; Pending
+                                                   is written right after when none fits)
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
 8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
 9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
@@ -317,7 +320,11 @@ def decide(snap: Snapshot) -> Action:
                           reason=f"owned by {owner}: part of its owner's workload")
         return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
     if record is None:
-        return Action(kind=ActionKind.CREATE_RECORD, reason="new workload")
+        if snap.placement is None:
+            return Action(kind=ActionKind.PLACE, reason="new workload")
+        placement = place(snap.placement)
+        return Action(kind=ActionKind.CREATE_RECORD, member=placement.decision.chosen,
+                      reason=placement.decision.summary, placement=placement)
     if record.failure:
         return Action(kind=ActionKind.NOTHING, reason=record.failure)
     if record.cluster is None:

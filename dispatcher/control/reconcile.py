@@ -151,12 +151,13 @@ class Reconciler:
         pool), the reachable members already holding a copy, and read-only views of the
         queue and the fleet."""
         workload, record = snap.workload, snap.record
-        assert workload is not None and record is not None
+        assert workload is not None
         await self.resolutions.prepare(uid, workload)
         held = tuple(m for m in self.copies.where(uid) if self.fleet.health(m).reachable)
         return PlacementInput(
             uid=uid, workload=workload, resolution=self.resolutions.get(uid, workload),
-            excluded=record.excluded, held=held, members=self.fleet.snapshots,
+            excluded=record.excluded if record is not None else (), held=held,
+            members=self.fleet.snapshots,
             bare=self._bare, queue=self.queue, priority=self.settings.priority,
             default_policy=self.settings.default_policy,
             reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now,

@@ -49,8 +49,11 @@ class Writer(Protocol):
     async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
         """Hold the hub object until its copy is gone (a conflict re-reads it)."""
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
-        """Create its Dispatch (or take over the one of a deleted namesake)."""
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
+        """Create its Dispatch, with ``placed`` in its spec (``record.first_placement``);
+        False when a record was there already (ours: cached; a deleted namesake's:
+        deleted), so nothing of ``placed`` was written."""
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         """Merge-patch the Dispatch status (conditions merged by type)."""

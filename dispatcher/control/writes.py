@@ -67,10 +67,12 @@ class Writes:
                                                                 meta.get("namespace")))
             self.cache.put(item.ref, fresh, force=True)
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
         name = records.dispatch_name(workload)
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode)
+        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode,
+                                     placed=placed)
         try:
             created = await self.hub.request("POST", DISPATCHES.collection(namespace),
                                              body=body)
@@ -79,13 +81,14 @@ class Writes:
             owner = ((existing.get("spec") or {}).get("workload") or {}).get("uid")
             if owner == uid:
                 self.cache.put_record(existing, force=True)
-                return
+                return False
             # A record of an earlier object with the same name: its owner is gone.
             with contextlib.suppress(NotFound, Conflict):
                 await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
                                        body=_delete_options(existing["metadata"]["uid"]))
-            return
+            return False
         self.cache.put_record(created, force=True)
+        return True
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)

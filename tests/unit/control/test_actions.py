@@ -41,9 +41,10 @@ class FakeWriter:
 
     def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
                  alternatives: tuple[str, ...] = ("m2",), update: CopyUpdate | None = None,
-                 finalizer_conflict: bool = False) -> None:
+                 finalizer_conflict: bool = False, record_created: bool = True) -> None:
         self.metrics = Metrics.create()
         self.calls: list[tuple[str, Any]] = []
+        self._record_created = record_created
         self._create, self._mirror_ok = create, mirror_ok
         self._alternatives, self._update = alternatives, update
         self._finalizer_conflict = finalizer_conflict
@@ -54,8 +55,10 @@ class FakeWriter:
     async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
         self.calls.append(("add_finalizer", uid))
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
-        self.calls.append(("create_record", uid))
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
+        self.calls.append(("create_record", placed))
+        return self._record_created
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_record", status))
@@ -150,6 +153,41 @@ def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
     assert status["decision"]["reservation"]["member"] == "a"
 
 
+def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write() -> None:
+    """The create is the crash-safety write: the decision and reservation are in the
+    record's spec, no status patch before the member is touched."""
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placement=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
+    (name, placed), = w.calls
+    assert name == "create_record"
+    assert placed["decision"]["cluster"] == "a" and placed["decision"]["attempt"] == 1
+    assert placed["decision"]["reservation"]["member"] == "a"
+    assert placed["demand"] == {"gpus": 16}
+
+
+def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None:
+    w = FakeWriter(record_created=False)
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placement=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
+    assert w.names() == ["create_record", "release"]
+
+
+def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placement=pb.given(workload(), fleet=pb.members(used_a=4)))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == DONE
+    assert w.names() == ["create_record", "patch_record", "event"]
+    assert w.calls[0][1] is None
+    assert w.calls[1][1]["phase"] == "Pending"
+
+
 def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
@@ -175,6 +213,21 @@ def test_submit_then_adopt_writes_submitted_with_the_copy_status() -> None:
     status = w.calls[0][1]
     assert status["phase"] == "Running" and status["genericStatus"] == "running"
     assert status["remote"]["hubGeneration"] == 1
+
+
+def test_the_submitted_write_copies_a_decision_made_at_create_into_status() -> None:
+    unsettled = replace(PLACED, phase="", unsettled={
+        "decision": {"cluster": "m1", "attempt": 1}, "demand": {"gpus": 16},
+        "definition": "batch-job"})
+    w = FakeWriter()
+    action, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=unsettled,
+                                      copy=OURS))
+    assert action.kind is ActionKind.ADOPT and outcome == AGAIN
+    status = w.calls[0][1]
+    assert status["decision"] == {"cluster": "m1", "attempt": 1}
+    assert status["demand"] == {"gpus": 16} and status["definition"] == "batch-job"
+    assert [c["type"] for c in status["conditions"]] == ["Placed", "Resolved", "Submitted"]
+    assert status["conditions"][2]["reason"] == "Created"
 
 
 def test_a_member_not_connected_is_looked_at_again_later() -> None:
