@@ -35,7 +35,10 @@ Branch order (first match wins):
 12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
 13  copy state not known yet (watch not synced)    WAIT
 14  a foreign object holds the name                REPORT_CONFLICT (once)
-15  copy absent, the workload finished            NOTHING (removed after it finished)
+14a copy absent, the member refused it             PLACE for the input, then REQUEUE (the
+                                                   member excluded) or FAIL when no other
+                                                   member could take it (``after_rejection``)
+15  copy absent, the workload finished             NOTHING (removed after it finished)
 15a copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
@@ -49,15 +52,18 @@ Branch order (first match wins):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dispatcher.control.hubhold import controller_owner
 from dispatcher.control.names import FINALIZER, Phase
-from dispatcher.control.placing import Placement, PlacementInput, place
+from dispatcher.control.placing import Placement, PlacementInput, alternatives_for, place
 from dispatcher.control.record import DispatchRecord
 from dispatcher.workloads.model import GenericStatus
+
+if TYPE_CHECKING:
+    from dispatcher.control.copies import Rejection  # copies reads CopyState from here
 
 __all__ = [
     "Action",
@@ -165,6 +171,7 @@ class Snapshot:
     health: MemberHealth = MemberHealth(reachable=True)
     placement: PlacementInput | None = None
     rules: Rules = Rules()
+    refusal: Rejection | None = None  # the member refused the copy (``StepMemory``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,13 +179,15 @@ class Action:
     """The next step. ``reason`` says why in words (logs, conditions, events); ``member`` is
     the member concerned; ``recheck_after`` (seconds) asks the shell to look again later;
     ``placement`` is the placement made in this step (its queue step and reservation are
-    the shell's to apply, whatever the action)."""
+    the shell's to apply, whatever the action); ``rejection`` the member's refusal a
+    REQUEUE or FAIL answers."""
 
     kind: ActionKind
     reason: str = ""
     member: str | None = None
     recheck_after: float | None = None
     placement: Placement | None = None
+    rejection: Rejection | None = None  # REQUEUE/FAIL answering this refusal
 
 
 def not_started(generic: str | None) -> bool:
@@ -226,6 +235,18 @@ def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, messag
                       reason=f"{reason}; no other member could take it")
     return _give_up_or_requeue(record, rules,
                                f"{reason}; trying the others ({', '.join(alternatives)})")
+
+
+def _refused(snap: Snapshot, record: DispatchRecord, refusal: Rejection) -> Action:
+    """The member refused the copy: who else could take it decides requeue or fail (the
+    placement input answers; it is asked for first)."""
+    if snap.placement is None:
+        return Action(kind=ActionKind.PLACE, member=refusal.member,
+                      reason=f"{refusal.member} refused the copy: who else could take it?")
+    left = alternatives_for(snap.placement, without=refusal.member)
+    action = after_rejection(record, snap.rules, member=refusal.member,
+                             message=refusal.describe(), alternatives=left)
+    return replace(action, rejection=refusal)
 
 
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
@@ -277,6 +298,8 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                       reason=f"{cluster} already has an object with this name that this "
                              f"hub did not create; not overwriting it")
     if copy.state is CopyState.ABSENT:
+        if snap.refusal is not None and snap.refusal.member == cluster:
+            return _refused(snap, record, snap.refusal)
         if record.generic_status in _FINISHED:
             return Action(kind=ActionKind.NOTHING, member=cluster,
                           reason=f"{record.generic_status}; its copy was removed from "

@@ -26,6 +26,7 @@ from dispatcher.control.copies import (
 )
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import HUB_GENERATION_ANNOTATION, PendingReason
 from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
 from dispatcher.control.podpolicy import refusal
@@ -53,17 +54,16 @@ log = structlog.get_logger("dispatcher")
 
 _T = TypeVar("_T")
 
-_FOREIGN_RECHECK_S = 30.0
-
 
 class MemberWrites:
     """Writes to the members for the control loop (one instance, shared by all workers)."""
 
     def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
                  fleet: FleetView, copies: CopyCache, clock: Callable[[], float],
-                 monotonic: Callable[[], float], resolutions: Resolutions | None = None
-                 ) -> None:
+                 monotonic: Callable[[], float], memory: StepMemory,
+                 resolutions: Resolutions | None = None) -> None:
         self.settings = settings
+        self.memory = memory
         self.resolutions = resolutions
         self.live = live
         self.hub = hub
@@ -71,26 +71,9 @@ class MemberWrites:
         self.copies = copies
         self.clock = clock
         self.monotonic = monotonic
-        self._foreign: dict[tuple[str, str], float] = {}
         self._admitted = admission.AdmittedPods()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
         self._pod_fields = settings.pod_policy
-
-    def foreign(self, cluster: str, uid: str) -> bool:
-        """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
-        again after ``_FOREIGN_RECHECK_S``; older entries are dropped)."""
-        seen = self._foreign.get((cluster, uid))
-        if seen is None:
-            return False
-        if self.clock() - seen < _FOREIGN_RECHECK_S:
-            return True
-        del self._foreign[(cluster, uid)]
-        return False
-
-    def forget(self, uid: str) -> None:
-        """The workload is gone: drop what is remembered about it."""
-        for key in [k for k in self._foreign if k[1] == uid]:
-            del self._foreign[key]
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool | Rejection:
@@ -132,7 +115,7 @@ class MemberWrites:
                            hub_uid=uid) is CopyState.OURS:
                 self.copies.put(cluster, uid, await self.reading(existing))
                 return True
-            self._foreign[(cluster, uid)] = self.clock()
+            self.memory.saw_foreign(cluster, uid)
             return False
         except KubeError as exc:
             if not exc.permanent:

@@ -26,6 +26,7 @@ from dispatcher.control.decide import (
     Snapshot,
     decide,
 )
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.control.record import DispatchRecord
@@ -40,13 +41,14 @@ class FakeWriter:
     """Records every call as (method, detail); answers are configurable per test."""
 
     def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
-                 alternatives: tuple[str, ...] = ("m2",), update: CopyUpdate | None = None,
-                 finalizer_conflict: bool = False, record_created: bool = True) -> None:
+                 update: CopyUpdate | None = None, finalizer_conflict: bool = False,
+                 record_created: bool = True) -> None:
         self.metrics = Metrics.create()
+        self.memory = StepMemory(clock=lambda: NOW)
         self.calls: list[tuple[str, Any]] = []
         self._record_created = record_created
         self._create, self._mirror_ok = create, mirror_ok
-        self._alternatives, self._update = alternatives, update
+        self._update = update
         self._finalizer_conflict = finalizer_conflict
 
     def names(self) -> list[str]:
@@ -86,11 +88,6 @@ class FakeWriter:
         self.calls.append(("remove_finalizer", uid))
         return not self._finalizer_conflict
 
-    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
-                           ) -> tuple[str, ...]:
-        self.calls.append(("alternatives", without))
-        return self._alternatives
-
     def demand_patch(self, uid: str) -> dict[str, Any]:
         return {"demand": {"gpus": 16}}
 
@@ -99,9 +96,6 @@ class FakeWriter:
 
     def forget(self, uid: str) -> None:
         self.calls.append(("forget", uid))
-
-    def mirrored(self, uid: str, copy_resource_version: str) -> None:
-        self.calls.append(("mirrored", copy_resource_version))
 
     def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
               warning: bool = False) -> None:
@@ -237,22 +231,41 @@ def test_a_member_not_connected_is_looked_at_again_later() -> None:
     assert outcome == later(2.0)
 
 
-@pytest.mark.parametrize(("alternatives", "outcome", "phase"), [
-    (("m2",), AGAIN, "Pending"),   # requeued without m1
-    ((), DONE, "Failed"),          # nobody else could take it
+@pytest.mark.parametrize(("fleet", "outcome", "phase"), [
+    (pb.members(), AGAIN, "Pending"),   # requeued without m1 (a can take it)
+    ([], DONE, "Failed"),               # nobody else could take it
 ])
-def test_a_rejected_copy_releases_at_once_and_requeues_or_fails(
-        alternatives: tuple[str, ...], outcome: Outcome, phase: str) -> None:
-    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"),
-                   alternatives=alternatives)
-    _, answer = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
-                                copy=Copy(state=CopyState.ABSENT)))
+def test_a_rejected_copy_releases_at_once_then_decide_requeues_or_fails(
+        fleet: list[Any], outcome: Outcome, phase: str) -> None:
+    """The refusal is noted (no placement in the write path); the next ``decide`` reads it
+    from the snapshot, asks for the placement input, and answers from the alternatives."""
+    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"))
+    absent = Snapshot(now=NOW, workload=workload(), record=PLACED,
+                      copy=Copy(state=CopyState.ABSENT))
+    action, answer = run(w, absent)
+    assert action.kind is ActionKind.SUBMIT and answer == AGAIN
+    assert w.names() == ["create_copy", "release"]
+    refusal = w.memory.refusal("uid-train")
+    assert refusal is not None and refusal.member == "m1"
+    assert decide(replace(absent, refusal=refusal)).kind is ActionKind.PLACE
+    w.calls.clear()
+    action, answer = run(w, replace(absent, refusal=refusal,
+                                    placement=pb.given(workload(), fleet=fleet)))
+    assert action.kind is (ActionKind.REQUEUE if phase == "Pending" else ActionKind.FAIL)
     assert answer == outcome
-    assert w.names() == ["create_copy", "release", "alternatives", "patch_record", "event"]
-    status = w.calls[3][1]
-    assert status["phase"] == phase
+    assert w.names() == ["patch_record", "event"]
+    status = w.calls[0][1]
+    assert status["phase"] == phase and "m1" in status["excluded"]
     reasons = {c["type"]: c["reason"] for c in status["conditions"]}
     assert reasons["Submitted"] == "Rejected"
+    assert w.memory.refusal("uid-train") is None
+
+
+def test_a_refusal_by_another_member_is_not_this_copys() -> None:
+    refusal = Rejection.of("m9", status=422, reason="Invalid", message="bad")
+    snap = Snapshot(now=NOW, workload=workload(), record=PLACED,
+                    copy=Copy(state=CopyState.ABSENT), refusal=refusal)
+    assert decide(snap).kind is ActionKind.SUBMIT
 
 
 def test_mirror_writes_the_status_diff_then_the_phase() -> None:
@@ -262,9 +275,9 @@ def test_mirror_writes_the_status_diff_then_the_phase() -> None:
                     copy=OURS)
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.MIRROR and outcome == DONE
-    assert w.names() == ["mirror_status", "mirrored", "patch_record", "event"]
-    assert w.calls[0][1] == {"active": 2} and w.calls[1][1] == "42"
-    assert w.calls[2][1]["phase"] == "Running"
+    assert w.names() == ["mirror_status", "patch_record", "event"]
+    assert w.calls[0][1] == {"active": 2} and w.memory.last_mirrored("uid-train") == "42"
+    assert w.calls[1][1]["phase"] == "Running"
 
 
 def test_mirror_of_a_workload_gone_meanwhile_stops() -> None:
