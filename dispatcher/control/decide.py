@@ -169,7 +169,7 @@ class Snapshot:
     record: DispatchRecord | None
     copy: Copy = Copy(state=CopyState.UNKNOWN)
     health: MemberHealth = MemberHealth(reachable=True)
-    placement: PlacementInput | None = None
+    placing: PlacementInput | None = None  # what placing reads (asked for by PLACE)
     rules: Rules = Rules()
     refusal: Rejection | None = None  # the member refused the copy (``StepMemory``)
 
@@ -240,19 +240,19 @@ def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, messag
 def _refused(snap: Snapshot, record: DispatchRecord, refusal: Rejection) -> Action:
     """The member refused the copy: who else could take it decides requeue or fail (the
     placement input answers; it is asked for first)."""
-    if snap.placement is None:
+    if snap.placing is None:
         return Action(kind=ActionKind.PLACE, member=refusal.member,
                       reason=f"{refusal.member} refused the copy: who else could take it?")
-    left = alternatives_for(snap.placement, without=refusal.member)
+    left = alternatives_for(snap.placing, without=refusal.member)
     action = after_rejection(record, snap.rules, member=refusal.member,
                              message=refusal.describe(), alternatives=left)
     return replace(action, rejection=refusal)
 
 
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
-    if snap.placement is None:
+    if snap.placing is None:
         return Action(kind=ActionKind.PLACE, reason="no member chosen yet")
-    placement = place(snap.placement)
+    placement = place(snap.placing)
     decision = placement.decision
     if decision.chosen is not None:
         return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
@@ -343,9 +343,9 @@ def decide(snap: Snapshot) -> Action:
                           reason=f"owned by {owner}: part of its owner's workload")
         return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
     if record is None:
-        if snap.placement is None:
+        if snap.placing is None:
             return Action(kind=ActionKind.PLACE, reason="new workload")
-        placement = place(snap.placement)
+        placement = place(snap.placing)
         return Action(kind=ActionKind.CREATE_RECORD, member=placement.decision.chosen,
                       reason=placement.decision.summary, placement=placement)
     if record.failure:

@@ -99,14 +99,14 @@ class Reconciler:
 
     # -- snapshot ------------------------------------------------------------------------
 
-    def snapshot(self, uid: str, placement: PlacementInput | None = None) -> Snapshot:
+    def snapshot(self, uid: str, placing: PlacementInput | None = None) -> Snapshot:
         """The frozen input of ``decide`` for ``uid``, from the caches."""
         item = self.cache.workload(uid)
         raw = self.cache.record(uid)
         record = records.read(raw) if raw is not None else None
         workload = item.obj if item is not None else None
         snap = Snapshot(now=self.clock(), workload=workload, record=record,
-                        placement=placement, rules=self.settings.rules,
+                        placing=placing, rules=self.settings.rules,
                         refusal=self.memory.refusal(uid))
         cluster = record.cluster if record is not None else None
         if cluster is None or workload is None:
@@ -196,17 +196,17 @@ class Reconciler:
             return await self._reconcile(uid)
 
     async def _reconcile(self, uid: str) -> float | None:
-        placement: PlacementInput | None = None
+        placing: PlacementInput | None = None
         for _ in range(MAX_STEPS):
-            snap = self.snapshot(uid, placement)
+            snap = self.snapshot(uid, placing)
             started = time.perf_counter()
             action = decide(snap)
-            placement = None  # read for the step right after PLACE only
+            placing = None  # read for the step right after PLACE only
             if action.placement is not None:
                 self._apply(action.placement)
                 placed(self.metrics, action.placement, time.perf_counter() - started, self.queue)
             if action.kind is ActionKind.PLACE:
-                placement = await self.placement_input(uid, snap)
+                placing = await self.placement_input(uid, snap)
                 continue
             if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
                 return self._idle(uid, snap, action)

@@ -138,7 +138,7 @@ def run(writer: FakeWriter, snap: Snapshot) -> tuple[Action, Outcome]:
 def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
-                    placement=pb.given(workload(), fleet=pb.members()))
+                    placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.RECORD_PLACEMENT and outcome == AGAIN
     (name, status), = w.calls
@@ -152,7 +152,7 @@ def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write
     record's spec, no status patch before the member is touched."""
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=None,
-                    placement=pb.given(workload(), fleet=pb.members()))
+                    placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
     (name, placed), = w.calls
@@ -165,7 +165,7 @@ def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write
 def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None:
     w = FakeWriter(record_created=False)
     snap = Snapshot(now=NOW, workload=workload(), record=None,
-                    placement=pb.given(workload(), fleet=pb.members()))
+                    placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
     assert w.names() == ["create_record", "release"]
@@ -174,7 +174,7 @@ def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None
 def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=None,
-                    placement=pb.given(workload(), fleet=pb.members(used_a=4)))
+                    placing=pb.given(workload(), fleet=pb.members(used_a=4)))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.CREATE_RECORD and outcome == DONE
     assert w.names() == ["create_record", "patch_record", "event"]
@@ -185,7 +185,7 @@ def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None
 def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
-                    placement=pb.given(workload(), fleet=pb.members(used_a=4)))
+                    placing=pb.given(workload(), fleet=pb.members(used_a=4)))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.RECORD_PENDING and outcome == DONE
     assert w.names() == ["patch_record", "event"]
@@ -250,7 +250,7 @@ def test_a_rejected_copy_releases_at_once_then_decide_requeues_or_fails(
     assert decide(replace(absent, refusal=refusal)).kind is ActionKind.PLACE
     w.calls.clear()
     action, answer = run(w, replace(absent, refusal=refusal,
-                                    placement=pb.given(workload(), fleet=fleet)))
+                                    placing=pb.given(workload(), fleet=fleet)))
     assert action.kind is (ActionKind.REQUEUE if phase == "Pending" else ActionKind.FAIL)
     assert answer == outcome
     assert w.names() == ["patch_record", "event"]
