@@ -27,7 +27,7 @@ from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.control.readings import member_copy
-from dispatcher.kube import watch
+from dispatcher.kube import retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
@@ -78,21 +78,20 @@ def _crd_serves(crd: Mapping[str, Any]) -> CrdServes:
 
 async def forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
                    | None = None) -> None:
-    """Run ``body`` (a list-then-watch) again after every failure, with growing delays."""
-    delay = 0.5
-    while True:
-        started = time.monotonic()
-        try:
-            await body()
-        except KubeError as exc:
+    """Run ``body`` (a list-then-watch) again after every end, with growing delays
+    (``kube.retry``); a KubeError is logged and retried, ``on_error`` told of every end."""
+
+    def failed(exc: BaseException | None, _delay: float) -> None:
+        if isinstance(exc, KubeError):
             # 429 while a fresh CRD's watch cache initializes is expected: retried, not news.
             report = log.info if exc.status == 429 else log.warning
             report("watch.failed", watch=what, error=type(exc).__name__,
                    message=str(exc)[:300])
         if on_error is not None:
             on_error()
-        delay = 0.5 if time.monotonic() - started > 30 else min(delay * 2, 30.0)
-        await asyncio.sleep(delay)
+
+    await retry.forever(body, wait=retry.WATCH_WAIT, fresh_after=30.0, on_failure=failed,
+                        retry_on=lambda exc: isinstance(exc, KubeError))
 
 
 class HubWatchers:
