@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.names import HUB_UID_LABEL, ORIGIN_LABEL
+from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound

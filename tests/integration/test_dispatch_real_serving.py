@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, ResourceRef

@@ -22,7 +22,7 @@ from dispatcher.aiotasks import Pulse
 from dispatcher.fleet.connection import MemberConnection, NotConnected
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem
 from dispatcher.fleet.members import MemberSpec
-from dispatcher.fleet.reservations import OWNER_LABEL, Reservation
+from dispatcher.fleet.reservations import HUB_UID_LABEL, Reservation
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.kube import watch
 
@@ -165,7 +165,7 @@ def test_pod_events_move_gpus_from_reserved_to_used_in_one_step() -> None:
     conn.reservations.add(Reservation(workload_uid="w1", member="m", nodes=(("n1", 8),),
                                       expires_at=1e12))
     bound = pod("p1", 4, node_name="n1")
-    bound["metadata"]["labels"] = {OWNER_LABEL: "w1"}
+    bound["metadata"]["labels"] = {HUB_UID_LABEL: "w1"}
     conn._apply("pods", watch.Changed(type="ADDED", object=bound))
     summary = conn.capacity.summary()
     assert (summary.used, summary.reserved, summary.free) == (4, 4, 0)
