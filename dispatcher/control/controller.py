@@ -307,7 +307,9 @@ class Controller:
         meta = obj.get("metadata") or {}
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
         key = GroupVersionKind.of(api_version, kind).key
-        if not any(k.startswith(key) for k, _ in self.cache.synced):
+        # Exactly this kind, listed in some watched namespace: a prefix match would take
+        # example.io/v1/JobTemplate's watch for example.io/v1/Job's.
+        if not any(k == key for k, _ in self.cache.synced):
             return None  # the hub kind is not watched (yet): never guess
         with contextlib.suppress(KubeError):
             ref = await self.hub.discovery.resource(api_version, kind)
