@@ -108,13 +108,16 @@ async def test_unusable_kubeconfig_is_kubeconfig_invalid() -> None:
 async def test_stop_is_prompt_while_retrying_fast() -> None:
     loader = Loader(problem=KubeconfigProblem("bad", reason="KubeconfigInvalid"))
     conn = connection(loader, FleetSettings(reconnect_initial_s=0.001, reconnect_max_s=0.01))
+    before = set(asyncio.all_tasks())
     conn.start()
     await wait_calls(loader, 3)
     async with asyncio.timeout(5):
         await conn.stop()
     calls = loader.calls
-    await asyncio.sleep(0.05)
-    assert loader.calls == calls  # nothing runs after stop
+    # Nothing runs after stop: no task of the connection is left to call the loader.
+    assert {t for t in asyncio.all_tasks() if not t.done()} - before == set()
+    await asyncio.sleep(0)
+    assert loader.calls == calls
 
 
 async def test_stop_is_prompt_inside_an_attempt() -> None:
