@@ -219,11 +219,12 @@ async def test_unschedulable_waits_pending_then_dispatches_when_a_node_fits(
     async def pending() -> Any:
         record = await get_or_none(h.hub, DISPATCHES.item("jobset-huge", h.namespace))
         conditions = (record or {}).get("status", {}).get("conditions", [])
+        # no node has 16 GPUs: never placeable as the fleet is, re-checked when it changes
+        # (waited for by name: a first pass may say something else, e.g. Queued)
         return next((c for c in conditions if c["type"] == "Placed"
-                     and c["status"] == "False"), None)
+                     and c["status"] == "False" and c["reason"] == "Unplaceable"), None)
 
-    condition = await eventually(pending, what="Pending with a reason")
-    # no node has 16 GPUs: never placeable as the fleet is, re-checked when it changes
+    condition = await eventually(pending, what="Pending, Unplaceable")
     assert condition["reason"] == "Unplaceable"
     assert "member-1" in condition["message"] and "member-2" in condition["message"]
     assert not await copies_of(h, "huge")
