@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``dispatcher why``: load the config, then ``answer``."""
-    from dispatcher import config as configmod
+    import dispatcher.config as configmod
 
     try:
         config = configmod.load(args.config)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from dispatcher.control import admission
+from dispatcher.control import dryrun
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import (
@@ -71,7 +71,7 @@ class MemberWrites:
         self.copies = copies
         self.clock = clock
         self.monotonic = monotonic
-        self._admitted = admission.AdmittedPods()
+        self._admitted = dryrun.AdmittedPods()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
         self._pod_fields = settings.pod_policy
 
@@ -91,7 +91,7 @@ class MemberWrites:
                                 message=refused)
         try:
             body, templates = await self._off_loop(workload, self._copy_and_templates)
-            pods = admission.dry_run_pods(templates, namespace=namespace)
+            pods = dryrun.dry_run_pods(templates, namespace=namespace)
         except EvaluationUnavailable:
             raise  # a busy host: the worker's back-off, not a verdict on the copy
         except WorkloadError as exc:
@@ -164,7 +164,7 @@ class MemberWrites:
         """The member's admission verdict on each pod template (``dryRun=All``): a
         Rejection on a refusal (403); a pod invalid as such (422: an operator completes
         it) is not the admission's word and passes. A pod admitted there moments ago is
-        not asked again (``admission.AdmittedPods``)."""
+        not asked again (``dryrun.AdmittedPods``)."""
         for pod in pods:
             if self._admitted.admitted(cluster, namespace, pod, now=self.monotonic()):
                 continue

@@ -234,8 +234,12 @@ class MemberWatchers:
     """
 
     def __init__(self, *, fleet: FleetView, live: LiveCatalog, copies: CopyCache, kick: Kick,
-                 hub_id: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 hub_id: str, monotonic: Callable[[], float] = time.monotonic,
+                 idle_wake_s: float = 5.0) -> None:
         self._fleet = fleet
+        # A member loop looks again after this long without a pulse (a safety net; a test
+        # that counts wake-ups sets it beyond its own run).
+        self._idle_wake_s = idle_wake_s
         self._live = live
         self._copies = copies
         self._kick = kick
@@ -293,9 +297,10 @@ class MemberWatchers:
                 self._copies.unsync(name)
 
     async def _wake(self, name: str, seen: tuple[int, int]) -> tuple[int, int]:
-        """Wait for this member's state pulse or a catalog change (at most 5 s)."""
+        """Wait for this member's state pulse or a catalog change (at most
+        ``idle_wake_s``)."""
         state = self._fleet.state_pulse(name)
-        await wait_any(((state, seen[0]), (self._catalog, seen[1])), timeout=5.0)
+        await wait_any(((state, seen[0]), (self._catalog, seen[1])), timeout=self._idle_wake_s)
         self.wakeups[name] += 1
         return state.version, self._catalog.version
 

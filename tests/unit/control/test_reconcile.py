@@ -22,13 +22,13 @@ from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import MemberHealth
 from dispatcher.control.memory import StepMemory
-from dispatcher.control.names import FINALIZER, HUB_UID_LABEL, ORIGIN_LABEL
+from dispatcher.control.names import FINALIZER, ORIGIN_LABEL
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import CopyUpdate
-from dispatcher.fleet.reservations import MemberReservations
+from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations
 from dispatcher.kube.patches import apply_merge
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.placement.model import MemberSnapshot
