@@ -132,11 +132,17 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
     hub = await live.hub_client(config)
     try:
         obj = await live.hub_workload(hub, catalog, namespace=namespace, ref=ref)
-        try:
-            dispatch = await hub.request("GET", DISPATCHES.item(dispatch_name(obj),
-                                                                namespace))
-        except NotFound:
-            dispatch = None
+        uid = str(obj.get("metadata", {}).get("uid", ""))
+        dispatch = None
+        for qualified in (False, True):  # a same-named kind of another group took the name
+            try:
+                found = await hub.request("GET", DISPATCHES.item(
+                    dispatch_name(obj, qualified=qualified), namespace))
+            except NotFound:
+                continue
+            if ((found.get("spec") or {}).get("workload") or {}).get("uid") == uid:
+                dispatch = found
+                break
         summary = dispatch_summary(dispatch) if dispatch is not None else None
         report: dict[str, Any] = {
             "workload": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
@@ -173,8 +179,11 @@ def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
     placed = next((c for c in status.get("conditions") or ()
                    if isinstance(c, Mapping) and c.get("type") == "Placed"), {})
     decision = decision_of(dispatch)
+    phase = str(status.get("phase") or "")
+    if not phase and decision.get("cluster"):
+        phase = "Placed"  # decided at create (spec.decision), the copy not submitted yet
     return {
-        "phase": str(status.get("phase") or ""),
+        "phase": phase,
         "reason": str(placed.get("reason") or ""),
         "message": str(placed.get("message") or decision.get("summary") or ""),
         "since": placed.get("lastTransitionTime"),

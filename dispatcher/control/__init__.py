@@ -21,9 +21,10 @@ Shell: ``watchers`` (hub kinds, Dispatches, member copies -> ``caches`` + kicks;
 status read through the current catalog by ``readings``), ``workers`` (one serial worker per
 workload uid), ``reconcile`` (snapshot -> decide -> execute; ``resolutions`` resolves each
 workload once per generation before it is placed; ``memory`` holds what the last steps saw
-that the hub does not say: the version last mirrored, foreign sightings, a member's refusal), ``actions`` (the writes of each action,
-through a ``writer`` ``Writer``: the real one is ``writes`` on the hub and ``submit`` on the
-members, with ``copies`` for what a copy carries and whose a member object is, and
+that the hub does not say: the version last mirrored, foreign sightings, a member's
+refusal), ``actions`` (the writes of each action, through a ``writer`` ``Writer``: the
+real one is ``writes`` on the hub and ``submit`` on the members, with ``copies`` for what a
+copy carries and whose a member object is, and
 ``namespaces`` for the member namespace, never weaker than the hub's), ``controller``
 (wiring, queue rounds, reservation expiry, orphan sweep), ``catalog`` (the swappable live
 catalog) fed by ``definitions`` (hub definition objects and their status), ``leader``

@@ -127,7 +127,8 @@ async def _record_pending(w: Writer, uid: str, snap: Snapshot, placement: Placem
     reason, message = placement.reason, placement.decision.summary
     assert reason is not None
     await w.patch_record(uid, {**w.demand_patch(uid), **records.pending_status(
-        message=message, reason=reason, now=snap.now)})
+        message=message, reason=reason, now=snap.now,
+        attempt=snap.record.attempt if snap.record is not None else 0)})
     log.info("workload.pending", uid=uid, reason=reason.value, message=message)
     w.event(snap.workload or {}, reason="Pending", message=message, warning=True)
     return DONE
@@ -135,6 +136,10 @@ async def _record_pending(w: Writer, uid: str, snap: Snapshot, placement: Placem
 
 async def _submit(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
     assert action.member is not None and snap.workload is not None
+    if snap.record is not None and snap.record.reservation is not None:
+        # The record's reservation is the one in force (it may not be in the book: a
+        # record found on a create conflict, a create whose answer was lost).
+        w.hold(snap.record.reservation)
     outcome = await w.create_copy(uid, cluster=action.member, workload=snap.workload)
     if isinstance(outcome, Rejection):
         # Refused for good: the reservation goes at once; the next ``decide`` answers
@@ -308,7 +313,6 @@ async def _rejected(w: Writer, uid: str, snap: Snapshot, action: Action,
                                  now=snap.now)
     fail = action.kind is ActionKind.FAIL
     await _write_retreat(w, uid, snap, action, outcome="rejected", extra=[rejected])
-    w.memory.answered(uid)
     w.metrics.rejections.labels(member=rejection.member, code=str(rejection.status)).inc()
     log.warning("workload.rejected", member=rejection.member, status_code=rejection.status,
                 reason=rejection.reason, message=rejection.message,
@@ -330,6 +334,7 @@ async def _write_retreat(w: Writer, uid: str, snap: Snapshot, action: Action, *,
     if extra:
         status["conditions"] = [*status["conditions"], *extra]
     await w.patch_record(uid, status)
+    w.memory.answered(uid)  # whatever made it retreat, a refusal from that member is moot
     w.metrics.dispatches.labels(member=action.member or "",
                                 result="failed" if fail else outcome).inc()
 

@@ -35,11 +35,11 @@ Branch order (first match wins):
 12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
 13  copy state not known yet (watch not synced)    WAIT
 14  a foreign object holds the name                REPORT_CONFLICT (once)
-14a copy absent, the member refused it             PLACE for the input, then REQUEUE (the
+15  copy absent, the workload finished             NOTHING (removed after it finished)
+15a copy absent, the member refused it             PLACE for the input, then REQUEUE (the
                                                    member excluded) or FAIL when no other
                                                    member could take it (``after_rejection``)
-15  copy absent, the workload finished             NOTHING (removed after it finished)
-15a copy absent                                    SUBMIT
+15b copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
     past stuckAfter after submission
@@ -298,12 +298,12 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                       reason=f"{cluster} already has an object with this name that this "
                              f"hub did not create; not overwriting it")
     if copy.state is CopyState.ABSENT:
-        if snap.refusal is not None and snap.refusal.member == cluster:
-            return _refused(snap, record, snap.refusal)
         if record.generic_status in _FINISHED:
             return Action(kind=ActionKind.NOTHING, member=cluster,
                           reason=f"{record.generic_status}; its copy was removed from "
                                  f"{cluster} since (not run again)")
+        if snap.refusal is not None and snap.refusal.member == cluster:
+            return _refused(snap, record, snap.refusal)
         return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")

@@ -162,12 +162,18 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
     )
 
 
-def dispatch_name(workload: Mapping[str, Any]) -> str:
-    """The Dispatch of a workload: ``<kind>-<name>`` (kinds may share names in a namespace).
+def dispatch_name(workload: Mapping[str, Any], *, qualified: bool = False) -> str:
+    """The Dispatch of a workload: ``<kind>-<name>`` (kinds may share names in a namespace);
+    ``qualified``: ``<kind>.<group>-<name>``, for a workload whose plain name is held by the
+    record of a same-named kind of another API group.
 
     Longer than a name may be (253), it is cut and ends in a hash of the whole, so two
     workloads whose names share a long prefix never share a Dispatch."""
-    full = f"{str(workload.get('kind', '')).lower()}-{workload['metadata']['name']}"
+    kind = str(workload.get("kind", "")).lower()
+    if qualified:
+        group = str(workload.get("apiVersion", "")).rpartition("/")[0] or "core"
+        kind = f"{kind}.{group}"
+    full = f"{kind}-{workload['metadata']['name']}"
     if len(full) <= _NAME_LIMIT:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:10]
@@ -205,14 +211,18 @@ def demand_status(*, demand: Demand, definition: str) -> dict[str, Any]:
             "demand": {"pods": demand.pods, "gpus": demand.gpus, "gangs": gangs_json(demand)}}
 
 
-def pending_status(*, message: str, reason: PendingReason, now: float) -> dict[str, Any]:
-    """Status patch: no member can take it now; ``message`` is the decision summary.
+def pending_status(*, message: str, reason: PendingReason, now: float, attempt: int = 0
+                   ) -> dict[str, Any]:
+    """Status patch: no member can take it now; ``message`` is the decision summary;
+    ``attempt`` the placements so far. The decision is cleared to ``{"attempt": N}``, never
+    removed: without one in status, the first decision (``spec.decision``) would hold again.
 
     When the reason is that the workload cannot be resolved (no or a failing definition,
     a pod template that cannot be a valid Pod: ``PendingReason.unresolved``),
     ``Resolved=False`` says so with the same reason and message; else ``Resolved=True``."""
     resolved = not reason.unresolved
-    return {"phase": Phase.PENDING.value, "decision": None,
+    return {"phase": Phase.PENDING.value,
+            "decision": {"cluster": None, "reservation": None, "attempt": attempt},
             "conditions": [condition(type_="Placed", status=False, reason=reason,
                                      message=message, now=now),
                            condition(type_="Resolved", status=resolved,

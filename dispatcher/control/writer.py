@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dispatcher.control.copies import Rejection
 from dispatcher.control.memory import StepMemory
 from dispatcher.control.observe import Metrics
+from dispatcher.fleet.reservations import Reservation
 
 if TYPE_CHECKING:
     from dispatcher.control.submit import CopyUpdate
@@ -82,6 +83,9 @@ class Writer(Protocol):
 
     def release(self, uid: str) -> None:
         """Drop the workload's reservation wherever it is held."""
+
+    def hold(self, reservation: Reservation) -> None:
+        """Hold ``reservation`` in its member's book (replacing the workload's own)."""
 
     def forget(self, uid: str) -> None:
         """The workload leaves: its reservation and its queue entry go."""

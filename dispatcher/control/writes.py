@@ -18,11 +18,20 @@ from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.submit import CopyUpdate, MemberWrites
+from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.resources import DISPATCHES
 
 __all__ = ["Writes"]
+
+
+def _same_kind(ref: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
+    """Whether a record's workload reference is of the workload's group and kind."""
+    def group(api_version: object) -> str:
+        return str(api_version or "").rpartition("/")[0]
+    return (group(ref.get("apiVersion")) == group(workload.get("apiVersion"))
+            and ref.get("kind") == workload.get("kind"))
 
 
 def _delete_options(uid: str) -> dict[str, Any]:
@@ -65,26 +74,30 @@ class Writes:
 
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
                             placed: Mapping[str, Any] | None = None) -> bool:
-        name = records.dispatch_name(workload)
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode,
-                                     placed=placed)
-        try:
-            created = await self.hub.request("POST", DISPATCHES.collection(namespace),
-                                             body=body)
-        except Conflict:
-            existing = await self.hub.request("GET", DISPATCHES.item(name, namespace))
-            owner = ((existing.get("spec") or {}).get("workload") or {}).get("uid")
-            if owner == uid:
-                self.cache.put_record(existing, force=True)
+        for qualified in (False, True):
+            name = records.dispatch_name(workload, qualified=qualified)
+            body = records.dispatch_body(workload=workload, name=name,
+                                         hub_mode=self.hub_mode, placed=placed)
+            try:
+                created = await self.hub.request("POST", DISPATCHES.collection(namespace),
+                                                 body=body)
+            except Conflict:
+                existing = await self.hub.request("GET", DISPATCHES.item(name, namespace))
+                held = (existing.get("spec") or {}).get("workload") or {}
+                if held.get("uid") == uid:
+                    self.cache.put_record(existing, force=True)
+                    return False
+                if not _same_kind(held, workload):
+                    continue  # a same-named kind of another group holds it: never touched
+                # A record of an earlier object of this kind and name: its owner is gone.
+                with contextlib.suppress(NotFound, Conflict):
+                    await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
+                                           body=_delete_options(existing["metadata"]["uid"]))
                 return False
-            # A record of an earlier object with the same name: its owner is gone.
-            with contextlib.suppress(NotFound, Conflict):
-                await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
-                                       body=_delete_options(existing["metadata"]["uid"]))
-            return False
-        self.cache.put_record(created, force=True)
-        return True
+            self.cache.put_record(created, force=True)
+            return True
+        return False
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)
@@ -160,6 +173,11 @@ class Writes:
 
     def demand_patch(self, uid: str) -> dict[str, Any]:
         return self.resolutions.demand_patch(uid)
+
+    def hold(self, reservation: Reservation) -> None:
+        book = self.fleet.reservations(reservation.member)
+        if book is not None:
+            book.add(reservation)
 
     def release(self, uid: str) -> None:
         for name in self.fleet.names():

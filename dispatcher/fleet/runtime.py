@@ -408,7 +408,8 @@ class Fleet:
         # Any error but cancellation, and none once stopping (a cancellation a library
         # turned into an error).
         await retry.forever(body, wait=backoff(self._settings), on_failure=report,
-                            retry_on=lambda exc: True, stopping=lambda: self._stopping)
+                            fresh_after=60.0, retry_on=lambda exc: True,
+                            stopping=lambda: self._stopping)
 
     # -- status --------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.record import decision_of
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound, ServerError, Unreachable
@@ -233,7 +234,7 @@ async def check_workload(env: ChaosEnv, t: Tracked, namespace: str, *,
     if record is None:
         return [f"LOST {t.name}: no Dispatch"]
     status = record.get("status") or {}
-    cluster = (status.get("decision") or {}).get("cluster")
+    cluster = decision_of(record).get("cluster")
     phase = status.get("phase")
     if len(copies) > 1:
         return [f"DUPLICATE {t.name}: copies on {sorted(m for m, _ in copies)}"]

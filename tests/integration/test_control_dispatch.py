@@ -389,3 +389,29 @@ async def _get_quietly(client: KubeClient, path: str) -> Any:
         return await client.request("GET", path)
     except KubeError:
         return None
+
+
+async def test_a_same_named_kind_of_another_group_never_takes_the_record(
+        harness: Harness) -> None:
+    """``jobset-<name>`` held by the record of a JobSet of another API group (a live
+    workload the controller must not touch): the new workload's record is the qualified
+    ``jobset.jobset.x-k8s.io-<name>``, the other record stays as it was."""
+    h = harness
+    other = {"apiVersion": "dispatcher.io/v1alpha1", "kind": "Dispatch",
+             "metadata": {"name": "jobset-twin", "namespace": h.namespace},
+             "spec": {"workload": {"apiVersion": "example.io/v1", "kind": "JobSet",
+                                   "name": "twin", "uid": "other-uid"}}}
+    held = await h.hub.request("POST", DISPATCHES.collection(h.namespace), body=other)
+    await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                        body=jobset("twin", h.namespace, replicas=1, gpus=1))
+
+    async def landed() -> dict[str, dict[str, Any]] | None:
+        return await copies_of(h, "twin") or None
+
+    await eventually(landed, what="the JobSet's copy on a member")
+    qualified = await h.hub.request(
+        "GET", DISPATCHES.item("jobset.jobset.x-k8s.io-twin", h.namespace))
+    assert qualified["spec"]["workload"]["kind"] == "JobSet"
+    kept = await h.hub.request("GET", DISPATCHES.item("jobset-twin", h.namespace))
+    assert kept["metadata"]["uid"] == held["metadata"]["uid"]
+    assert kept["spec"]["workload"]["uid"] == "other-uid"

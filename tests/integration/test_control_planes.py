@@ -112,6 +112,10 @@ async def test_the_first_decision_made_at_create_cannot_be_rewritten(connect: Co
         await hub.request("PATCH", ref.item("train", namespace), content_type=JSON_MERGE_PATCH,
                           body={"spec": {"decision": {"cluster": "member-2"}}})
     assert refused.value.status == 422 and "immutable" in str(refused.value)
+    with pytest.raises(errors.KubeError) as removed:
+        await hub.request("PATCH", ref.item("train", namespace), content_type=JSON_MERGE_PATCH,
+                          body={"spec": {"decision": None}})
+    assert removed.value.status == 422 and "immutable" in str(removed.value)
     fetched = await hub.request("GET", ref.item("train", namespace))
     assert fetched["spec"]["decision"]["cluster"] == "member-1"
 

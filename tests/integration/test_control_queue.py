@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dispatcher.control.priority import PriorityPolicy
+from dispatcher.control.record import decision_of
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.resources import DISPATCHES
@@ -41,8 +42,7 @@ async def dispatched(h: Harness, namespace: str, names: list[str]) -> list[str]:
     done = []
     for name in names:
         record = await get_or_none(h.hub, DISPATCHES.item(f"jobset-{name}", namespace))
-        if ((record or {}).get("status") or {}).get("decision", {}) and \
-                record["status"]["decision"].get("cluster"):
+        if record is not None and decision_of(record).get("cluster"):
             done.append(name)
     return done
 

@@ -94,6 +94,9 @@ class FakeWriter:
     def release(self, uid: str) -> None:
         self.calls.append(("release", uid))
 
+    def hold(self, reservation: Any) -> None:
+        self.calls.append(("hold", reservation.member))
+
     def forget(self, uid: str) -> None:
         self.calls.append(("forget", uid))
 

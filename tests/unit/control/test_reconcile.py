@@ -28,7 +28,7 @@ from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import CopyUpdate
-from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations
+from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations, Reservation
 from dispatcher.kube.patches import apply_merge
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.placement.model import MemberSnapshot
@@ -157,6 +157,12 @@ class WorldWriter:
             if held is not None:
                 held.release(uid)
 
+    def hold(self, reservation: Reservation) -> None:
+        self.calls.append(("hold", reservation.member))
+        book = self.fleet.reservations(reservation.member)
+        assert book is not None
+        book.add(reservation)
+
     def forget(self, uid: str) -> None:
         self.release(uid)
 
@@ -211,8 +217,8 @@ def test_a_first_dispatch_writes_the_decision_with_the_record_then_submits_and_a
     w.calls.clear()
     list_copies(reconciler, "a")
     assert reconcile(reconciler) is None
-    assert w.names() == ["create_copy", "patch_record", "event"]
-    submitted = w.calls[1][1]
+    assert w.names() == ["hold", "create_copy", "patch_record", "event"]
+    submitted = w.calls[2][1]
     assert submitted["phase"] == "Submitted" and submitted["remote"]["cluster"] == "a"
     assert submitted["decision"]["cluster"] == "a"  # settled from spec in the same write
     assert submitted["demand"]["gpus"] == 8
@@ -226,12 +232,12 @@ def test_a_refused_copy_is_requeued_without_that_member_and_placed_again() -> No
     list_copies(reconciler, "a")
     # c's copy watch has not listed: the new decision waits for it.
     assert reconcile(reconciler) == 5.0
-    assert w.names() == ["add_finalizer", "create_record", "create_copy", "release",
+    assert w.names() == ["add_finalizer", "create_record", "hold", "create_copy", "release",
                          "patch_record", "event", "patch_record"]
-    requeued, placed = w.calls[4][1], w.calls[6][1]
+    requeued, placed = w.calls[5][1], w.calls[7][1]
     assert requeued["phase"] == "Pending" and requeued["excluded"] == ["a"]
     assert {c["type"]: c["reason"] for c in requeued["conditions"]}["Submitted"] == "Rejected"
-    assert w.calls[5][1] == "Rejected"
+    assert w.calls[6][1] == "Rejected"
     assert placed["phase"] == "Placed" and placed["decision"]["cluster"] == "c"
     assert placed["decision"]["attempt"] == 2
     assert w.memory.refusal(UID) is None
@@ -244,10 +250,28 @@ def test_a_refused_copy_fails_when_no_other_member_could_take_it() -> None:
     reconciler, w = world(refuse=refusal)  # b takes only team-b
     list_copies(reconciler, "a")
     assert reconcile(reconciler) is None
-    assert w.names() == ["add_finalizer", "create_record", "create_copy", "release",
+    assert w.names() == ["add_finalizer", "create_record", "hold", "create_copy", "release",
                          "patch_record", "event"]
-    failed = w.calls[4][1]
+    failed = w.calls[5][1]
     assert failed["phase"] == "Failed" and "no other member" in failed["failure"]
+
+
+def test_a_requeued_workload_that_fits_nowhere_never_returns_to_its_first_member() -> None:
+    """Pending after a requeue keeps the attempt in status.decision: the first decision in
+    spec (member a) must not hold again (it would resubmit to the member that refused)."""
+    refusal = Rejection.of("a", status=422, reason="Invalid", message="spec.x: bad")
+    full = MemberSnapshot(name="c", capacity=cluster({"name": "c0", "gpus": 8, "used": 8}))
+    reconciler, w = world(refuse=refusal, fleet=[*pb.members(), full])
+    list_copies(reconciler, "a")
+    assert reconcile(reconciler) is None
+    assert w.names()[-4:] == ["patch_record", "event", "patch_record", "event"]
+    assert w.calls[-4][1]["phase"] == "Pending" and w.calls[-2][1]["phase"] == "Pending"
+    record = records.read(reconciler.cache.record(UID) or {})
+    assert (record.cluster, record.reservation, record.attempt) == (None, None, 1)
+    assert record.excluded == ("a",)
+    w.calls.clear()
+    reconcile(reconciler)
+    assert "create_copy" not in w.names()
 
 
 def test_a_workload_that_fits_nowhere_gets_its_record_and_pending_once() -> None:

@@ -117,6 +117,20 @@ def test_a_requeue_after_a_decision_made_at_create_leaves_no_member_chosen() -> 
     assert (record.read(again).cluster, record.read(again).attempt) == ("m1", 2)
 
 
+def test_pending_after_a_requeue_never_brings_the_first_decision_back() -> None:
+    res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
+    obj = created_with_the_decision(res)
+    obj = with_status(obj, record.requeued_status(record=record.read(obj), reason="refused",
+                                                  outcome="rejected", now=NOW + 1))
+    requeued = record.read(obj)
+    obj = with_status(obj, record.pending_status(message="full", now=NOW + 2,
+                                                 reason=PendingReason.NO_FEASIBLE_MEMBER,
+                                                 attempt=requeued.attempt))
+    pending = record.read(obj)
+    assert (pending.phase, pending.cluster, pending.reservation) == ("Pending", None, None)
+    assert pending.attempt == 1
+
+
 def test_a_status_leftover_without_an_attempt_never_hides_the_first_decision() -> None:
     res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
     obj = with_status(created_with_the_decision(res), {"decision": {"reservation": None}})
