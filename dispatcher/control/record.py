@@ -18,7 +18,7 @@ from typing import Any
 
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.fleet.reservations import Reservation
-from dispatcher.placement.model import Decision
+from dispatcher.placement.model import Decision, GangDomain
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import gangs_json
 
@@ -86,6 +86,7 @@ class DispatchRecord:
     synced_generation: int = 0  # hub metadata.generation last written to the copy
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
     started_at: float | None = None  # first seen running (or past it): never stuck after
+    domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
 
 
 def read(obj: Mapping[str, Any]) -> DispatchRecord:
@@ -100,6 +101,12 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
             reservation = Reservation.from_dict(decision["reservation"])
         except ValueError:
             reservation = None
+    domains: list[GangDomain] = []
+    for item in decision.get("domains") or ():
+        try:
+            domains.append(GangDomain.from_dict(item))
+        except (ValueError, AttributeError):
+            continue  # not ours to guess: a malformed entry pins nothing
     pending = next((c for c in status.get("conditions") or ()
                     if c.get("type") == "Placed" and c.get("status") == "False"), None)
     remote = status.get("remote") or {}
@@ -122,6 +129,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         summary=str(decision.get("summary") or ""),
         last_seen=parse_time(remote.get("lastSeen")),
         synced_generation=int(remote.get("hubGeneration") or 0),
+        domains=tuple(domains),
         mirror_refused=any(c.get("type") == "StatusMirrored" and c.get("status") == "False"
                            for c in status.get("conditions") or ()),
     )
@@ -195,6 +203,7 @@ def placed_status(*, decision: Decision, reservation: Reservation | None, attemp
         "decision": {"cluster": chosen, "attempt": attempt, "time": format_time(now),
                      "policy": decision.policy, "score": verdict.score,
                      "summary": decision.summary[:1000],
+                     "domains": [d.to_dict() for d in decision.domains] or None,
                      "reservation": reservation.to_dict() if reservation else None},
         "remote": None, "genericStatus": None, "statuses": None,
         # A placed workload was resolved, whatever an earlier attempt said (a definition
@@ -226,6 +235,7 @@ def requeued_status(*, record: DispatchRecord, reason: str, outcome: str, now: f
                                  "reason": reason[:500]}]
     excluded = sorted({*record.excluded, *([record.cluster] if record.cluster else [])})
     return {"phase": Phase.PENDING.value, "decision": {"cluster": None, "reservation": None,
+                                                       "domains": None,
                                                        "attempt": record.attempt},
             "remote": None, "genericStatus": None, "statuses": None,
             "excluded": excluded, "attempts": history,
