@@ -3,7 +3,7 @@
 For multi-node GPU training the fit that matters is "inside one NVLink domain / rack", not
 "somewhere on the member". A gang with a topology constraint (``Gang.topology`` from the
 definition's ``podGroup.topology``, or the ``dispatcher.io/topology`` annotation for every
-gang) is resolved against the member's levels (``fleet.topology``) to a node label; each
+gang and every entry of independent pods) is resolved against the member's levels (``fleet.topology``) to a node label; each
 value of that label among the member's nodes is a *domain*.
 
 Keeping a gang in domain ``v`` is the same as giving its pods the node selector
@@ -58,7 +58,10 @@ class Unit:
 
     @property
     def label(self) -> str:
-        """``gang NAME`` / ``gangs A, B`` for reasons."""
+        """``gang NAME`` / ``gangs A, B`` (``pods NAME`` for independent pods), for
+        reasons."""
+        if len(self.gangs) == 1 and self.gangs[0].independent:
+            return f"pods {self.gangs[0].name}"
         names = self.names
         return f"gang {names[0]}" if len(names) == 1 else f"gangs {', '.join(names)}"
 
@@ -75,13 +78,16 @@ def units_of(demand: Demand, override: TopologyConstraint | None
              ) -> tuple[tuple[Unit, ...], tuple[Gang, ...]]:
     """The constrained units (largest first) and the gangs placed anywhere.
 
-    ``override`` (the workload's annotation) replaces every gang's own constraint;
-    independent pods are never a unit (they are not a gang)."""
+    ``override`` (the workload's annotation) replaces every gang's own constraint, and
+    also keeps each entry of independent pods (a Job's parallel pods, a Deployment's
+    replicas) in one domain: the user asked for this workload's pods to be together. A
+    definition's own constraint is a gang's only."""
     constrained: list[tuple[Gang, TopologyConstraint]] = []
     rest: list[Gang] = []
     for gang in demand.gangs:
-        constraint = override if override is not None else gang.topology
-        if gang.independent or constraint is None or gang.pods <= 0:
+        constraint = override if override is not None else \
+            (None if gang.independent else gang.topology)
+        if constraint is None or gang.pods <= 0:
             rest.append(gang)
         else:
             constrained.append((gang, constraint))

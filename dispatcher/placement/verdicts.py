@@ -199,13 +199,16 @@ def _in_domains(name: str, capacity: ClusterCapacity, shape: Shape,
                 levels: tuple[TopologyLevel, ...]) -> Fitted:
     """The verdict of a shape whose gangs must each stay in one topology domain. A counted
     fit is 1 (a lower bound: the packer placed it once; copies are not counted per
-    domain)."""
+    domain). A misfit that is not the domains' doing (the demand does not fit the member
+    at all: a product it lacks, too few GPUs) gives the plain reason, which says more."""
     found = fit_domains(capacity, levels, shape.units, shape.rest, best_fit=shape.best_fit,
                         rooms=shape.count_fits)
     free = capacity.free
     if found.result is None:
+        reason = found.reason if pack(capacity, shape.groups) is not None \
+            else explain_misfit(capacity, shape.groups)
         return Fitted(Verdict(member=name, feasible=False, free=free,
-                              fits=0 if shape.count_fits else None, reason=found.reason,
+                              fits=0 if shape.count_fits else None, reason=reason,
                               rooms=found.rooms), None, 0)
     free_after = free - shape.gpus
     score = float(-free_after if shape.best_fit else free_after)

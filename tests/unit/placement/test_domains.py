@@ -6,8 +6,9 @@ holds is infeasible with the best domain's numbers although the member's free GP
 hold it; two gangs may go to different domains, gangs sharing a pod template share one;
 nodes without the label are in no domain; a level the member does not declare, by name or
 by node label key; preferred falls back to anywhere; an existing nodeSelector on the level
-label restricts the domain; the annotation overrides the definition's constraint; the
-decision and the summary name the domain; explain's rooms count every domain. Property:
+label restricts the domain; the annotation overrides the definition's constraint and keeps
+independent pods together too; a member that cannot take the demand at all gives the plain
+reason; the decision and the summary name the domain; explain's rooms count every domain. Property:
 every feasible topology verdict's assignment keeps each unit on nodes of one domain value.
 """
 
@@ -94,6 +95,13 @@ def test_no_rack_holds_the_gang_although_the_member_could_numeric_reason() -> No
         decision.summary
 
 
+def test_a_member_without_the_product_gives_the_plain_reason() -> None:
+    cap = _racks(("r1", 2, 8))
+    d = demand([shape(1, 8, product="NVIDIA-A100-SXM4-80GB")])
+    assert decide([_member(cap)], _request(d)).verdict("m1").reason == (
+        "no nodes with product NVIDIA-A100-SXM4-80GB")
+
+
 def test_two_gangs_may_use_two_racks_and_shared_templates_share_one() -> None:
     cap = _racks(("r1", 2, 8), ("r2", 2, 8))
     two = Demand(gangs=(
@@ -163,12 +171,17 @@ def test_the_definitions_constraint_and_the_annotation_override() -> None:
     assert decide([_member(cap)], _request(d, topology=anywhere)).chosen == "m1"
 
 
-def test_independent_pods_are_placed_anywhere() -> None:
+def test_the_annotation_keeps_independent_pods_together_a_definition_does_not() -> None:
     cap = _racks(("r1", 1, 8), ("r2", 1, 8))
-    d = Demand(gangs=(Gang(name="solo", pods=2, min_pods=1, pod_shapes=(shape(2, 8),),
-                           independent=True),))
+    solo = Gang(name="job", pods=2, min_pods=1, pod_shapes=(shape(2, 8),), independent=True)
+    d = Demand(gangs=(solo,))
     decision = decide([_member(cap)], _request(d))
-    assert decision.chosen == "m1" and decision.domains == ()
+    assert decision.chosen is None  # a Job's parallel pods, asked to share a rack
+    assert decision.verdict("m1").reason.startswith("no rack holds pods job (2 pods, 16 GPUs)")
+    one = Demand(gangs=(replace(solo, pods=1, pod_shapes=(shape(1, 8),)),))
+    assert decide([_member(cap)], _request(one)).domains[0].gangs == ("job",)
+    own = Demand(gangs=(replace(solo, topology=REQUIRED),))
+    assert decide([_member(cap)], _request(own, topology=None)).domains == ()
 
 
 def test_the_chosen_member_is_one_whose_rack_holds_it() -> None:
