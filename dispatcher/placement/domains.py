@@ -3,8 +3,9 @@
 For multi-node GPU training the fit that matters is "inside one NVLink domain / rack", not
 "somewhere on the member". A gang with a topology constraint (``Gang.topology`` from the
 definition's ``podGroup.topology``, or the ``dispatcher.io/topology`` annotation for every
-gang and every entry of independent pods) is resolved against the member's levels (``fleet.topology``) to a node label; each
-value of that label among the member's nodes is a *domain*.
+gang and every entry of independent pods) is resolved against the member's levels
+(``fleet.topology``) to a node label; each value of that label among the member's nodes is
+a *domain*.
 
 Keeping a gang in domain ``v`` is the same as giving its pods the node selector
 ``label=v``, so the fit is the ordinary packer (``placement.fit``) over pod shapes with that
