@@ -238,3 +238,15 @@ def test_every_feasible_assignment_keeps_each_gang_in_one_rack(
     for gang in d.gangs:
         wanted[by_gang[gang.name]] = wanted.get(by_gang[gang.name], 0) + gang.gpus
     assert used == wanted  # each rack holds exactly the GPUs of the gangs placed there
+
+
+def test_the_fast_path_decides_alike() -> None:
+    """Not exhaustive (members below the first feasible one are not packed): the same
+    choice, domains and reasons."""
+    members = [_member(_racks(("r1", 2, 8), ("r2", 2, 8)), "wide"),
+               _member(_racks(("x", 1, 8)), "narrow")]
+    fast = decide(members, replace(_request(demand([shape(2, 8)])), exhaustive=False))
+    full = decide(members, _request(demand([shape(2, 8)])))
+    assert fast.chosen == full.chosen == "wide"
+    assert fast.domains == full.domains
+    assert fast.verdict("narrow").reason == full.verdict("narrow").reason
