@@ -97,8 +97,7 @@ class Gang:
     ``topology`` (a definition's ``podGroup.topology``) asks placement to keep the gang in
     one topology domain. ``templates`` names the pod templates its pods come from, as
     (component, instance id) pairs: a copy can steer pods only per template, so gangs that
-    share a template share one domain (``placement.domains``). Not part of equality: two
-    gangs that differ only there place alike.
+    share a template share one domain (``placement.domains``).
     """
 
     name: str
@@ -107,7 +106,7 @@ class Gang:
     pod_shapes: tuple[PodShape, ...]
     independent: bool = False
     topology: TopologyConstraint | None = None
-    templates: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    templates: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:
