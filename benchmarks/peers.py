@@ -39,7 +39,18 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
 - ``cpu_s``/``rss_mb``: CPU seconds over the run and peak RSS of the multi-cluster
   controller (``dispatcher run`` with its children; the hub's Kueue manager), and
   ``worker_cpu_s``/``worker_rss_mb``: the same summed over the members' Kueue instances
-  (MultiKueue needs one per member; the dispatcher needs nothing there).
+  (MultiKueue needs one per member; the dispatcher needs nothing there);
+  ``controller_cpu_ms_per_workload``/``worker_cpu_ms_per_workload`` the same per workload;
+- ``hub_writes_per_workload``: write requests the hub's kube-apiserver served from the
+  first create until every workload ran (``apiserver_request_total``, Events included),
+  less this benchmark's own creates and the time-driven Lease renewals, per workload;
+  ``hub_writes`` by verb and resource.
+
+Two mixes (``--mixes``): ``stream`` (the seeded mix above, ``--workloads`` of it) and
+``single`` (``--single-jobs`` single-pod 1-GPU Jobs, one burst: the per-dispatch cost with
+nothing to queue on but capacity). After every system of a mix ran, one ``peers-ratio`` line
+per peer says how many times the dispatcher's figure the peer's is (writes, controller
+CPU, controller plus workers CPU, first-wave p50/p99).
 
 Defaults take a few minutes per system on 2 cores; ``--big`` streams four times the
 workloads (and drains longer).
@@ -118,6 +129,48 @@ def workloads(fleet: FleetSpec, *, seed: int, count: int, run_s: float,
             out.append((replace(shape, name=shape.name.replace("job-", "jobset-")), "JobSet"))
         else:
             out.append((shape, "Job"))
+    return out
+
+
+def single_pod_jobs(count: int, *, run_s: float) -> list[tuple[Shape, str]]:
+    """``count`` Jobs of one pod and one GPU, any product, all at once."""
+    return [(Shape(name=f"job-{i:04d}", at=0.0, pods=1, gpus=1, product=None, tolerate=(),
+                   run_s=int(run_s)), "Job") for i in range(count)]
+
+
+def hub_write_figures(found: Mapping[str, int], items: list[tuple[Shape, str]]
+                      ) -> dict[str, Any]:
+    """``hub_writes_per_workload`` of a window's hub writes (``procstats.writes``): this
+    benchmark's own creates and Lease renewals left out."""
+    own = {"POST jobs": sum(1 for _, k in items if k == "Job"),
+           "POST jobsets": sum(1 for _, k in items if k == "JobSet")}
+    total = sum(max(0, n - own.get(what, 0)) for what, n in found.items()
+                if not what.endswith((" leases", " leases/status")))
+    return {"hub_writes_per_workload": round(total / max(len(items), 1), 2),
+            "hub_writes": dict(found)}
+
+
+RATIO_KEYS = ("hub_writes_per_workload", "controller_cpu_ms_per_workload",
+              "total_cpu_ms_per_workload", "first_wave_p50_created_ms",
+              "first_wave_p99_created_ms")
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``peers-ratio`` row per peer of a mix: peer figure / dispatcher figure."""
+    base = next((r for r in rows if r["system"] == "dispatcher"), None)
+    if base is None:
+        return []
+    out = []
+    for row in rows:
+        if row is base:
+            continue
+        ratio: dict[str, Any] = {"bench": "peers-ratio", "mix": row.get("mix"),
+                                 "system": row["system"], "vs": "dispatcher"}
+        for key in RATIO_KEYS:
+            mine, theirs = base.get(key), row.get(key)
+            ratio[key] = (round(theirs / mine, 2) if isinstance(mine, (int, float)) and mine
+                          and isinstance(theirs, (int, float)) else None)
+        out.append(ratio)
     return out
 
 
@@ -326,6 +379,7 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
             await asyncio.sleep(SAMPLE_S)
 
     await asyncio.sleep(2.0)  # the watches have listed
+    counts0 = await asyncio.to_thread(procstats.request_counts, state.cluster("hub"))
     cpu0, wcpu0 = cpu_s(controller), cpu_s(workers)
     tasks.append(asyncio.create_task(sampler()))
     for shape, kind in items:
@@ -341,15 +395,22 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
         await asyncio.sleep(1.0)
     end = time.monotonic()
     cpu1, wcpu1 = cpu_s(controller), cpu_s(workers)
+    counts1 = await asyncio.to_thread(procstats.request_counts, state.cluster("hub"))
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for client in (hub, *members.values()):
         await client.close()
     result = seen.result(end=end)
+    count = max(len(items), 1)
     result.update(cpu_s=round(cpu1 - cpu0, 1), rss_mb=round(peak["controller"]),
                   worker_cpu_s=round(wcpu1 - wcpu0, 1), worker_rss_mb=round(peak["workers"]),
-                  wall_s=round(end - min(seen.created.values()), 1))
+                  controller_cpu_ms_per_workload=round((cpu1 - cpu0) * 1000 / count, 1),
+                  worker_cpu_ms_per_workload=round((wcpu1 - wcpu0) * 1000 / count, 1),
+                  total_cpu_ms_per_workload=round((cpu1 - cpu0 + wcpu1 - wcpu0) * 1000
+                                                  / count, 1),
+                  wall_s=round(end - min(seen.created.values()), 1),
+                  **hub_write_figures(procstats.writes(counts0, counts1), items))
     return result
 
 
@@ -409,14 +470,24 @@ async def main_async(args: argparse.Namespace) -> None:
     await asyncio.to_thread(ensure_binaries)
     if any(s.startswith("multikueue") for s in systems):
         await asyncio.to_thread(ensure_peers)
+    mixes = [m for m in args.mixes.split(",") if m]
+    if set(mixes) - {"stream", "single"}:
+        raise SystemExit(f"unknown mix(es) {sorted(set(mixes) - {'stream', 'single'})}; "
+                         f"known: stream, single")
     count = args.workloads * (4 if args.big else 1)
-    items = workloads(fleet, seed=args.seed, count=count, run_s=args.run_s,
-                      jobset_share=args.jobset_share)
     with tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp:
-        for system in systems:
-            result = await run_system(system, fleet, items, args, Path(tmp))
-            result.update(seed=args.seed, run_s=args.run_s, machine=machine())
-            print(json.dumps(result), flush=True)
+        for mix in mixes:
+            items = (single_pod_jobs(args.single_jobs, run_s=args.run_s) if mix == "single"
+                     else workloads(fleet, seed=args.seed, count=count, run_s=args.run_s,
+                                    jobset_share=args.jobset_share))
+            rows = []
+            for system in systems:
+                result = await run_system(system, fleet, items, args, Path(tmp) / mix)
+                result.update(mix=mix, seed=args.seed, run_s=args.run_s, machine=machine())
+                rows.append(result)
+                print(json.dumps(result), flush=True)
+            for row in ratios(rows):
+                print(json.dumps(row), flush=True)
 
 
 def main() -> None:
@@ -437,6 +508,11 @@ def main() -> None:
     parser.add_argument("--drain-s", type=float, default=None,
                         help="wait this long at most for every workload to run "
                              "(default: 240, --big: 600)")
+    parser.add_argument("--mixes", default="stream,single",
+                        help="comma-separated: stream (the seeded mix), single "
+                             "(--single-jobs single-pod Jobs) (default: %(default)s)")
+    parser.add_argument("--single-jobs", type=int, default=200,
+                        help="Jobs in the single mix (default: %(default)s)")
     parser.add_argument("--tuned-qps", type=float, default=200.0)
     parser.add_argument("--tuned-burst", type=int, default=400)
     args = parser.parse_args()

@@ -193,7 +193,7 @@ def _setup(args: argparse.Namespace) -> tuple[Config, str]:
     """The controller config with the hub as kubectl's flags name it, and the namespace."""
     import yaml
 
-    from dispatcher import config as configmod
+    import dispatcher.config as configmod
     from dispatcher.shell.app import hub_kubeconfig_path
 
     config = configmod.load(args.config)

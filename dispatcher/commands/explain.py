@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     """Explain every workload of the file; decisions on stdout, problems on stderr."""
     import yaml
 
-    from dispatcher import config as configmod
+    import dispatcher.config as configmod
     from dispatcher.commands.inspect import load_catalog, read_objects
     from dispatcher.fleet.fleetfile import FleetFileError
     from dispatcher.kube.errors import KubeError

@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from dispatcher import config as configmod
+    import dispatcher.config as configmod
     from dispatcher.shell import app
 
     def edit(data: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``dispatcher why``: load the config, then ``answer``."""
-    from dispatcher import config as configmod
+    import dispatcher.config as configmod
 
     try:
         config = configmod.load(args.config)
@@ -167,10 +167,12 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
 def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
     """What a Dispatch says about where its workload is and why (pure): phase, the
     ``Placed`` condition (reason, message, since), member, attempts, excluded, failure."""
+    from dispatcher.control.record import decision_of
+
     status = dispatch.get("status") or {}
     placed = next((c for c in status.get("conditions") or ()
                    if isinstance(c, Mapping) and c.get("type") == "Placed"), {})
-    decision = status.get("decision") or {}
+    decision = decision_of(dispatch)
     return {
         "phase": str(status.get("phase") or ""),
         "reason": str(placed.get("reason") or ""),

@@ -1,15 +1,38 @@
 """Control: the async loop that dispatches hub workloads, mirrors status, deletes and fails over.
 
-Pure cores (no I/O, no clock): ``decide`` (one workload's next action, a documented branch
-table), ``record`` (the Dispatch object as a value and its status patches), ``queue``
-(priority, turns across namespaces, age; backfill bounded per namespace), ``priority``
-(the annotation capped per namespace), ``admission`` (invalid or never-placeable workloads
-are parked, not queued), ``names`` (labels, annotations, phases).
+The path of one hub workload through these modules, and where each rule lives, is
+docs/architecture.md; here each module by its job.
 
-Shell: ``watchers`` (hub kinds, Dispatches, member copies -> caches + kicks), ``workers``
-(one serial worker per workload uid), ``reconcile``/``actions`` (snapshot -> decide ->
-execute), ``copies`` (stamping and delete-if-owned), ``controller`` (wiring, queue rounds,
-reservation expiry, orphan sweep), ``leader`` (Lease election), ``events`` (Kubernetes
-Events), ``observe`` (logs, metrics, health server), ``fleetview`` (the fleet seam),
-``live`` (the controller's fleet view for one-shot commands), ``app`` (``dispatcher run``).
+Pure cores (no I/O, no clock read): ``decide`` (one workload's next action, a documented
+branch table), ``placing`` (placing one workload over read-only views of the queue and the
+fleet: parking, adoption, the reservation to take), ``parking`` (invalid or never-placeable
+workloads are parked, not queued), ``queue`` (the pending order: priority, turns across
+namespaces, age; backfill bounded per namespace), ``priority`` (the annotation capped per
+namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set),
+``record`` (the Dispatch object as a value, the body it is created with, its status
+patches), ``orphans`` (which of our copies the sweep deletes), ``hubstatus`` (the hub
+status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
+(the Pods a copy's templates are dry-run as on a member, and the acceptances remembered),
+``topology`` (the required node affinity that keeps a copy's gangs in the topology domains
+placement chose),
+``overview``/``recent`` (the fleet view's rows, the last decisions), ``names`` (labels,
+annotations, finalizer, phases, pending reasons), ``settings`` (the control loop's part of
+the config).
+
+Shell: ``watchers`` (hub kinds, Dispatches, member copies -> ``caches`` + kicks; a copy's
+status read through the current catalog by ``readings``), ``workers`` (one serial worker per
+workload uid), ``reconcile`` (snapshot -> decide -> execute; ``resolutions`` resolves each
+workload once per generation before it is placed; ``memory`` holds what the last steps saw
+that the hub does not say: the version last mirrored, foreign sightings, a member's
+refusal), ``actions`` (the writes of each action, through a ``writer`` ``Writer``: the
+real one is ``writes`` on the hub and ``submit`` on the members, with ``copies`` for what a
+copy carries and whose a member object is, and
+``namespaces`` for the member namespace, never weaker than the hub's), ``controller``
+(wiring, queue rounds, reservation expiry, orphan sweep), ``catalog`` (the swappable live
+catalog) fed by ``definitions`` (hub definition objects and their status), ``leader``
+(Lease election), ``events`` (Kubernetes Events), ``observe`` (logs, metrics, health
+server) and ``meters`` (gauges read at scrape), ``fleetview`` (the fleet seam).
+
+The controller process and explain's live view are assembled above this package, in
+``shell.app`` and ``shell.live``.
 """

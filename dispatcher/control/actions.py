@@ -14,7 +14,7 @@ import structlog
 
 from dispatcher.control import record as records
 from dispatcher.control.copies import Rejection
-from dispatcher.control.decide import Action, ActionKind, Snapshot, after_rejection
+from dispatcher.control.decide import Action, ActionKind, Snapshot
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.control.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, Outcome, Writer, later
@@ -47,8 +47,8 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
         await w.add_finalizer(uid, workload)
         return AGAIN
     if kind is ActionKind.CREATE_RECORD:
-        await w.create_record(uid, workload)
-        return AGAIN
+        assert action.placement is not None
+        return await _create_record(w, uid, snap, action.placement)
     if kind is ActionKind.RECORD_PLACEMENT:
         assert action.placement is not None
         return await _record_placement(w, uid, snap, action.placement)
@@ -68,6 +68,8 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
     if kind is ActionKind.MARK_UNKNOWN:
         return await _mark_unknown(w, uid, snap, action)
     if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
+        if action.rejection is not None:
+            return await _rejected(w, uid, snap, action, action.rejection)
         return await _requeue(w, uid, snap, action)
     if kind is ActionKind.DELETE_COPY:
         assert action.member is not None
@@ -77,6 +79,29 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
     if kind is ActionKind.RELEASE_FINALIZER:
         return await _release_finalizer(w, uid, snap)
     raise AssertionError(f"unhandled action {kind}")
+
+
+async def _create_record(w: Writer, uid: str, snap: Snapshot, placement: Placement
+                         ) -> Outcome:
+    """The Dispatch, created with the first decision and its reservation when one member
+    was chosen (one write: the record exists before the member is touched), else created
+    and then marked Pending."""
+    decision = placement.decision
+    placed = None
+    if decision.chosen is not None:
+        placed = records.first_placement(decision=decision, reservation=placement.reservation,
+                                         now=snap.now, demand=w.demand_patch(uid))
+    try:
+        created = await w.create_record(uid, snap.workload or {}, placed=placed)
+    except BaseException:
+        if placed is not None:
+            w.release(uid)
+        raise
+    if placed is not None or not created:
+        if not created:
+            w.release(uid)  # a namesake's record was there: decide again on what is
+        return AGAIN
+    return await _record_pending(w, uid, snap, placement)
 
 
 async def _record_placement(w: Writer, uid: str, snap: Snapshot, placement: Placement
@@ -112,7 +137,11 @@ async def _submit(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
     assert action.member is not None and snap.workload is not None
     outcome = await w.create_copy(uid, cluster=action.member, workload=snap.workload)
     if isinstance(outcome, Rejection):
-        return await _rejected(w, uid, snap, outcome)
+        # Refused for good: the reservation goes at once; the next ``decide`` answers
+        # requeue or fail from the snapshot (the refusal is in it).
+        w.release(uid)
+        w.memory.refused(uid, outcome)
+        return AGAIN
     return AGAIN if outcome else later(2.0)  # not connected, or a foreign object
 
 
@@ -134,6 +163,10 @@ async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome
         workload.get("metadata", {}).get("generation") or 0)
     status = records.submitted_status(cluster=action.member, remote_uid=copy.uid,
                                       now=snap.now, adopted=adopted, generation=generation)
+    # the first decision, if it is only in spec yet (made at create: the same write)
+    settled = records.settled_status(record, snap.now)
+    status["conditions"] = [*settled.pop("conditions", []), *status["conditions"]]
+    status.update(settled)
     # the generic status in the same write (saves a mirror step)
     status.update({"phase": Phase.of_generic(copy.generic).value,
                    "genericStatus": copy.generic, "statuses": list(copy.statuses)})
@@ -201,7 +234,7 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
             if not exc.permanent:
                 raise
             refused = exc  # as final as a member's 4xx: said once, not retried
-    w.mirrored(uid, copy.resource_version)
+    w.memory.mirrored(uid, copy.resource_version)
     generic = copy.generic
     phase = Phase.of_generic(generic).value
     mirrored = _mirrored_condition(refused, record.mirror_refused, now=snap.now,
@@ -264,21 +297,18 @@ async def _mark_unknown(w: Writer, uid: str, snap: Snapshot, action: Action) -> 
     return DONE if action.recheck_after is None else later(action.recheck_after)
 
 
-async def _rejected(w: Writer, uid: str, snap: Snapshot, rejection: Rejection) -> Outcome:
-    """The member refused the copy: no retry there. The reservation goes at once; the
-    workload goes back to Pending without that member, or fails when no member is left."""
+async def _rejected(w: Writer, uid: str, snap: Snapshot, action: Action,
+                    rejection: Rejection) -> Outcome:
+    """The member refused the copy (``decide`` chose requeue or fail): the workload goes
+    back to Pending without that member, or fails when no member is left."""
     record = snap.record
     assert record is not None
-    w.release(uid)
-    action = after_rejection(record, snap.rules, member=rejection.member,
-                             message=rejection.describe(),
-                             alternatives=await w.alternatives(
-                                 uid, snap, without=rejection.member))
     rejected = records.condition(type_="Submitted", status=False, reason="Rejected",
                                  message=f"{rejection.member}: {rejection.describe()}",
                                  now=snap.now)
     fail = action.kind is ActionKind.FAIL
     await _write_retreat(w, uid, snap, action, outcome="rejected", extra=[rejected])
+    w.memory.answered(uid)
     w.metrics.rejections.labels(member=rejection.member, code=str(rejection.status)).inc()
     log.warning("workload.rejected", member=rejection.member, status_code=rejection.status,
                 reason=rejection.reason, message=rejection.message,

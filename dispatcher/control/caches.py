@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.control import record as records
 from dispatcher.kube.resources import ResourceRef
 from dispatcher.kube.watch import lean
 
@@ -139,7 +140,7 @@ class HubCache:
     def uids_on(self, member: str) -> list[str]:
         """Workloads whose record names ``member`` as their cluster."""
         return [uid for uid, rec in self._records.items()
-                if ((rec.get("status") or {}).get("decision") or {}).get("cluster") == member]
+                if records.decision_of(rec).get("cluster") == member]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import cancel_all, guarded
+from dispatcher.control import orphans
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
@@ -295,20 +296,19 @@ class Controller:
         return deleted
 
     async def _stale(self, uid: str, *, member: str, obj: Mapping[str, Any]) -> str | None:
-        """Why our copy of ``uid`` on ``member`` should go, or None to keep it."""
-        item = self.cache.workload(uid)
-        if item is not None:
-            raw = self.cache.record(uid)
-            record = records.read(raw) if raw is not None else None
-            if record is None or record.cluster is None \
-                    or self.fleet.same_cluster(record.cluster, member):
-                return None  # where the record says it is (maybe under a second name)
-            return f"workload moved to {record.cluster}"
-        meta = obj.get("metadata") or {}
+        """Why our copy of ``uid`` on ``member`` should go, or None to keep it
+        (``control.orphans``; the hub is read only when the judgement asks)."""
+        raw = self.cache.record(uid)
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
-        key = GroupVersionKind.of(api_version, kind).key
-        if not any(k.startswith(key) for k, _ in self.cache.synced):
-            return None  # the hub kind is not watched (yet): never guess
+        judgement = orphans.judge(
+            member=member, cached=self.cache.workload(uid) is not None,
+            record=records.read(raw) if raw is not None else None,
+            same_cluster=lambda a, b: self.fleet.same_cluster(a, b),  # noqa: PLW0108 (late)
+            kind_key=GroupVersionKind.of(api_version, kind).key,
+            listed_kinds={k for k, _ in self.cache.synced})
+        if not judgement.ask_hub:
+            return judgement.stale
+        meta = obj.get("metadata") or {}
         with contextlib.suppress(KubeError):
             ref = await self.hub.discovery.resource(api_version, kind)
             if ref is None:
@@ -317,8 +317,6 @@ class Controller:
                 hub_obj = await self.hub.request("GET", ref.item(str(meta["name"]),
                                                                  str(meta["namespace"])))
             except NotFound:
-                return "hub object gone"
-            if str((hub_obj.get("metadata") or {}).get("uid")) != uid:
-                return "hub object replaced"
-            return None
+                hub_obj = None
+            return orphans.after_lookup(hub_obj, uid)
         return None

@@ -21,10 +21,10 @@ from dispatcher.control.names import (
     HUB_GENERATION_ANNOTATION,
     HUB_OBJECT_ANNOTATION,
     HUB_UID_ANNOTATION,
-    HUB_UID_LABEL,
     ORIGIN_LABEL,
     PREFIX,
 )
+from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import ResourceRef

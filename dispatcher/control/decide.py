@@ -21,7 +21,10 @@ Branch order (first match wins):
 4   being deleted, otherwise                       RELEASE_FINALIZER (if still held)
 5   no finalizer, a controller owns it, no record  NOTHING (its owner's pod, Job, ...: never ours)
 5a  no finalizer                                   ADD_FINALIZER
-6   no Dispatch record                             CREATE_RECORD
+6   no Dispatch record, no placement input yet     PLACE (shell resolves, reads the views)
+6a  no Dispatch record                             CREATE_RECORD (with the Placement: its
+                                                   decision rides on the create; Pending
+                                                   is written right after when none fits)
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
 8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
 9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
@@ -32,7 +35,10 @@ Branch order (first match wins):
 12  member unreachable, otherwise                  MARK_UNKNOWN (once), else WAIT
 13  copy state not known yet (watch not synced)    WAIT
 14  a foreign object holds the name                REPORT_CONFLICT (once)
-15  copy absent, the workload finished            NOTHING (removed after it finished)
+14a copy absent, the member refused it             PLACE for the input, then REQUEUE (the
+                                                   member excluded) or FAIL when no other
+                                                   member could take it (``after_rejection``)
+15  copy absent, the workload finished             NOTHING (removed after it finished)
 15a copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
@@ -46,15 +52,18 @@ Branch order (first match wins):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dispatcher.control.hubhold import controller_owner
 from dispatcher.control.names import FINALIZER, Phase
-from dispatcher.control.placing import Placement, PlacementInput, place
+from dispatcher.control.placing import Placement, PlacementInput, alternatives_for, place
 from dispatcher.control.record import DispatchRecord
 from dispatcher.workloads.model import GenericStatus
+
+if TYPE_CHECKING:
+    from dispatcher.control.copies import Rejection  # copies reads CopyState from here
 
 __all__ = [
     "Action",
@@ -160,8 +169,9 @@ class Snapshot:
     record: DispatchRecord | None
     copy: Copy = Copy(state=CopyState.UNKNOWN)
     health: MemberHealth = MemberHealth(reachable=True)
-    placement: PlacementInput | None = None
+    placing: PlacementInput | None = None  # what placing reads (asked for by PLACE)
     rules: Rules = Rules()
+    refusal: Rejection | None = None  # the member refused the copy (``StepMemory``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,13 +179,15 @@ class Action:
     """The next step. ``reason`` says why in words (logs, conditions, events); ``member`` is
     the member concerned; ``recheck_after`` (seconds) asks the shell to look again later;
     ``placement`` is the placement made in this step (its queue step and reservation are
-    the shell's to apply, whatever the action)."""
+    the shell's to apply, whatever the action); ``rejection`` the member's refusal a
+    REQUEUE or FAIL answers."""
 
     kind: ActionKind
     reason: str = ""
     member: str | None = None
     recheck_after: float | None = None
     placement: Placement | None = None
+    rejection: Rejection | None = None  # REQUEUE/FAIL answering this refusal
 
 
 def not_started(generic: str | None) -> bool:
@@ -225,10 +237,22 @@ def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, messag
                                f"{reason}; trying the others ({', '.join(alternatives)})")
 
 
+def _refused(snap: Snapshot, record: DispatchRecord, refusal: Rejection) -> Action:
+    """The member refused the copy: who else could take it decides requeue or fail (the
+    placement input answers; it is asked for first)."""
+    if snap.placing is None:
+        return Action(kind=ActionKind.PLACE, member=refusal.member,
+                      reason=f"{refusal.member} refused the copy: who else could take it?")
+    left = alternatives_for(snap.placing, without=refusal.member)
+    action = after_rejection(record, snap.rules, member=refusal.member,
+                             message=refusal.describe(), alternatives=left)
+    return replace(action, rejection=refusal)
+
+
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
-    if snap.placement is None:
+    if snap.placing is None:
         return Action(kind=ActionKind.PLACE, reason="no member chosen yet")
-    placement = place(snap.placement)
+    placement = place(snap.placing)
     decision = placement.decision
     if decision.chosen is not None:
         return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
@@ -274,6 +298,8 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                       reason=f"{cluster} already has an object with this name that this "
                              f"hub did not create; not overwriting it")
     if copy.state is CopyState.ABSENT:
+        if snap.refusal is not None and snap.refusal.member == cluster:
+            return _refused(snap, record, snap.refusal)
         if record.generic_status in _FINISHED:
             return Action(kind=ActionKind.NOTHING, member=cluster,
                           reason=f"{record.generic_status}; its copy was removed from "
@@ -317,7 +343,11 @@ def decide(snap: Snapshot) -> Action:
                           reason=f"owned by {owner}: part of its owner's workload")
         return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
     if record is None:
-        return Action(kind=ActionKind.CREATE_RECORD, reason="new workload")
+        if snap.placing is None:
+            return Action(kind=ActionKind.PLACE, reason="new workload")
+        placement = place(snap.placing)
+        return Action(kind=ActionKind.CREATE_RECORD, member=placement.decision.chosen,
+                      reason=placement.decision.summary, placement=placement)
     if record.failure:
         return Action(kind=ActionKind.NOTHING, reason=record.failure)
     if record.cluster is None:

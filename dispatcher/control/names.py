@@ -17,7 +17,6 @@ __all__ = [
     "HUB_GENERATION_ANNOTATION",
     "HUB_OBJECT_ANNOTATION",
     "HUB_UID_ANNOTATION",
-    "HUB_UID_LABEL",
     "ORIGIN_LABEL",
     "PREFIX",
     "PendingReason",
@@ -26,7 +25,8 @@ __all__ = [
 
 PREFIX = "dispatcher.io/"
 ORIGIN_LABEL = "dispatcher.io/origin"
-HUB_UID_LABEL = "dispatcher.io/hub-uid"
+# HUB_UID_LABEL (the hub uid on a copy and its pods) lives in fleet.reservations: the
+# fleet reads it to attribute pods, and sits below control.
 HUB_UID_ANNOTATION = "dispatcher.io/hub-uid"
 HUB_GENERATION_ANNOTATION = "dispatcher.io/hub-generation"
 # ``Kind.group/name`` of the hub object: a copy is the object whose own kind, group and

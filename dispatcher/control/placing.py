@@ -49,7 +49,7 @@ from dispatcher.workloads.errors import TemplateError, WorkloadError
 from dispatcher.workloads.resolve import Resolution
 
 __all__ = ["Placement", "PlacementInput", "QueueStep", "QueueView", "alternatives",
-           "place", "request_for", "restrict"]
+           "alternatives_for", "place", "request_for", "restrict"]
 
 
 class QueueView(Protocol):
@@ -135,6 +135,15 @@ def alternatives(members: Sequence[MemberSnapshot], request: PlacementRequest, *
         return engine.eligible(restrict(members, excluded=excluded), request)
     except PlacementError:
         return ()
+
+
+def alternatives_for(inp: PlacementInput, *, without: str) -> tuple[str, ...]:
+    """``alternatives`` for a placement input, ``without`` excluded too (none when the
+    workload does not resolve)."""
+    if not isinstance(inp.resolution, Resolution):
+        return ()
+    request = request_for(inp.workload, inp.resolution, default_policy=inp.default_policy)
+    return alternatives(inp.members(), request, excluded=(*inp.excluded, without))
 
 
 def _no_choice(summary: str, *, policy: str) -> Decision:

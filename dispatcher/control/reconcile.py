@@ -30,6 +30,7 @@ from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.hubhold import unheld_reason
 from dispatcher.control.hubstatus import hub_status
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.meters import placed
 from dispatcher.control.observe import Metrics
 from dispatcher.control.parking import BareFleet
@@ -40,6 +41,7 @@ from dispatcher.control.recent import RecentDecisions
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import MemberWrites
+from dispatcher.control.writer import Writer
 from dispatcher.control.writes import Writes
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
@@ -58,11 +60,12 @@ _WAIT_FALLBACK_S = 5.0
 class Reconciler:
     """Decides and acts for one workload at a time (see the module docstring)."""
 
-    def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
-                 fleet: FleetView, hub_cache: HubCache, copies: CopyCache,
+    def __init__(self, *, settings: ControlSettings, live: LiveCatalog,
+                 hub: KubeClient | None, fleet: FleetView, hub_cache: HubCache, copies: CopyCache,
                  queue: PendingQueue, metrics: Metrics, events: EventRecorder | None,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 writer: Writer | None = None) -> None:
         self.settings = settings
         self.live = live
         self.fleet = fleet
@@ -73,13 +76,18 @@ class Reconciler:
         self.clock = clock
         self._pod_fields = settings.pod_policy
         self.resolutions = Resolutions(live=live, priority=settings.priority, clock=clock)
-        self.members = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
-                                    copies=copies, clock=clock, monotonic=monotonic,
-                                    resolutions=self.resolutions)
-        self.writes = Writes(hub=hub, cache=hub_cache, members=self.members, fleet=fleet,
-                             queue=queue, resolutions=self.resolutions, metrics=metrics,
-                             events=events, default_policy=settings.default_policy,
-                             monotonic=monotonic, hub_mode=settings.hub_mode)
+        if writer is None:  # the real one; unit tests inject a recording writer
+            assert hub is not None, "the real writer writes to the hub"
+            members = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
+                                   copies=copies, clock=clock, monotonic=monotonic,
+                                   memory=StepMemory(clock=clock),
+                                   resolutions=self.resolutions)
+            writer = Writes(hub=hub, cache=hub_cache, members=members, fleet=fleet,
+                            queue=queue, resolutions=self.resolutions, metrics=metrics,
+                            events=events, monotonic=monotonic, hub_mode=settings.hub_mode)
+        self.writes: Writer = writer
+        self.memory = writer.memory
+        """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
         """The latest decisions, for the fleet view (in memory only)."""
@@ -91,14 +99,15 @@ class Reconciler:
 
     # -- snapshot ------------------------------------------------------------------------
 
-    def snapshot(self, uid: str, placement: PlacementInput | None = None) -> Snapshot:
+    def snapshot(self, uid: str, placing: PlacementInput | None = None) -> Snapshot:
         """The frozen input of ``decide`` for ``uid``, from the caches."""
         item = self.cache.workload(uid)
         raw = self.cache.record(uid)
         record = records.read(raw) if raw is not None else None
         workload = item.obj if item is not None else None
         snap = Snapshot(now=self.clock(), workload=workload, record=record,
-                        placement=placement, rules=self.settings.rules)
+                        placing=placing, rules=self.settings.rules,
+                        refusal=self.memory.refusal(uid))
         cluster = record.cluster if record is not None else None
         if cluster is None or workload is None:
             return snap
@@ -114,7 +123,7 @@ class Reconciler:
             rv = str(meta.get("resourceVersion", ""))
             # pruned fields would never compare equal: once mirrored, the hub's status is it
             hub = workload.get("status") or {}
-            target = None if self.writes.last_mirrored(uid) == rv else hub_status(
+            target = None if self.memory.last_mirrored(uid) == rv else hub_status(
                 workload, strip_nulls(found.obj.get("status") or {}),
                 hub_owns_status=self._hub_owns_status(workload))
             status = hub if target is None else target
@@ -122,7 +131,7 @@ class Reconciler:
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
                         seen_at=found.seen_at)
-        if self.members.foreign(cluster, uid):
+        if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
         key = kind_key(str(workload.get("apiVersion")), str(workload.get("kind")))
         synced = (cluster, key) in self.copies.synced
@@ -151,12 +160,13 @@ class Reconciler:
         pool), the reachable members already holding a copy, and read-only views of the
         queue and the fleet."""
         workload, record = snap.workload, snap.record
-        assert workload is not None and record is not None
+        assert workload is not None
         await self.resolutions.prepare(uid, workload)
         held = tuple(m for m in self.copies.where(uid) if self.fleet.health(m).reachable)
         return PlacementInput(
             uid=uid, workload=workload, resolution=self.resolutions.get(uid, workload),
-            excluded=record.excluded, held=held, members=self.fleet.snapshots,
+            excluded=record.excluded if record is not None else (), held=held,
+            members=self.fleet.snapshots,
             bare=self._bare, queue=self.queue, priority=self.settings.priority,
             default_policy=self.settings.default_policy,
             reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now,
@@ -186,17 +196,17 @@ class Reconciler:
             return await self._reconcile(uid)
 
     async def _reconcile(self, uid: str) -> float | None:
-        placement: PlacementInput | None = None
+        placing: PlacementInput | None = None
         for _ in range(MAX_STEPS):
-            snap = self.snapshot(uid, placement)
+            snap = self.snapshot(uid, placing)
             started = time.perf_counter()
             action = decide(snap)
-            placement = None  # read for the step right after PLACE only
+            placing = None  # read for the step right after PLACE only
             if action.placement is not None:
                 self._apply(action.placement)
                 placed(self.metrics, action.placement, time.perf_counter() - started, self.queue)
             if action.kind is ActionKind.PLACE:
-                placement = await self.placement_input(uid, snap)
+                placing = await self.placement_input(uid, snap)
                 continue
             if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
                 return self._idle(uid, snap, action)

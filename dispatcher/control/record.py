@@ -3,6 +3,9 @@
 The Dispatch object (``dispatcher.io/v1alpha1``, one per hub workload, owned by it) is the
 controller's durable memory: the decision and reservation are written here *before* the
 member is touched, so a restarted controller finds every decision and never places twice.
+The first decision rides on the create (``spec.decision``, with ``spec.demand``: a CRD
+ignores ``status`` on create) and is copied into ``status`` by the ``Submitted`` write;
+later ones (after a requeue) are status patches. ``decision_of`` says which one holds.
 ``read`` turns the raw object into a ``DispatchRecord`` for ``decide``; the ``*_status``
 functions build merge patches for the status subresource (the shell writes them once).
 Pure: times are passed in as Unix seconds and rendered as RFC 3339.
@@ -25,16 +28,19 @@ from dispatcher.workloads.trace import gangs_json
 __all__ = [
     "DispatchRecord",
     "condition",
+    "decision_of",
     "demand_status",
     "dispatch_body",
     "dispatch_name",
     "failed_status",
+    "first_placement",
     "format_time",
     "parse_time",
     "pending_status",
     "placed_status",
     "read",
     "requeued_status",
+    "settled_status",
     "submitted_status",
 ]
 
@@ -87,6 +93,30 @@ class DispatchRecord:
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
     started_at: float | None = None  # first seen running (or past it): never stuck after
     domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
+    # The first decision, demand and definition, made at create (``spec``) and not yet in
+    # status: the ``Submitted`` write copies them there (``settled_status``).
+    unsettled: Mapping[str, Any] | None = None
+
+
+def _attempt(decision: Any) -> int:
+    if not isinstance(decision, Mapping):
+        return 0
+    try:
+        return int(decision.get("attempt") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def decision_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The decision in force: ``status.decision`` once it is as recent as the one made at
+    create (``spec.decision``), else that one. A merge-patch leftover in status without an
+    attempt (``{"reservation": null}``) never hides the spec's."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    current, first = status.get("decision"), spec.get("decision")
+    if isinstance(first, Mapping) and _attempt(current) < _attempt(first):
+        return first
+    return current if isinstance(current, Mapping) else {}
 
 
 def read(obj: Mapping[str, Any]) -> DispatchRecord:
@@ -94,7 +124,11 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    decision = status.get("decision") or {}
+    decision = decision_of(obj)
+    unsettled = None
+    if decision is spec.get("decision"):
+        unsettled = {"decision": dict(decision), "demand": spec.get("demand"),
+                     "definition": spec.get("definition")}
     reservation = None
     if decision.get("reservation"):
         try:
@@ -132,6 +166,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         domains=tuple(domains),
         mirror_refused=any(c.get("type") == "StatusMirrored" and c.get("status") == "False"
                            for c in status.get("conditions") or ()),
+        unsettled=unsettled,
     )
 
 
@@ -147,11 +182,12 @@ def dispatch_name(workload: Mapping[str, Any]) -> str:
     return f"{full[:_NAME_LIMIT - 11].rstrip('-.')}-{digest}"
 
 
-def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "dedicated"
-                  ) -> dict[str, Any]:
+def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "dedicated",
+                  placed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A new Dispatch for ``workload``: same namespace, owned by it (garbage-collected with
     it), saying which hub topology it was dispatched under (``kubectl get dispatches -o
-    wide``)."""
+    wide``); ``placed`` (``first_placement``) is the decision made before the create, so
+    the create is also the crash-safety write."""
     meta = workload["metadata"]
     ref = {"apiVersion": workload["apiVersion"], "kind": workload["kind"],
            "name": meta["name"], "uid": meta["uid"]}
@@ -160,7 +196,7 @@ def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "de
         "metadata": {"name": name, "namespace": meta.get("namespace") or "default",
                      "ownerReferences": [{**ref, "controller": True,
                                           "blockOwnerDeletion": False}]},
-        "spec": {"workload": ref, "hubMode": hub_mode},
+        "spec": {"workload": ref, "hubMode": hub_mode, **(placed or {})},
     }
 
 
@@ -192,27 +228,52 @@ def pending_status(*, message: str, reason: PendingReason, now: float) -> dict[s
                                      message="" if resolved else message, now=now)]}
 
 
+def _decision(decision: Decision, reservation: Reservation | None, attempt: int,
+              now: float) -> dict[str, Any]:
+    chosen = decision.chosen or ""
+    return {"cluster": chosen, "attempt": attempt, "time": format_time(now),
+            "policy": decision.policy, "score": decision.verdict(chosen).score,
+            "summary": decision.summary[:1000],
+            "domains": [d.to_dict() for d in decision.domains] or None,
+            "reservation": reservation.to_dict() if reservation else None}
+
+
+def _placed_conditions(summary: str, now: float) -> list[dict[str, Any]]:
+    # A placed workload was resolved, whatever an earlier attempt said (a definition
+    # quarantined then, the fallback now): the condition is the current resolution's.
+    return [condition(type_="Placed", status=True, reason="Placed", message=summary, now=now),
+            condition(type_="Resolved", status=True, reason="Resolved", message="", now=now)]
+
+
 def placed_status(*, decision: Decision, reservation: Reservation | None, attempt: int,
                   now: float) -> dict[str, Any]:
     """Status patch: the decision and its reservation, written before the member is
-    touched; ``Resolved=True`` (placing needs a resolution)."""
-    chosen = decision.chosen or ""
-    verdict = decision.verdict(chosen)
+    touched; ``Resolved=True`` (placing needs a resolution). For a re-placement: the first
+    decision rides on the create (``first_placement``)."""
     return {
         "phase": Phase.PLACED.value,
-        "decision": {"cluster": chosen, "attempt": attempt, "time": format_time(now),
-                     "policy": decision.policy, "score": verdict.score,
-                     "summary": decision.summary[:1000],
-                     "domains": [d.to_dict() for d in decision.domains] or None,
-                     "reservation": reservation.to_dict() if reservation else None},
+        "decision": _decision(decision, reservation, attempt, now),
         "remote": None, "genericStatus": None, "statuses": None,
-        # A placed workload was resolved, whatever an earlier attempt said (a definition
-        # quarantined then, the fallback now): the condition is the current resolution's.
-        "conditions": [condition(type_="Placed", status=True, reason="Placed",
-                                 message=decision.summary, now=now),
-                       condition(type_="Resolved", status=True, reason="Resolved",
-                                 message="", now=now)],
+        "conditions": _placed_conditions(decision.summary, now),
     }
+
+
+def first_placement(*, decision: Decision, reservation: Reservation | None, now: float,
+                    demand: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``spec`` fields of a Dispatch created with its first decision: the decision
+    (attempt 1) and reservation, and ``demand``/``definition`` (``demand_status``)."""
+    return {"decision": _decision(decision, reservation, 1, now),
+            **{key: demand[key] for key in ("demand", "definition") if key in demand}}
+
+
+def settled_status(record: DispatchRecord, now: float) -> dict[str, Any]:
+    """What the first status write adds when the decision is only in ``spec``: the
+    decision, demand and definition, and ``Placed``/``Resolved`` (the record then reads
+    as if it had been placed by a status patch). Empty when status has it already."""
+    if record.unsettled is None:
+        return {}
+    found = {key: value for key, value in record.unsettled.items() if value is not None}
+    return {**found, "conditions": _placed_conditions(record.summary, now)}
 
 
 def submitted_status(*, cluster: str, remote_uid: str, now: float, adopted: bool,

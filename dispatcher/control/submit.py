@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from dispatcher.control import admission
+from dispatcher.control import dryrun
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import (
@@ -26,6 +26,7 @@ from dispatcher.control.copies import (
 )
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import HUB_GENERATION_ANNOTATION, PendingReason
 from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
 from dispatcher.control.podpolicy import refusal
@@ -55,17 +56,16 @@ log = structlog.get_logger("dispatcher")
 
 _T = TypeVar("_T")
 
-_FOREIGN_RECHECK_S = 30.0
-
 
 class MemberWrites:
     """Writes to the members for the control loop (one instance, shared by all workers)."""
 
     def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
                  fleet: FleetView, copies: CopyCache, clock: Callable[[], float],
-                 monotonic: Callable[[], float], resolutions: Resolutions | None = None
-                 ) -> None:
+                 monotonic: Callable[[], float], memory: StepMemory,
+                 resolutions: Resolutions | None = None) -> None:
         self.settings = settings
+        self.memory = memory
         self.resolutions = resolutions
         self.live = live
         self.hub = hub
@@ -73,26 +73,9 @@ class MemberWrites:
         self.copies = copies
         self.clock = clock
         self.monotonic = monotonic
-        self._foreign: dict[tuple[str, str], float] = {}
-        self._admitted = admission.AdmittedPods()
+        self._admitted = dryrun.AdmittedPods()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
         self._pod_fields = settings.pod_policy
-
-    def foreign(self, cluster: str, uid: str) -> bool:
-        """A foreign object held the workload's name on ``cluster`` a moment ago (looked at
-        again after ``_FOREIGN_RECHECK_S``; older entries are dropped)."""
-        seen = self._foreign.get((cluster, uid))
-        if seen is None:
-            return False
-        if self.clock() - seen < _FOREIGN_RECHECK_S:
-            return True
-        del self._foreign[(cluster, uid)]
-        return False
-
-    def forget(self, uid: str) -> None:
-        """The workload is gone: drop what is remembered about it."""
-        for key in [k for k in self._foreign if k[1] == uid]:
-            del self._foreign[key]
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
                           domains: Sequence[GangDomain] = ()) -> bool | Rejection:
@@ -114,7 +97,7 @@ class MemberWrites:
             pins = await self._pins(uid, workload, domains)
             body, templates = await self._off_loop(
                 workload, lambda w, d: self._copy_and_templates(w, d, pins))
-            pods = admission.dry_run_pods(templates, namespace=namespace)
+            pods = dryrun.dry_run_pods(templates, namespace=namespace)
         except EvaluationUnavailable:
             raise  # a busy host: the worker's back-off, not a verdict on the copy
         except WorkloadError as exc:
@@ -138,7 +121,7 @@ class MemberWrites:
                            hub_uid=uid) is CopyState.OURS:
                 self.copies.put(cluster, uid, await self.reading(existing))
                 return True
-            self._foreign[(cluster, uid)] = self.clock()
+            self.memory.saw_foreign(cluster, uid)
             return False
         except KubeError as exc:
             if not exc.permanent:
@@ -187,7 +170,7 @@ class MemberWrites:
         """The member's admission verdict on each pod template (``dryRun=All``): a
         Rejection on a refusal (403); a pod invalid as such (422: an operator completes
         it) is not the admission's word and passes. A pod admitted there moments ago is
-        not asked again (``admission.AdmittedPods``)."""
+        not asked again (``dryrun.AdmittedPods``)."""
         for pod in pods:
             if self._admitted.admitted(cluster, namespace, pod, now=self.monotonic()):
                 continue

@@ -27,7 +27,7 @@ from dispatcher.control.copies import stamped
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.control.readings import member_copy
-from dispatcher.kube import watch
+from dispatcher.kube import retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
@@ -78,21 +78,20 @@ def _crd_serves(crd: Mapping[str, Any]) -> CrdServes:
 
 async def forever(what: str, body: Callable[[], Any], *, on_error: Callable[[], None]
                    | None = None) -> None:
-    """Run ``body`` (a list-then-watch) again after every failure, with growing delays."""
-    delay = 0.5
-    while True:
-        started = time.monotonic()
-        try:
-            await body()
-        except KubeError as exc:
+    """Run ``body`` (a list-then-watch) again after every end, with growing delays
+    (``kube.retry``); a KubeError is logged and retried, ``on_error`` told of every end."""
+
+    def failed(exc: BaseException | None, _delay: float) -> None:
+        if isinstance(exc, KubeError):
             # 429 while a fresh CRD's watch cache initializes is expected: retried, not news.
             report = log.info if exc.status == 429 else log.warning
             report("watch.failed", watch=what, error=type(exc).__name__,
                    message=str(exc)[:300])
         if on_error is not None:
             on_error()
-        delay = 0.5 if time.monotonic() - started > 30 else min(delay * 2, 30.0)
-        await asyncio.sleep(delay)
+
+    await retry.forever(body, wait=retry.WATCH_WAIT, fresh_after=30.0, on_failure=failed,
+                        retry_on=lambda exc: isinstance(exc, KubeError))
 
 
 class HubWatchers:
@@ -235,8 +234,12 @@ class MemberWatchers:
     """
 
     def __init__(self, *, fleet: FleetView, live: LiveCatalog, copies: CopyCache, kick: Kick,
-                 hub_id: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 hub_id: str, monotonic: Callable[[], float] = time.monotonic,
+                 idle_wake_s: float = 5.0) -> None:
         self._fleet = fleet
+        # A member loop looks again after this long without a pulse (a safety net; a test
+        # that counts wake-ups sets it beyond its own run).
+        self._idle_wake_s = idle_wake_s
         self._live = live
         self._copies = copies
         self._kick = kick
@@ -294,9 +297,10 @@ class MemberWatchers:
                 self._copies.unsync(name)
 
     async def _wake(self, name: str, seen: tuple[int, int]) -> tuple[int, int]:
-        """Wait for this member's state pulse or a catalog change (at most 5 s)."""
+        """Wait for this member's state pulse or a catalog change (at most
+        ``idle_wake_s``)."""
         state = self._fleet.state_pulse(name)
-        await wait_any(((state, seen[0]), (self._catalog, seen[1])), timeout=5.0)
+        await wait_any(((state, seen[0]), (self._catalog, seen[1])), timeout=self._idle_wake_s)
         self.wakeups[name] += 1
         return state.version, self._catalog.version
 

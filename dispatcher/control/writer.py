@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dispatcher.control.copies import Rejection
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.observe import Metrics
 
 if TYPE_CHECKING:
-    from dispatcher.control.decide import Snapshot
     from dispatcher.control.submit import CopyUpdate
 
 __all__ = ["AGAIN", "DONE", "Outcome", "Writer", "later"]
@@ -45,12 +45,16 @@ class Writer(Protocol):
     """The control loop's writes (``control.writes.Writes``)."""
 
     metrics: Metrics
+    memory: StepMemory  # what the snapshot reads of our last steps
 
     async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
         """Hold the hub object until its copy is gone (a conflict re-reads it)."""
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
-        """Create its Dispatch (or take over the one of a deleted namesake)."""
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
+        """Create its Dispatch, with ``placed`` in its spec (``record.first_placement``);
+        False when a record was there already (ours: cached; a deleted namesake's:
+        deleted), so nothing of ``placed`` was written."""
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         """Merge-patch the Dispatch status (conditions merged by type)."""
@@ -73,10 +77,6 @@ class Writer(Protocol):
     async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
         """Let the hub object go and delete its Dispatch; False on a write conflict."""
 
-    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
-                           ) -> tuple[str, ...]:
-        """Members that could still take the workload once ``without`` is excluded."""
-
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand``/``status.definition`` of the resolved workload, or {}."""
 
@@ -86,8 +86,9 @@ class Writer(Protocol):
     def forget(self, uid: str) -> None:
         """The workload leaves: its reservation and its queue entry go."""
 
-    def mirrored(self, uid: str, copy_resource_version: str) -> None:
-        """The hub status now equals the copy's at that resourceVersion."""
+    def drop(self, uid: str) -> None:
+        """The hub object is gone: forget everything about it (``forget``, the memory,
+        its resolution)."""
 
     def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
               warning: bool = False) -> None:

@@ -8,11 +8,9 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dispatcher.control import placing
 from dispatcher.control import record as records
 from dispatcher.control.caches import HubCache
 from dispatcher.control.copies import Rejection
-from dispatcher.control.decide import Snapshot
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER
@@ -24,7 +22,6 @@ from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import GangDomain
-from dispatcher.workloads.resolve import Resolution
 
 __all__ = ["Writes"]
 
@@ -38,20 +35,19 @@ class Writes:
 
     def __init__(self, *, hub: KubeClient, cache: HubCache, members: MemberWrites,
                  fleet: FleetView, queue: PendingQueue, resolutions: Resolutions,
-                 metrics: Metrics, events: EventRecorder | None, default_policy: str,
+                 metrics: Metrics, events: EventRecorder | None,
                  monotonic: Callable[[], float], hub_mode: str = "dedicated") -> None:
         self.hub = hub
         self.hub_mode = hub_mode
         self.cache = cache
         self.members = members
+        self.memory = members.memory  # what the snapshot reads of our last steps
         self.fleet = fleet
         self.queue = queue
         self.resolutions = resolutions
         self.metrics = metrics
         self.events = events
-        self.default_policy = default_policy
         self.monotonic = monotonic
-        self._mirrored: dict[str, str] = {}  # uid -> copy resourceVersion last mirrored
 
     # -- hub ------------------------------------------------------------------------------
 
@@ -68,10 +64,12 @@ class Writes:
                                                                 meta.get("namespace")))
             self.cache.put(item.ref, fresh, force=True)
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
         name = records.dispatch_name(workload)
         namespace = str(workload["metadata"].get("namespace") or "default")
-        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode)
+        body = records.dispatch_body(workload=workload, name=name, hub_mode=self.hub_mode,
+                                     placed=placed)
         try:
             created = await self.hub.request("POST", DISPATCHES.collection(namespace),
                                              body=body)
@@ -80,13 +78,14 @@ class Writes:
             owner = ((existing.get("spec") or {}).get("workload") or {}).get("uid")
             if owner == uid:
                 self.cache.put_record(existing, force=True)
-                return
+                return False
             # A record of an earlier object with the same name: its owner is gone.
             with contextlib.suppress(NotFound, Conflict):
                 await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
                                        body=_delete_options(existing["metadata"]["uid"]))
-            return
+            return False
         self.cache.put_record(created, force=True)
+        return True
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)
@@ -167,19 +166,6 @@ class Writes:
 
     # -- state ----------------------------------------------------------------------------
 
-    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
-                           ) -> tuple[str, ...]:
-        workload, record = snap.workload, snap.record
-        assert workload is not None and record is not None
-        await self.resolutions.prepare(uid, workload)
-        resolution = self.resolutions.get(uid, workload)
-        if not isinstance(resolution, Resolution):
-            return ()
-        request = placing.request_for(workload, resolution,
-                                      default_policy=self.default_policy)
-        return placing.alternatives(self.fleet.snapshots(), request,
-                                    excluded=(*record.excluded, without))
-
     def demand_patch(self, uid: str) -> dict[str, Any]:
         return self.resolutions.demand_patch(uid)
 
@@ -194,19 +180,11 @@ class Writes:
         self.queue.remove(uid)
         self.metrics.pending.set(len(self.queue))
 
-    def mirrored(self, uid: str, copy_resource_version: str) -> None:
-        self._mirrored[uid] = copy_resource_version
-
-    def last_mirrored(self, uid: str) -> str | None:
-        """The copy resourceVersion whose status the hub object now has."""
-        return self._mirrored.get(uid)
-
     def drop(self, uid: str) -> None:
         """The hub object is gone: forget everything about it."""
         self.forget(uid)
-        self._mirrored.pop(uid, None)
+        self.memory.forget(uid)
         self.resolutions.forget(uid)
-        self.members.forget(uid)
 
     def elapsed(self, since: float) -> float:
         return self.monotonic() - since

@@ -26,14 +26,13 @@ from typing import Any
 from dispatcher.devfleet import kueue
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import FleetSpec, MemberSpec
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 __all__ = ["CHECK", "QUEUE", "Flavor", "add_queue", "cluster_queue", "configure_manager",
            "configure_worker", "flavors", "manager_paths", "wait_active", "worker_paths"]
 
 API = "kueue.x-k8s.io/v1beta2"
 BASE = "/apis/kueue.x-k8s.io/v1beta2"
-GPU = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 QUEUE = "gpus"
 """The ClusterQueue and LocalQueue name on every side."""
 CHECK = "multikueue"
@@ -53,7 +52,7 @@ class Flavor:
         """The ResourceFlavor."""
         spec: dict[str, Any] = {}
         if self.product:
-            spec["nodeLabels"] = {PRODUCT_LABEL: self.product}
+            spec["nodeLabels"] = {GPU_PRODUCT_LABEL: self.product}
         if self.taints:
             spec["nodeTaints"] = [{"key": k, "value": v, "effect": e} for k, v, e in self.taints]
         return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": self.name},
@@ -90,8 +89,8 @@ def cluster_queue(quotas: dict[Flavor, int], *, check: str | None) -> dict[str, 
     """The ClusterQueue ``gpus``: GPU quota per flavor, every namespace, ``check`` if any."""
     spec: dict[str, Any] = {
         "namespaceSelector": {},
-        "resourceGroups": [{"coveredResources": [GPU], "flavors": [
-            {"name": f.name, "resources": [{"name": GPU, "nominalQuota": gpus}]}
+        "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": [
+            {"name": f.name, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus}]}
             for f, gpus in quotas.items()]}]}
     if check:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}

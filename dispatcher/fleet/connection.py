@@ -36,7 +36,7 @@ from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
-from dispatcher.kube import errors, watch
+from dispatcher.kube import errors, retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
 
@@ -184,25 +184,12 @@ class MemberConnection:
     # -- supervisor ----------------------------------------------------------------------
 
     async def _supervise(self) -> None:
-        """Reconnect until stopped; a session that had been healthy starts a fresh backoff."""
-        while not self._stopping:
-            retrying = tenacity.AsyncRetrying(
-                wait=backoff(self._settings),
-                sleep=self._backoff_sleep,
-                # Never CancelledError: tenacity would swallow the cancellation and retry.
-                retry=tenacity.retry_if_exception(
-                    lambda exc: isinstance(exc, Exception)
-                    and not isinstance(exc, _SessionEnded) and not self._stopping))
-            try:
-                async for attempt in retrying:
-                    with attempt:
-                        await self._session()
-            except _SessionEnded:
-                continue
-            except Exception:
-                if not self._stopping:
-                    raise
-        raise asyncio.CancelledError  # stopped: end as the cancelled task it is
+        """Reconnect until stopped (``kube.retry``); a session that had been healthy (or
+        was ended by a reload) starts again at once with a fresh backoff."""
+        await retry.forever(self._session, wait=backoff(self._settings),
+                            sleep=self._backoff_sleep, retry_on=lambda exc: True,
+                            restart_on=lambda exc: isinstance(exc, _SessionEnded),
+                            stopping=lambda: self._stopping)
 
     async def _backoff_sleep(self, seconds: float) -> None:
         """Sleep between attempts; wake early on reload; turn unreachable on time."""

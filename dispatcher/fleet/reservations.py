@@ -14,7 +14,7 @@ reservation also goes away when the controller says so (``release``: the mirrore
 the pods are up, the workload was deleted, the member refused it) or expires (``expire``,
 with ``now`` passed in: no clock is read here).
 
-Attribution. A pod belongs to a workload when it carries ``OWNER_LABEL`` (the hub uid; the
+Attribution. A pod belongs to a workload when it carries ``HUB_UID_LABEL`` (the hub uid; the
 copy's pod templates are stamped with it and workloads cannot stamp nested templates
 themselves). A pod someone else labels on the member can only make us *under*-estimate free
 GPUs (its GPUs are used and it shrinks a reservation), never over-commit.
@@ -53,10 +53,13 @@ from typing import Any
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.nodes import pod_binding, pod_key
 
-__all__ = ["OWNER_LABEL", "MemberReservations", "Reservation", "pod_owner", "restore"]
+__all__ = ["HUB_UID_LABEL", "MemberReservations", "Reservation", "pod_owner", "restore"]
 
-OWNER_LABEL = "dispatcher.io/hub-uid"
-"""Pod label naming the hub workload uid (``control.names.HUB_UID_LABEL``; a test pins it)."""
+HUB_UID_LABEL = "dispatcher.io/hub-uid"
+"""Label naming the hub workload uid, on a member copy and on its pods' templates: stamped
+by ``control.copies.build_copy``, read here to attribute a bound pod's GPUs. Its home is
+here, not with the control loop's other names (``control.names``), because the fleet reads
+it and sits below control."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +103,7 @@ class MemberReservations:
         self.member = member
         self._capacity = capacity
         self._held: dict[str, Reservation] = {}
-        # Bound pods carrying OWNER_LABEL: pod key -> (workload uid, node, GPUs).
+        # Bound pods carrying HUB_UID_LABEL: pod key -> (workload uid, node, GPUs).
         self._pods: dict[str, tuple[str, str, int]] = {}
         # Pod keys already taken off each held reservation (rule 1).
         self._taken: dict[str, set[str]] = {}
@@ -271,7 +274,7 @@ def restore(held: Iterable[tuple[Reservation, str]],
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:
-    """The hub workload uid a member pod was stamped with (``OWNER_LABEL``), else None."""
+    """The hub workload uid a member pod was stamped with (``HUB_UID_LABEL``), else None."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    owner = labels.get(OWNER_LABEL)
+    owner = labels.get(HUB_UID_LABEL)
     return str(owner) if owner else None

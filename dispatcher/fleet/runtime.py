@@ -31,7 +31,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-import tenacity
 
 from dispatcher.aiotasks import Pulse, cancel_all, guarded
 from dispatcher.fleet import credentials
@@ -46,7 +45,7 @@ from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change, FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
-from dispatcher.kube import errors, watch
+from dispatcher.kube import errors, retry, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, GroupVersionKind, ResourceRef
 
@@ -396,29 +395,21 @@ class Fleet:
         hub = self._hub
         assert hub is not None
 
-        def report(state: tenacity.RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.warning("hub.watch_failed", resource=ref.plural, error=type(exc).__name__,
+        def report(exc: BaseException | None, delay: float) -> None:
+            log.warning("hub.watch_failed", resource=ref.plural,
+                        error=type(exc).__name__ if exc else "ended",
                         message=str(exc).splitlines()[0][:300] if exc else "",
-                        retry_in=round(state.upcoming_sleep, 1))
+                        retry_in=round(delay, 1))
 
-        try:
-            async for attempt in tenacity.AsyncRetrying(
-                    wait=backoff(self._settings),
-                    # Any error but cancellation (which tenacity would otherwise swallow), and
-                    # none once stopping (a cancellation a library turned into an error).
-                    retry=tenacity.retry_if_exception(
-                        lambda exc: isinstance(exc, Exception) and not self._stopping),
-                    before_sleep=report):
-                with attempt:
-                    async for item in watch.informer(
-                            hub, ref, namespace=namespace,
-                            timeout_seconds=self._settings.watch_timeout_s):
-                        await handle(item)
-        except Exception:
-            if self._stopping:  # a cancellation a library turned into an error
-                raise asyncio.CancelledError from None
-            raise
+        async def body() -> None:
+            async for item in watch.informer(hub, ref, namespace=namespace,
+                                             timeout_seconds=self._settings.watch_timeout_s):
+                await handle(item)
+
+        # Any error but cancellation, and none once stopping (a cancellation a library
+        # turned into an error).
+        await retry.forever(body, wait=backoff(self._settings), on_failure=report,
+                            retry_on=lambda exc: True, stopping=lambda: self._stopping)
 
     # -- status --------------------------------------------------------------------------
 

@@ -2,13 +2,15 @@
 
 Only the clusters and the clock are simulated: workloads are resolved by the real workload
 engine, each member is a real ``fleet.capacity.ClusterCapacity`` fed real Node and Pod
-objects, and every decision comes from the real ``placement`` engine.
+objects, every decision comes from the real ``placement`` engine, and the queue is the
+controller's ``control.queue.PendingQueue``.
 
 Modules, in data-flow order:
 
-- ``scenario``: the scenario file format (fleet, stream, policies, seed) and its validation
-- ``trace``: the ``workload.resolved`` log line (what the controller emits) and its replay
-- ``stream``: scenario or trace -> resolved ``SimWorkload`` arrivals (seeded generator)
+- ``scenario``: the scenario file format (fleet, stream, policies, seed) and its validation,
+  with ``quantities`` (durations and rates as written there: ``90s``, ``20/h``)
+- ``stream``: scenario, or a controller log's ``workload.resolved`` lines
+  (``workloads.trace``), -> resolved ``SimWorkload`` arrivals (seeded generator)
 - ``engine``: the discrete-event loop (the controller's queue, in virtual time) -> ``RunResult``
 - ``backend`` / ``cores``: the protocol the loop uses, and its adapter to the real cores
 - ``ledger``: an independent GPU ledger that raises on any over-allocation

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dispatcher.fleet.fleetfile import FleetSpec, node_manifests
 from dispatcher.workloads.demand import PodShape
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from dispatcher.workloads.quantity import whole_count
 
 __all__ = ["Ledger", "NodeClass", "OverAllocationError"]
 
@@ -68,7 +69,7 @@ class Ledger:
             for node in node_manifests(member):
                 labels = {k: v for k, v in node["metadata"]["labels"].items()
                           if k not in _IGNORED_LABELS}
-                gpus = int(node["status"]["allocatable"][GPU_RESOURCE])
+                gpus = whole_count(node["status"]["allocatable"][GPU_RESOURCE])
                 cls = NodeClass(
                     member=member.name, gpus=gpus, product=labels.get(GPU_PRODUCT_LABEL),
                     labels=labels,

@@ -1,13 +1,25 @@
 """Workloads: what a hub object needs, read through its declarative definition.
 
-Pure: no Kubernetes I/O, no clock. Feeds ``fleet``/``placement`` with a ``Demand``.
+No Kubernetes I/O. Feeds ``fleet``/``placement`` with a ``Demand``. Pure but for the
+bounded evaluation of untrusted definitions (worker processes, a CPU-aware deadline).
 
-Modules, in data-flow order: ``definitions`` (load files) and ``reader`` (validate one
-document into a ``model.Definition``, on ``recorder`` and ``statusdef``), ``jqrun``
-(bounded, batched libjq), ``catalog`` (definitions by kind), ``resolve`` (object ->
-instances, pods, GPUs, ``gangs``, ``status``), ``podspec``/``quantity`` (one pod's needs),
-``mutate`` (write pod fields back), ``demand`` (the boundary types placement consumes),
-``errors``. Format: docs/definitions.md.
+Modules, in data-flow order:
 
-Nothing heavy is imported here, so ``import dispatcher.workloads.demand`` stays cheap.
+- loading: ``definitions`` (files) and ``reader`` (one document into a ``Definition`` of
+  ``model``, on ``recorder`` and ``statusdef``; ``pathshape`` checks a ``serverSetPaths``
+  entry is a path, ``holds`` reads ``copyDefinition.hubHold``); ``catalog`` (definitions by
+  kind) and ``livecatalog`` (built-in, config-file and hub definitions merged, with verdicts)
+- jq: ``jqrun`` (bounded, batched libjq, or ``jqlite`` in Python for the common subset:
+  ``jqnodes``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
+  ``jqpool`` (worker processes with rlimits), ``fairshare`` (whose turn, by namespace) and
+  ``quarantine`` (who answers for a broken bound)
+- resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``),
+  ``podspec``/``quantity`` (one pod's needs), ``podfields`` (its scheduling fields),
+  ``template`` (can a pod template be a Pod?), ``demand`` (the boundary types placement
+  consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay)
+- writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
+  written back through a definition's paths)
+
+Format: docs/definitions.md. Nothing heavy is imported here, so
+``import dispatcher.workloads.demand`` stays cheap.
 """

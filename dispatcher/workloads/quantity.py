@@ -2,6 +2,12 @@
 
 Only what pod resource sums need: parse, add, compare, and print back in a readable
 canonical form. Exact arithmetic (Fraction), so ``"0.5" + "500m"`` is exactly ``"1"``.
+
+The one GPU rule: a GPU count read from a Kubernetes object (a node's allocatable, a
+container's limits, a simulated node) goes through ``whole_count`` — every quantity form,
+fractions rounded down, junk read as 0. Only the dispatcher's own records (a reservation on
+a Dispatch) are read strictly (``int``): a value there that is not a whole number is a
+corrupt record, refused as a whole rather than rounded.
 """
 
 from __future__ import annotations

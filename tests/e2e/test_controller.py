@@ -16,7 +16,7 @@ import contextlib
 import json
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -263,14 +263,13 @@ async def test_member_outage_unknown_failover_and_no_duplicate(
     planes = ControlPlanes(root=Path(dev_fleet.root), binaries=ensure_binaries())
     await asyncio.to_thread(planes.stop_cluster, lost)
     try:
-        async def phase(wanted: str) -> Callable[[], Awaitable[bool]]:
-            async def check() -> bool:
-                record = await c.record("survivor")
-                return bool(record and record.get("status", {}).get("phase") == wanted)
-            return check
+        async def unknown() -> dict[str, Any] | None:
+            # the record as it was while Unknown: a second read may already see the failover
+            record = await c.record("survivor")
+            return record if record and record.get("status", {}).get(
+                "phase") == "Unknown" else None
 
-        await eventually(await phase("Unknown"), what="phase Unknown", within=30)
-        record = await c.record("survivor")
+        record = await eventually(unknown, what="phase Unknown", within=30)
         assert record is not None and record["status"]["remote"]["lastSeen"]
 
         async def moved() -> bool:

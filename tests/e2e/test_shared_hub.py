@@ -182,11 +182,14 @@ async def test_each_kind_runs_only_on_the_member_and_the_hub_holds_it(
              for kind, name, member in await copies(shared_clients, ns, hub_id)}
     assert {("Job", "eval"), ("JobSet", "gang")} <= set(found)
     # managedBy kinds: the hub status is the member's, as the member's controller wrote it
-    hub_set = await hub.request("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}"
-                                       f"/jobsets/gang")
-    member_set = await shared_clients[found[("JobSet", "gang")]].request(
-        "GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/gang")
-    assert hub_set["status"] == member_set["status"]
+    # (read until equal: the member may write it again after the hub saw Completed)
+    async def same_status() -> bool:
+        hub_set = await hub.request("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}"
+                                           f"/jobsets/gang")
+        member_set = await shared_clients[found[("JobSet", "gang")]].request(
+            "GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/gang")
+        return bool(hub_set["status"] == member_set["status"])
+    await eventually(same_status, what="the hub JobSet's status the member's")
 
     await asyncio.to_thread(kubectl, fleet, "delete", "-n", ns,
                             "jobs,jobsets,mpijobs,pytorchjobs,deployments", "--all",

@@ -151,18 +151,40 @@ async def test_hub_spec_change_is_written_to_the_copy(harness: Harness) -> None:
     assert after["spec"]["replicatedJobs"] == before["spec"]["replicatedJobs"]
 
 
-async def test_deleting_on_the_hub_deletes_the_copy_then_the_finalizer(harness: Harness) -> None:
+async def test_deleting_on_the_hub_deletes_the_copy_then_the_finalizer(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
                         body=jobset("gone", h.namespace, replicas=1, gpus=1))
-    await eventually(lambda: copies_of(h, "gone"), what="the copy")
-    await h.hub.request("DELETE", JOBSETS.item("gone", h.namespace))
+    (member, _), = (await eventually(lambda: copies_of(h, "gone"), what="the copy")).items()
+    path = JOBSETS.item("gone", h.namespace)
+    # Every client's writes of this object, in the order they happened: a DELETE once
+    # answered, a hub PATCH that drops our finalizer once sent (a conflict may repeat it).
+    writes: list[str] = []
+    send = KubeClient.request
+
+    async def recording(client: KubeClient, method: str, target: str, **kwargs: Any) -> Any:
+        body = kwargs.get("body")
+        finalizers = (body.get("metadata") or {}).get("finalizers") \
+            if isinstance(body, dict) else None
+        if (client.name, method, target) == ("hub", "PATCH", path) \
+                and finalizers is not None and FINALIZER not in finalizers:
+            writes.append("hub: finalizer removal")
+        answer = await send(client, method, target, **kwargs)
+        if method == "DELETE" and target == path:
+            writes.append(f"{client.name}: deleted")
+        return answer
+
+    monkeypatch.setattr(KubeClient, "request", recording)
+    await h.hub.request("DELETE", path)
 
     async def all_gone() -> bool:
-        hub_obj = await get_or_none(h.hub, JOBSETS.item("gone", h.namespace))
+        hub_obj = await get_or_none(h.hub, path)
         return hub_obj is None and not await copies_of(h, "gone")
 
     await eventually(all_gone, what="copy and hub object deleted")
+    assert writes[:2] == ["hub: deleted", f"{member}: deleted"], writes
+    assert set(writes[2:]) == {"hub: finalizer removal"}, writes
 
 
 async def test_foreign_object_is_a_conflict_and_left_alone(harness: Harness) -> None:
@@ -197,11 +219,12 @@ async def test_unschedulable_waits_pending_then_dispatches_when_a_node_fits(
     async def pending() -> Any:
         record = await get_or_none(h.hub, DISPATCHES.item("jobset-huge", h.namespace))
         conditions = (record or {}).get("status", {}).get("conditions", [])
+        # no node has 16 GPUs: never placeable as the fleet is, re-checked when it changes
+        # (waited for by name: a first pass may say something else, e.g. Queued)
         return next((c for c in conditions if c["type"] == "Placed"
-                     and c["status"] == "False"), None)
+                     and c["status"] == "False" and c["reason"] == "Unplaceable"), None)
 
-    condition = await eventually(pending, what="Pending with a reason")
-    # no node has 16 GPUs: never placeable as the fleet is, re-checked when it changes
+    condition = await eventually(pending, what="Pending, Unplaceable")
     assert condition["reason"] == "Unplaceable"
     assert "member-1" in condition["message"] and "member-2" in condition["message"]
     assert not await copies_of(h, "huge")

@@ -88,6 +88,34 @@ async def test_custom_object_round_trips_create_watch_and_status(connect: Connec
     assert fetched["status"]["phase"] == "Placed"
 
 
+async def test_the_first_decision_made_at_create_cannot_be_rewritten(connect: Connect) -> None:
+    """``spec.decision`` is the record a restarted controller trusts: the CRD keeps it as
+    created (a CEL transition rule), whoever writes."""
+    hub = await connect("hub")
+    namespace = f"dec-{uuid.uuid4().hex[:8]}"
+    await hub.request("POST", resources.NAMESPACES.collection(),
+                      body={"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": namespace}})
+    ref = resources.DISPATCHES
+    body = {"apiVersion": "dispatcher.io/v1alpha1", "kind": "Dispatch",
+            "metadata": {"name": "train"},
+            "spec": {"workload": {"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                  "uid": "u-1"},
+                     "decision": {"cluster": "member-1", "attempt": 1, "summary": "fits",
+                                  "reservation": {"workloadUID": "u-1", "member": "member-1",
+                                                  "expiresAt": 1.0,
+                                                  "nodes": [{"node": "n1", "gpus": 8}]}},
+                     "demand": {"pods": 1, "gpus": 8, "gangs": []}, "definition": "batch-job"}}
+    created = await hub.request("POST", ref.collection(namespace), body=body)
+    assert created["spec"]["decision"]["reservation"]["nodes"] == [{"node": "n1", "gpus": 8}]
+    with pytest.raises(errors.KubeError) as refused:
+        await hub.request("PATCH", ref.item("train", namespace), content_type=JSON_MERGE_PATCH,
+                          body={"spec": {"decision": {"cluster": "member-2"}}})
+    assert refused.value.status == 422 and "immutable" in str(refused.value)
+    fetched = await hub.request("GET", ref.item("train", namespace))
+    assert fetched["spec"]["decision"]["cluster"] == "member-1"
+
+
 async def test_crds_are_established_and_kinds_discovered(connect: Connect) -> None:
     """Workload CRDs are served on members; an unknown kind is None, not a guess."""
     member = await connect("member-1")

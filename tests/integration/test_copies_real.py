@@ -298,9 +298,18 @@ async def test_a_copy_every_member_refuses_fails_at_once_with_the_message(
             assert await get_or_none(client, WIDGETS.item("big", h.namespace)) is None, member
             reservations = h.controller.fleet.reservations(member)
             assert reservations is None or reservations.get(uid) is None
-        assert h.controller.metrics.rejections.labels(member="member-1",
-                                                      code="422")._value.get() == 1
-        events = await h.hub.request("GET", EVENTS.collection(h.namespace))
-        rejected = [e for e in events["items"] if e["reason"] == "Rejected"]
+        # Counted and told after the Failed status is written (the Event in the
+        # background): wait for both rather than read them once.
+        counter = h.controller.metrics.rejections.labels(member="member-1", code="422")
+
+        async def counted_and_told() -> list[dict[str, Any]] | None:
+            if not counter._value.get():
+                return None
+            events = await h.hub.request("GET", EVENTS.collection(h.namespace))
+            return [e for e in events["items"] if e["reason"] == "Rejected"] or None
+
+        rejected = await eventually(counted_and_told,
+                                    what="the rejection counted and its Event written")
+        assert counter._value.get() == 1
         assert rejected and all(e["type"] == "Warning" for e in rejected)
         assert rejected[0]["involvedObject"]["uid"] == uid

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
@@ -104,11 +104,20 @@ async def test_a_hub_workload_runs_through_its_operator_on_a_real_member(
         bound = await pods(member, h.namespace, selector)
         gpu_pods = [p for p in bound if p["spec"].get("nodeSelector")]
         assert gpu_pods and all(p["spec"]["nodeName"] in nodes for p in gpu_pods)
-        await eventually(lambda: seen("completed"), what=f"{case} completed on the hub",
-                         within=120.0)
-        hub_obj = await h.hub.request("GET", ref.item("train", h.namespace))
-        copy = await member.request("GET", ref.item("train", h.namespace))
-        assert hub_obj.get("status") == copy.get("status")  # the operator's own words
+
+        async def mirrored_completed() -> dict[str, Any] | None:
+            # The operator may still write the copy's status after it finished (counts,
+            # completion time): wait for the hub to hold the copy's latest words.
+            if not await seen("completed"):
+                return None
+            hub_obj = await h.hub.request("GET", ref.item("train", h.namespace))
+            copy = await member.request("GET", ref.item("train", h.namespace))
+            return dict(hub_obj) if hub_obj.get("status") == copy.get("status") else None
+
+        # the hub status is the operator's own words
+        hub_obj = await eventually(mirrored_completed,
+                                   what=f"{case} completed on the hub, its status the copy's",
+                                   within=120.0)
         if case == "jobset":
             assert hub_obj["status"]["terminalState"] == "Completed"
         # deleting on the hub removes the copy and its pods (and frees the shared product
@@ -181,7 +190,7 @@ async def test_a_hub_service_comes_up_through_its_operator_on_a_real_member(
         await h.hub.request("POST", ref.collection(h.namespace), body=body)
         member = h.members[MEMBER]
 
-        async def mirrored_up() -> dict[str, Any] | None:
+        async def mirrored_up() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
             if await _generic(h, body["kind"]) != "running":
                 return None
             hub_obj = await h.hub.request("GET", ref.item("train", h.namespace))
@@ -189,15 +198,20 @@ async def test_a_hub_service_comes_up_through_its_operator_on_a_real_member(
             status = copy.get("status") or {}
             if not up(status) or hub_obj.get("status") != status:
                 return None
-            return dict(copy)
+            # The operator's counts can run ahead of a pod's own phase: wait for both.
+            found = await pods(member, h.namespace, selector)
+            if len(found) < count or any(p["status"].get("phase") != "Running"
+                                         for p in found):
+                return None
+            return dict(copy), found
 
-        copy = await eventually(mirrored_up, what=f"{case} up and mirrored on the hub",
-                                within=120.0)
+        copy, everything = await eventually(mirrored_up,
+                                            what=f"{case} up and mirrored on the hub, "
+                                                 "its pods Running", within=120.0)
         if case == "leaderworkerset":  # LWS's mutating webhook defaulted the copy
             assert copy["spec"]["rolloutStrategy"]["type"] == "RollingUpdate"
         hub_uid = (await h.hub.request("GET", ref.item("train", h.namespace)))["metadata"]["uid"]
         assert copy["metadata"]["labels"][HUB_UID_LABEL] == hub_uid
-        everything = await pods(member, h.namespace, selector)
         assert len(everything) == count, [p["metadata"]["name"] for p in everything]
         for pod in everything:  # through the operator, the stamped templates reach the pods
             assert pod["status"]["phase"] == "Running", pod["status"]

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.names import HUB_UID_LABEL
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
+from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
@@ -95,8 +95,9 @@ async def test_a_hub_inferenceservice_is_served_by_kserve_on_a_real_member(
     async with running(real_fleet) as h:
         await h.hub.request("POST", ISVCS.collection(h.namespace), body=inferenceservice(product))
         member = h.members[MEMBER]
+        selector = "serving.kserve.io/inferenceservice=serve"
 
-        async def mirrored_ready() -> dict[str, Any] | None:
+        async def mirrored_ready() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
             record = await _record(h, "InferenceService", "serve")
             if (record.get("status") or {}).get("genericStatus") != "running":
                 return None
@@ -106,10 +107,16 @@ async def test_a_hub_inferenceservice_is_served_by_kserve_on_a_real_member(
             if ready is None or ready["status"] != "True" or hub_obj.get("status") != copy[
                     "status"]:
                 return None
-            return dict(copy)
+            # Ready follows the Deployment's counts, which can run ahead of the pod's own
+            # phase: wait for both.
+            found = await pods(member, h.namespace, selector)
+            if not found or any(p["status"].get("phase") != "Running" for p in found):
+                return None
+            return dict(copy), found
 
-        copy = await eventually(mirrored_ready, what="the InferenceService Ready on the hub",
-                                within=WITHIN_S)
+        copy, made = await eventually(mirrored_ready,
+                                      what="the InferenceService Ready on the hub, its pod "
+                                           "Running", within=WITHIN_S)
         status = copy["status"]
         assert status["deploymentMode"] == "RawDeployment"
         assert status["modelStatus"]["transitionStatus"] == "UpToDate"
@@ -117,8 +124,6 @@ async def test_a_hub_inferenceservice_is_served_by_kserve_on_a_real_member(
         hub_uid = (await h.hub.request("GET", ISVCS.item("serve", h.namespace)))[
             "metadata"]["uid"]
         assert copy["metadata"]["labels"][HUB_UID_LABEL] == hub_uid
-        selector = "serving.kserve.io/inferenceservice=serve"
-        made = await pods(member, h.namespace, selector)
         record = await _record(h, "InferenceService", "serve")
         assert record["status"]["demand"]["pods"] == len(made) == 1  # the catalog's count
         (pod,) = made
@@ -173,14 +178,17 @@ async def test_a_hub_knative_service_gets_its_revision_pods_on_a_real_member(
         assert deployment["spec"]["replicas"] == 1
         # Where Knative stops without its autoscaler: the Revision waits for its
         # PodAutoscaler, which nothing here reconciles (no status at all). Its status can
-        # still say ResolvingDigests (the first pass) after the pods run: wait for the next.
+        # still say ResolvingDigests (the first pass) after the pods run, and Deploying
+        # before ContainerHealthy turns True: wait for both.
         async def deploying_revision() -> dict[str, Any] | None:
             found: dict[str, Any] = await member.request(
                 "GET", REVISIONS.item("serve-00001", h.namespace))
-            ready = condition(found, "Ready")
-            return found if ready is not None and ready.get("reason") == "Deploying" else None
+            ready, healthy = condition(found, "Ready"), condition(found, "ContainerHealthy")
+            return found if ready is not None and ready.get("reason") == "Deploying" \
+                and healthy is not None and healthy["status"] == "True" else None
 
-        revision = await eventually(deploying_revision, what="the Revision Deploying",
+        revision = await eventually(deploying_revision,
+                                    what="the Revision Deploying, its container healthy",
                                     within=WITHIN_S)
         deploying = condition(revision, "Ready")
         assert deploying is not None and deploying["status"] == "Unknown"

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from dispatcher.devfleet import multikueue
-from dispatcher.fleet.fleetfile import GPU_PRODUCT_LABEL, FleetSpec
+from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.kube import errors, resources
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import ResourceRef
+from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL
 from tests.integration.test_real_members import condition, container, eventually, pods
 
 Connect = Callable[[str], Coroutine[Any, Any, KubeClient]]

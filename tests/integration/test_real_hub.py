@@ -297,12 +297,17 @@ def test_a_job_on_the_shared_hub_runs_on_the_hubs_own_nodes(shared_hub: Rest) ->
                                     if p["spec"].get("nodeName")] or None,
                            what="a pod of the hub Job bound to a node")
         assert bound[0]["spec"]["nodeName"].startswith("hub-h100-")
-        def succeeded() -> dict[str, Any] | None:
+        def complete() -> dict[str, Any] | None:
+            # The succeeded count can be written before Complete (since Kubernetes 1.31
+            # SuccessCriteriaMet comes first): wait for the condition, then check the count.
             current: dict[str, Any] = shared_hub.get(f"{JOBS.format(ns=ns)}/eval")
-            return current if current.get("status", {}).get("succeeded") == 1 else None
+            conditions = {c["type"]: c["status"]
+                          for c in current.get("status", {}).get("conditions") or ()}
+            return current if conditions.get("Complete") == "True" else None
 
-        done = eventually(succeeded, what="the hub Job succeeded")
+        done = eventually(complete, what="the hub Job Complete")
         assert {c["type"] for c in done["status"]["conditions"]} >= {"Complete"}
+        assert done["status"]["succeeded"] == 1
     finally:
         delete_namespace(shared_hub, ns)
 

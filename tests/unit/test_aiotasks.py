@@ -137,13 +137,16 @@ async def test_cancel_all_waits_for_its_tasks_even_when_cancelled_again() -> Non
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(0.05)
 
+    stopping = asyncio.Event()
+
     async def owner() -> None:
         children.append(asyncio.create_task(slow_to_stop()))
         await asyncio.sleep(0)
+        stopping.set()  # wakes the test only once this step has entered cancel_all
         await cancel_all(list(children), again_after=0.01)
 
     task = asyncio.create_task(owner())
-    await asyncio.sleep(0.01)
+    await stopping.wait()  # the owner is inside cancel_all: cancel it there
     with capture_logs():
         await cancel_all([task], again_after=0.01)
     assert task.cancelled()

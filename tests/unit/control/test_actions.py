@@ -26,6 +26,7 @@ from dispatcher.control.decide import (
     Snapshot,
     decide,
 )
+from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.control.record import DispatchRecord
@@ -40,12 +41,14 @@ class FakeWriter:
     """Records every call as (method, detail); answers are configurable per test."""
 
     def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
-                 alternatives: tuple[str, ...] = ("m2",), update: CopyUpdate | None = None,
-                 finalizer_conflict: bool = False) -> None:
+                 update: CopyUpdate | None = None, finalizer_conflict: bool = False,
+                 record_created: bool = True) -> None:
         self.metrics = Metrics.create()
+        self.memory = StepMemory(clock=lambda: NOW)
         self.calls: list[tuple[str, Any]] = []
+        self._record_created = record_created
         self._create, self._mirror_ok = create, mirror_ok
-        self._alternatives, self._update = alternatives, update
+        self._update = update
         self._finalizer_conflict = finalizer_conflict
 
     def names(self) -> list[str]:
@@ -54,8 +57,10 @@ class FakeWriter:
     async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
         self.calls.append(("add_finalizer", uid))
 
-    async def create_record(self, uid: str, workload: Mapping[str, Any]) -> None:
-        self.calls.append(("create_record", uid))
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
+        self.calls.append(("create_record", placed))
+        return self._record_created
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_record", status))
@@ -83,11 +88,6 @@ class FakeWriter:
         self.calls.append(("remove_finalizer", uid))
         return not self._finalizer_conflict
 
-    async def alternatives(self, uid: str, snap: Snapshot, *, without: str
-                           ) -> tuple[str, ...]:
-        self.calls.append(("alternatives", without))
-        return self._alternatives
-
     def demand_patch(self, uid: str) -> dict[str, Any]:
         return {"demand": {"gpus": 16}}
 
@@ -96,9 +96,6 @@ class FakeWriter:
 
     def forget(self, uid: str) -> None:
         self.calls.append(("forget", uid))
-
-    def mirrored(self, uid: str, copy_resource_version: str) -> None:
-        self.calls.append(("mirrored", copy_resource_version))
 
     def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
               warning: bool = False) -> None:
@@ -141,7 +138,7 @@ def run(writer: FakeWriter, snap: Snapshot) -> tuple[Action, Outcome]:
 def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
-                    placement=pb.given(workload(), fleet=pb.members()))
+                    placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.RECORD_PLACEMENT and outcome == AGAIN
     (name, status), = w.calls
@@ -150,10 +147,45 @@ def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
     assert status["decision"]["reservation"]["member"] == "a"
 
 
+def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write() -> None:
+    """The create is the crash-safety write: the decision and reservation are in the
+    record's spec, no status patch before the member is touched."""
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placing=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
+    (name, placed), = w.calls
+    assert name == "create_record"
+    assert placed["decision"]["cluster"] == "a" and placed["decision"]["attempt"] == 1
+    assert placed["decision"]["reservation"]["member"] == "a"
+    assert placed["demand"] == {"gpus": 16}
+
+
+def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None:
+    w = FakeWriter(record_created=False)
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placing=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
+    assert w.names() == ["create_record", "release"]
+
+
+def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None:
+    w = FakeWriter()
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placing=pb.given(workload(), fleet=pb.members(used_a=4)))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == DONE
+    assert w.names() == ["create_record", "patch_record", "event"]
+    assert w.calls[0][1] is None
+    assert w.calls[1][1]["phase"] == "Pending"
+
+
 def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
     w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
-                    placement=pb.given(workload(), fleet=pb.members(used_a=4)))
+                    placing=pb.given(workload(), fleet=pb.members(used_a=4)))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.RECORD_PENDING and outcome == DONE
     assert w.names() == ["patch_record", "event"]
@@ -177,6 +209,21 @@ def test_submit_then_adopt_writes_submitted_with_the_copy_status() -> None:
     assert status["remote"]["hubGeneration"] == 1
 
 
+def test_the_submitted_write_copies_a_decision_made_at_create_into_status() -> None:
+    unsettled = replace(PLACED, phase="", unsettled={
+        "decision": {"cluster": "m1", "attempt": 1}, "demand": {"gpus": 16},
+        "definition": "batch-job"})
+    w = FakeWriter()
+    action, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=unsettled,
+                                      copy=OURS))
+    assert action.kind is ActionKind.ADOPT and outcome == AGAIN
+    status = w.calls[0][1]
+    assert status["decision"] == {"cluster": "m1", "attempt": 1}
+    assert status["demand"] == {"gpus": 16} and status["definition"] == "batch-job"
+    assert [c["type"] for c in status["conditions"]] == ["Placed", "Resolved", "Submitted"]
+    assert status["conditions"][2]["reason"] == "Created"
+
+
 def test_a_member_not_connected_is_looked_at_again_later() -> None:
     w = FakeWriter(create=False)
     _, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
@@ -184,22 +231,41 @@ def test_a_member_not_connected_is_looked_at_again_later() -> None:
     assert outcome == later(2.0)
 
 
-@pytest.mark.parametrize(("alternatives", "outcome", "phase"), [
-    (("m2",), AGAIN, "Pending"),   # requeued without m1
-    ((), DONE, "Failed"),          # nobody else could take it
+@pytest.mark.parametrize(("fleet", "outcome", "phase"), [
+    (pb.members(), AGAIN, "Pending"),   # requeued without m1 (a can take it)
+    ([], DONE, "Failed"),               # nobody else could take it
 ])
-def test_a_rejected_copy_releases_at_once_and_requeues_or_fails(
-        alternatives: tuple[str, ...], outcome: Outcome, phase: str) -> None:
-    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"),
-                   alternatives=alternatives)
-    _, answer = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
-                                copy=Copy(state=CopyState.ABSENT)))
+def test_a_rejected_copy_releases_at_once_then_decide_requeues_or_fails(
+        fleet: list[Any], outcome: Outcome, phase: str) -> None:
+    """The refusal is noted (no placement in the write path); the next ``decide`` reads it
+    from the snapshot, asks for the placement input, and answers from the alternatives."""
+    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"))
+    absent = Snapshot(now=NOW, workload=workload(), record=PLACED,
+                      copy=Copy(state=CopyState.ABSENT))
+    action, answer = run(w, absent)
+    assert action.kind is ActionKind.SUBMIT and answer == AGAIN
+    assert w.names() == ["create_copy", "release"]
+    refusal = w.memory.refusal("uid-train")
+    assert refusal is not None and refusal.member == "m1"
+    assert decide(replace(absent, refusal=refusal)).kind is ActionKind.PLACE
+    w.calls.clear()
+    action, answer = run(w, replace(absent, refusal=refusal,
+                                    placing=pb.given(workload(), fleet=fleet)))
+    assert action.kind is (ActionKind.REQUEUE if phase == "Pending" else ActionKind.FAIL)
     assert answer == outcome
-    assert w.names() == ["create_copy", "release", "alternatives", "patch_record", "event"]
-    status = w.calls[3][1]
-    assert status["phase"] == phase
+    assert w.names() == ["patch_record", "event"]
+    status = w.calls[0][1]
+    assert status["phase"] == phase and "m1" in status["excluded"]
     reasons = {c["type"]: c["reason"] for c in status["conditions"]}
     assert reasons["Submitted"] == "Rejected"
+    assert w.memory.refusal("uid-train") is None
+
+
+def test_a_refusal_by_another_member_is_not_this_copys() -> None:
+    refusal = Rejection.of("m9", status=422, reason="Invalid", message="bad")
+    snap = Snapshot(now=NOW, workload=workload(), record=PLACED,
+                    copy=Copy(state=CopyState.ABSENT), refusal=refusal)
+    assert decide(snap).kind is ActionKind.SUBMIT
 
 
 def test_mirror_writes_the_status_diff_then_the_phase() -> None:
@@ -209,9 +275,9 @@ def test_mirror_writes_the_status_diff_then_the_phase() -> None:
                     copy=OURS)
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.MIRROR and outcome == DONE
-    assert w.names() == ["mirror_status", "mirrored", "patch_record", "event"]
-    assert w.calls[0][1] == {"active": 2} and w.calls[1][1] == "42"
-    assert w.calls[2][1]["phase"] == "Running"
+    assert w.names() == ["mirror_status", "patch_record", "event"]
+    assert w.calls[0][1] == {"active": 2} and w.memory.last_mirrored("uid-train") == "42"
+    assert w.calls[1][1]["phase"] == "Running"
 
 
 def test_mirror_of_a_workload_gone_meanwhile_stops() -> None:

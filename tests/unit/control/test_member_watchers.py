@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.aiotasks import Pulse
@@ -72,19 +72,35 @@ class CountingFleet:
         pass
 
 
-async def _settle(fleet: CountingFleet, names: list[str]) -> None:
-    """Every member loop has looked for kinds once and is waiting."""
+async def _turns(count: int = 20) -> None:
+    """Let every ready task run ``count`` event-loop iterations: whatever an event causes has
+    happened by then (a pulse wakes a member loop in 3), however loaded the machine is. No
+    wall clock: a negative check ("nothing woke") needs the chance to fail, not a delay."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    """Yield to the loop until ``check()`` holds (5 s: a functional bound, never reached)."""
     async with asyncio.timeout(5):
-        while any(fleet.calls[f"resources:{n}"] == 0 for n in names):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+        while not check():  # noqa: ASYNC110 - the state is a counter, not an event
+            await asyncio.sleep(0)
+
+
+async def _settle(fleet: CountingFleet, names: list[str]) -> None:
+    """Every member loop has looked for kinds once and is waiting (it parks in the same
+    step as its look)."""
+    await _until(lambda: all(fleet.calls[f"resources:{n}"] for n in names))
+    await _turns()
 
 
 async def test_one_members_events_cost_the_others_nothing() -> None:
     names = [f"m{i:02}" for i in range(40)]
     fleet = CountingFleet(names)
+    # No idle wake-up during the test: only pulses may wake a loop.
     watchers = MemberWatchers(fleet=fleet, live=LiveCatalog(Catalog.builtin()),
-                              copies=CopyCache(), kick=lambda _: None, hub_id="h")
+                              copies=CopyCache(), kick=lambda _: None, hub_id="h",
+                              idle_wake_s=3600.0)
     await watchers.start()
     try:
         await _settle(fleet, names)
@@ -93,12 +109,13 @@ async def test_one_members_events_cost_the_others_nothing() -> None:
         for _ in range(500):  # a burst of Pod events on m07
             fleet.signals.changed("m07", Change.CAPACITY)
             await asyncio.sleep(0)
-        await asyncio.sleep(0.05)
+        await _turns()
         assert watchers.wakeups == woken, "capacity changes woke a copy-watch loop"
         assert fleet.calls == calls, "capacity changes made the watchers read the fleet"
 
         fleet.signals.changed("m07", Change.STATE)  # m07 now serves another kind, say
-        await asyncio.sleep(0.05)
+        await _until(lambda: watchers.wakeups["m07"] > woken["m07"])
+        await _turns()  # any other loop it wrongly woke has woken too
         delta = watchers.wakeups - woken
         assert dict(delta) == {"m07": 1}
         assert fleet.calls - calls == Counter({"resources:m07": 1})
@@ -106,7 +123,8 @@ async def test_one_members_events_cost_the_others_nothing() -> None:
 
         woken = Counter(watchers.wakeups)
         watchers.kinds_changed()
-        await asyncio.sleep(0.05)
+        await _until(lambda: all(watchers.wakeups[n] > woken[n] for n in names))
+        await _turns()  # a second wake-up of any loop would show now
         assert watchers.wakeups - woken == Counter({n: 1 for n in names})
     finally:
         await watchers.stop()

@@ -73,6 +73,57 @@ def test_placed_then_submitted_then_requeued_then_failed_read_back() -> None:
     assert record.read(obj).failure == "no"
 
 
+def created_with_the_decision(res: Reservation) -> dict[str, Any]:
+    workload = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "t", "namespace": "ns", "uid": "u1"}}
+    demand = {"demand": {"pods": 2, "gpus": 8, "gangs": []}, "definition": "jobset"}
+    placed = record.first_placement(decision=decision(), reservation=res, now=NOW,
+                                    demand=demand)
+    return record.dispatch_body(workload=workload, name=record.dispatch_name(workload),
+                                placed=placed)
+
+
+def test_a_record_created_with_its_decision_reads_as_placed_before_any_status() -> None:
+    """The create alone is what a restarted controller needs: member, attempt and
+    reservation (restored), and the status fields the Submitted write will copy."""
+    res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
+    obj = created_with_the_decision(res)
+    assert "status" not in obj
+    first = record.read(obj)
+    assert (first.phase, first.cluster, first.attempt, first.reservation) == ("", "m1", 1, res)
+    assert first.decided_at == NOW and first.summary == "placed on m1"
+    assert first.unsettled is not None
+    settled = record.settled_status(first, NOW + 1)
+    assert settled["decision"]["cluster"] == "m1"
+    assert settled["demand"]["gpus"] == 8 and settled["definition"] == "jobset"
+    assert {c["type"] for c in settled["conditions"]} == {"Placed", "Resolved"}
+    obj = with_status(obj, {**settled, **record.submitted_status(
+        cluster="m1", remote_uid="r", now=NOW + 1, adopted=False)})
+    after = record.read(obj)
+    assert after.unsettled is None and record.settled_status(after, NOW + 2) == {}
+    assert (after.cluster, after.attempt, after.reservation) == ("m1", 1, res)
+
+
+def test_a_requeue_after_a_decision_made_at_create_leaves_no_member_chosen() -> None:
+    res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
+    obj = created_with_the_decision(res)
+    obj = with_status(obj, record.requeued_status(record=record.read(obj), reason="refused",
+                                                  outcome="rejected", now=NOW + 1))
+    requeued = record.read(obj)
+    assert (requeued.cluster, requeued.reservation, requeued.excluded) == (None, None, ("m1",))
+    assert requeued.attempt == 1 and requeued.unsettled is None
+    again = with_status(obj, record.placed_status(decision=decision(), reservation=None,
+                                                  attempt=2, now=NOW + 2))
+    assert (record.read(again).cluster, record.read(again).attempt) == ("m1", 2)
+
+
+def test_a_status_leftover_without_an_attempt_never_hides_the_first_decision() -> None:
+    res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
+    obj = with_status(created_with_the_decision(res), {"decision": {"reservation": None}})
+    assert record.decision_of(obj)["cluster"] == "m1"
+    assert record.read(obj).cluster == "m1"
+
+
 def test_conditions_keep_transition_time_when_status_unchanged() -> None:
     old = [record.condition(type_="Placed", status=False, reason="A", message="x", now=NOW)]
     new = [record.condition(type_="Placed", status=False, reason="B", message="y",

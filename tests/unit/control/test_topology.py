@@ -183,3 +183,16 @@ def test_the_record_keeps_the_domains_until_a_requeue() -> None:
     assert junk.domains == ()
     requeued = records.requeued_status(record=read, reason="lost", outcome="lost", now=1.0)
     assert requeued["decision"]["domains"] is None  # a merge patch drops them
+
+
+def test_the_first_decision_made_at_create_carries_the_domains() -> None:
+    from dispatcher.control import record as records
+    from dispatcher.placement.model import Decision
+
+    domain = GangDomain(gangs=("train",), level="rack", node_label=RACK, value="r1")
+    decision = Decision(policy="most-free", pods=2, gpus=16, gangs=1,
+                        verdicts=(Verdict(member="m1", feasible=True, reason="", free=16,
+                                          domains=(domain,)),),
+                        chosen="m1", assignment=(), summary="placed", domains=(domain,))
+    spec = records.first_placement(decision=decision, reservation=None, now=0.0, demand={})
+    assert records.read({"spec": spec}).domains == (domain,)  # read before Submitted

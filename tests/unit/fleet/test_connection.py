@@ -22,7 +22,7 @@ from dispatcher.aiotasks import Pulse
 from dispatcher.fleet.connection import MemberConnection, NotConnected
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem
 from dispatcher.fleet.members import MemberSpec
-from dispatcher.fleet.reservations import OWNER_LABEL, Reservation
+from dispatcher.fleet.reservations import HUB_UID_LABEL, Reservation
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.kube import watch
 
@@ -108,13 +108,16 @@ async def test_unusable_kubeconfig_is_kubeconfig_invalid() -> None:
 async def test_stop_is_prompt_while_retrying_fast() -> None:
     loader = Loader(problem=KubeconfigProblem("bad", reason="KubeconfigInvalid"))
     conn = connection(loader, FleetSettings(reconnect_initial_s=0.001, reconnect_max_s=0.01))
+    before = set(asyncio.all_tasks())
     conn.start()
     await wait_calls(loader, 3)
     async with asyncio.timeout(5):
         await conn.stop()
     calls = loader.calls
-    await asyncio.sleep(0.05)
-    assert loader.calls == calls  # nothing runs after stop
+    # Nothing runs after stop: no task of the connection is left to call the loader.
+    assert {t for t in asyncio.all_tasks() if not t.done()} - before == set()
+    await asyncio.sleep(0)
+    assert loader.calls == calls
 
 
 async def test_stop_is_prompt_inside_an_attempt() -> None:
@@ -165,7 +168,7 @@ def test_pod_events_move_gpus_from_reserved_to_used_in_one_step() -> None:
     conn.reservations.add(Reservation(workload_uid="w1", member="m", nodes=(("n1", 8),),
                                       expires_at=1e12))
     bound = pod("p1", 4, node_name="n1")
-    bound["metadata"]["labels"] = {OWNER_LABEL: "w1"}
+    bound["metadata"]["labels"] = {HUB_UID_LABEL: "w1"}
     conn._apply("pods", watch.Changed(type="ADDED", object=bound))
     summary = conn.capacity.summary()
     assert (summary.used, summary.reserved, summary.free) == (4, 4, 0)

@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.control.names import HUB_UID_LABEL
+from dispatcher.control.copies import build_copy
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.reservations import OWNER_LABEL, MemberReservations, Reservation, restore
+from dispatcher.fleet.reservations import (
+    HUB_UID_LABEL,
+    MemberReservations,
+    Reservation,
+    pod_owner,
+    restore,
+)
+from dispatcher.workloads.catalog import Catalog
 
 from .objects import node, pod
 
@@ -39,7 +46,7 @@ def _bind(cap: ClusterCapacity, book: MemberReservations, name: str, uid: str | 
     """What the connection does for a pod event: capacity first, then reservations."""
     raw = pod(name, gpus, node_name=node_name)
     if uid is not None:
-        raw["metadata"]["labels"] = {OWNER_LABEL: uid}
+        raw["metadata"]["labels"] = {HUB_UID_LABEL: uid}
     cap.upsert_pod(raw)
     book.upsert_pod(raw)
     return raw
@@ -65,7 +72,7 @@ def test_unlabelled_and_unbound_pods_do_not_shrink() -> None:
     book.add(_res("w1", (("n1", 8),)))
     _bind(cap, book, "foreign", None, node_name="n2", gpus=4)
     pending = pod("p1", 8)
-    pending["metadata"]["labels"] = {OWNER_LABEL: "w1"}
+    pending["metadata"]["labels"] = {HUB_UID_LABEL: "w1"}
     book.upsert_pod(pending)
     assert book.get("w1") == _res("w1", (("n1", 8),)) and cap.free == 4
 
@@ -95,7 +102,17 @@ def test_rebuilt_reservation_accounts_for_pods_already_bound() -> None:
 
 
 def test_owner_label_is_the_copies_pod_label() -> None:
-    assert OWNER_LABEL == HUB_UID_LABEL
+    """A pod made from a copy's template is attributed to the hub workload: the label
+    ``build_copy`` stamps on pod templates is the one ``pod_owner`` reads."""
+    hub = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1"},
+           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}],
+                                          "restartPolicy": "Never"}}}}
+    copy = build_copy(hub, hub_id="hub-a", definition=Catalog.builtin().find("batch/v1", "Job"))
+    member_pod = pod("p1", 1, node_name="n1")
+    member_pod["metadata"]["labels"] = dict(copy["spec"]["template"]["metadata"]["labels"])
+    assert pod_owner(member_pod) == "uid-1"
+    assert pod_owner(pod("p2", 1, node_name="n1")) is None
 
 
 def test_expiry_uses_the_given_time_only() -> None:

@@ -33,18 +33,33 @@ def _others() -> set[asyncio.Task[Any]]:
     return {t for t in asyncio.all_tasks() if t is not current and not t.done()}
 
 
-@pytest.fixture
-async def silent_server() -> AsyncIterator[int]:
+class SilentServer:
     """A port that accepts TCP connections and never says a word (a hung apiserver: the
-    TLS handshake never completes)."""
-    held: list[asyncio.StreamWriter] = []
+    TLS handshake never completes); counts the connections it holds."""
 
-    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
+    def __init__(self) -> None:
+        self.port = 0
+        self.held: list[asyncio.StreamWriter] = []
+        self._accepted = asyncio.Condition()
 
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    yield int(server.sockets[0].getsockname()[1])
-    for writer in held:
+    async def hold(self, _: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async with self._accepted:
+            self.held.append(writer)
+            self._accepted.notify_all()
+
+    async def holding(self, count: int) -> None:
+        """Return once ``count`` connections are held (each a client stuck in its request)."""
+        async with asyncio.timeout(10), self._accepted:
+            await self._accepted.wait_for(lambda: len(self.held) >= count)
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[SilentServer]:
+    silent = SilentServer()
+    server = await asyncio.start_server(silent.hold, "127.0.0.1", 0)
+    silent.port = int(server.sockets[0].getsockname()[1])
+    yield silent
+    for writer in silent.held:
         writer.close()
     server.close()
     await server.wait_closed()
@@ -59,15 +74,15 @@ def _kubeconfig(path: Path, port: int) -> str:
     return str(path)
 
 
-async def test_fleet_of_hanging_members_stops_within_a_bound(tmp_path: Path,
-                                                            silent_server: int) -> None:
+async def test_fleet_of_hanging_members_stops_within_a_bound(
+        tmp_path: Path, silent_server: SilentServer) -> None:
     before = _others()
     members = tuple(StaticMember(name=f"m{i}", kubeconfig=_kubeconfig(
-        tmp_path / f"m{i}.yaml", silent_server)) for i in range(8))
+        tmp_path / f"m{i}.yaml", silent_server.port)) for i in range(8))
     fleet = Fleet(hub=None, settings=FleetSettings(
         static_members=members, request_timeout_s=60.0, probe_interval_s=60.0))
     await fleet.start()
-    await asyncio.sleep(0.5)  # every member is now inside a request that never returns
+    await silent_server.holding(len(members))  # every member is inside a request now
     assert all(not fleet.health(m.name).ready for m in members)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -78,9 +93,10 @@ async def test_fleet_of_hanging_members_stops_within_a_bound(tmp_path: Path,
 
 
 async def test_a_swallowed_cancellation_does_not_keep_a_connection_running() -> None:
-    swallowed = asyncio.Event()
+    swallowed, attempting = asyncio.Event(), asyncio.Event()
 
     async def load() -> tuple[dict[str, Any], str]:
+        attempting.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -96,8 +112,8 @@ async def test_a_swallowed_cancellation_does_not_keep_a_connection_running() -> 
                             on_change=lambda _: None)
     before = _others()
     conn.start()
-    await asyncio.sleep(0.05)
     async with asyncio.timeout(STOP_BOUND_S):
+        await attempting.wait()  # the stop lands inside the attempt
         await conn.stop()
     assert swallowed.is_set()
     assert _others() - before == set()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dispatcher.control.admission import AdmittedPods
+from dispatcher.control.dryrun import AdmittedPods
 
 POD = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a"}]}}
 

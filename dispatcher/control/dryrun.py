@@ -1,4 +1,4 @@
-"""What a copy may do on a member: never more than its hub namespace allows.
+"""The pod dry-run: what a copy may do on a member, never more than its hub namespace allows.
 
 A hub namespace's Pod Security level is the hub operator's word on what that tenant's pods
 may do; the member namespace is made or checked to be at least as strict first
@@ -8,7 +8,8 @@ admission (Pod Security, ServiceAccount, quotas, LimitRanges, policy webhooks) j
 and a refusal is a rejection with the member's reason instead of a copy whose pods can
 never start (workload objects are admitted even when their pods would not be).
 
-Pure: the shell (``reconcile``) does the requests.
+Pure: the shell (``control/submit.MemberWrites``) does the requests. Not the queue's
+admission (``control/placing``): this is the member's own admission of the copy's pods.
 """
 
 from __future__ import annotations

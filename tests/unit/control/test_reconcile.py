@@ -1,0 +1,277 @@
+"""``Reconciler.reconcile`` on plain data: real caches, queue, catalog and capacity models,
+a stub fleet view and an injected writer that records each write and keeps the caches as
+the real one does (from the answers of the API). No Kubernetes, no clock but a fixed one.
+
+Covered: a new workload's whole first dispatch (finalizer, the record created with its
+decision and reservation, wait for the copy watch, submit, adopt with the first decision
+settled into status); a member's refusal (released at once, then requeued without that
+member and placed on another, or failed when no one else could take it); a workload
+nothing fits (record then Pending, once); a deleted workload (copy deleted, then the
+finalizer released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dispatcher.control import record as records
+from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.copies import Rejection
+from dispatcher.control.decide import MemberHealth
+from dispatcher.control.memory import StepMemory
+from dispatcher.control.names import FINALIZER, ORIGIN_LABEL
+from dispatcher.control.observe import Metrics
+from dispatcher.control.queue import PendingQueue
+from dispatcher.control.reconcile import Reconciler
+from dispatcher.control.settings import ControlSettings
+from dispatcher.control.submit import CopyUpdate
+from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations
+from dispatcher.kube.patches import apply_merge
+from dispatcher.kube.resources import ResourceRef
+from dispatcher.placement.model import MemberSnapshot
+from dispatcher.workloads.catalog import Catalog
+from tests.unit.control import placing_builders as pb
+from tests.unit.placement.builders import cluster
+
+NOW = pb.NOW
+UID = "uid-train"
+JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
+
+
+class StubFleet:
+    """The members as placement sees them (``FleetView``'s reads), all reachable."""
+
+    def __init__(self, members: Sequence[MemberSnapshot]) -> None:
+        self.members = list(members)
+        self._reservations = {m.name: MemberReservations(member=m.name, capacity=m.capacity)
+                              for m in self.members}
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members)
+
+    def snapshots(self) -> Sequence[MemberSnapshot]:
+        return self.members
+
+    def snapshot(self, member: str) -> MemberSnapshot | None:
+        return next((m for m in self.members if m.name == member), None)
+
+    def reservations(self, member: str) -> MemberReservations | None:
+        return self._reservations.get(member)
+
+    def health(self, member: str) -> MemberHealth:
+        return MemberHealth(reachable=True)
+
+
+class WorldWriter:
+    """Records each write as (name, detail) and answers like the API would, into the caches
+    (the real ``Writes`` puts every answer there)."""
+
+    def __init__(self, hub: HubCache, copies: CopyCache, fleet: StubFleet, *,
+                 refuse: Rejection | None = None) -> None:
+        self.hub, self.copies, self.fleet = hub, copies, fleet
+        self.metrics = Metrics.create()
+        self.memory = StepMemory(clock=lambda: NOW)
+        self.calls: list[tuple[str, Any]] = []
+        self.refuse = refuse
+        self._rv = 10
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _workload(self, uid: str) -> Mapping[str, Any]:
+        item = self.hub.workload(uid)
+        assert item is not None
+        return item.obj
+
+    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
+        self.calls.append(("add_finalizer", uid))
+        self.hub.put(JOBS, apply_merge(workload, {"metadata": {
+            "finalizers": [FINALIZER], "resourceVersion": self._next_rv()}}))
+
+    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
+                            placed: Mapping[str, Any] | None = None) -> bool:
+        self.calls.append(("create_record", placed))
+        body = records.dispatch_body(workload=workload, name=records.dispatch_name(workload),
+                                     placed=placed)
+        body["metadata"].update(uid="rec-1", resourceVersion=self._next_rv())
+        self.hub.put_record(body, force=True)
+        return True
+
+    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
+        self.calls.append(("patch_record", status))
+        raw = self.hub.record(uid)
+        assert raw is not None
+        self.hub.put_record(apply_merge(raw, {"status": status, "metadata": {
+            "resourceVersion": self._next_rv()}}), force=True)
+
+    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
+        self.calls.append(("mirror_status", diff))
+        self.hub.put(JOBS, apply_merge(self._workload(uid), {
+            "status": diff, "metadata": {"resourceVersion": self._next_rv()}}))
+        return True
+
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool | Rejection:
+        self.calls.append(("create_copy", cluster))
+        if self.refuse is not None:
+            return self.refuse
+        copy = {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": workload["metadata"]["name"], "uid": "remote-1",
+                             "resourceVersion": "5",
+                             "labels": {ORIGIN_LABEL: "hub", HUB_UID_LABEL: uid}},
+                "status": {}}
+        self.copies.put(cluster, uid, MemberCopy(obj=copy, generic="pending", statuses=(),
+                                                 seen_at=0.0))
+        return True
+
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> CopyUpdate | None:
+        self.calls.append(("update_copy", cluster))
+        return None
+
+    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
+                          ) -> bool:
+        self.calls.append(("delete_copy", cluster))
+        self.copies.drop(cluster, uid)
+        return True
+
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+        self.calls.append(("remove_finalizer", uid))
+        self.hub.drop(uid)
+        return True
+
+    def demand_patch(self, uid: str) -> dict[str, Any]:
+        return {"demand": {"pods": 2, "gpus": 8, "gangs": []}, "definition": "batch-job"}
+
+    def release(self, uid: str) -> None:
+        self.calls.append(("release", uid))
+        for name in self.fleet.names():
+            held = self.fleet.reservations(name)
+            if held is not None:
+                held.release(uid)
+
+    def forget(self, uid: str) -> None:
+        self.release(uid)
+
+    def drop(self, uid: str) -> None:
+        self.forget(uid)
+        self.memory.forget(uid)
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        self.calls.append(("event", reason))
+
+    def elapsed(self, since: float) -> float:
+        return 0.01
+
+
+def world(*, refuse: Rejection | None = None, fleet: Sequence[MemberSnapshot] | None = None,
+          gpus: int = 4) -> tuple[Reconciler, WorldWriter]:
+    hub, copies = HubCache(), CopyCache()
+    stub = StubFleet(pb.members() if fleet is None else fleet)
+    writer = WorldWriter(hub, copies, stub, refuse=refuse)
+    job = pb.job(gpus=gpus)
+    job["metadata"]["resourceVersion"] = "1"
+    hub.put(JOBS, job)
+    reconciler = Reconciler(settings=ControlSettings(), live=LiveCatalog(Catalog.builtin()),
+                            hub=None, fleet=stub, hub_cache=hub, copies=copies,
+                            queue=PendingQueue(backfill_limit=2), metrics=writer.metrics,
+                            events=None, clock=lambda: NOW, monotonic=lambda: 0.0,
+                            writer=writer)
+    return reconciler, writer
+
+
+def reconcile(reconciler: Reconciler) -> float | None:
+    return asyncio.run(reconciler.reconcile(UID))
+
+
+def list_copies(reconciler: Reconciler, member: str) -> None:
+    """The member's copy watch listed (what lets ``decide`` tell absent from unknown)."""
+    reconciler.copies.synced.add((member, kind_key("batch/v1", "Job")))
+
+
+def test_a_first_dispatch_writes_the_decision_with_the_record_then_submits_and_adopts() -> None:
+    reconciler, w = world()
+    # The copy watch of the chosen member has not listed yet: wait after the record.
+    assert reconcile(reconciler) == 5.0
+    assert w.names() == ["add_finalizer", "create_record"]
+    placed = w.calls[1][1]
+    assert placed["decision"]["cluster"] == "a" and placed["decision"]["attempt"] == 1
+    reservation = reconciler.fleet.reservations("a")
+    assert reservation is not None and UID in reservation
+    record = records.read(reconciler.cache.record(UID) or {})
+    assert (record.cluster, record.phase) == ("a", "")
+    w.calls.clear()
+    list_copies(reconciler, "a")
+    assert reconcile(reconciler) is None
+    assert w.names() == ["create_copy", "patch_record", "event"]
+    submitted = w.calls[1][1]
+    assert submitted["phase"] == "Submitted" and submitted["remote"]["cluster"] == "a"
+    assert submitted["decision"]["cluster"] == "a"  # settled from spec in the same write
+    assert submitted["demand"]["gpus"] == 8
+    assert records.read(reconciler.cache.record(UID) or {}).unsettled is None
+
+
+def test_a_refused_copy_is_requeued_without_that_member_and_placed_again() -> None:
+    refusal = Rejection.of("a", status=422, reason="Invalid", message="spec.x: bad")
+    spare = MemberSnapshot(name="c", capacity=cluster({"name": "c0", "gpus": 8}))
+    reconciler, w = world(refuse=refusal, fleet=[*pb.members(), spare])
+    list_copies(reconciler, "a")
+    # c's copy watch has not listed: the new decision waits for it.
+    assert reconcile(reconciler) == 5.0
+    assert w.names() == ["add_finalizer", "create_record", "create_copy", "release",
+                         "patch_record", "event", "patch_record"]
+    requeued, placed = w.calls[4][1], w.calls[6][1]
+    assert requeued["phase"] == "Pending" and requeued["excluded"] == ["a"]
+    assert {c["type"]: c["reason"] for c in requeued["conditions"]}["Submitted"] == "Rejected"
+    assert w.calls[5][1] == "Rejected"
+    assert placed["phase"] == "Placed" and placed["decision"]["cluster"] == "c"
+    assert placed["decision"]["attempt"] == 2
+    assert w.memory.refusal(UID) is None
+    first = reconciler.fleet.reservations("a")
+    assert first is not None and UID not in first
+
+
+def test_a_refused_copy_fails_when_no_other_member_could_take_it() -> None:
+    refusal = Rejection.of("a", status=403, reason="Forbidden", message="no")
+    reconciler, w = world(refuse=refusal)  # b takes only team-b
+    list_copies(reconciler, "a")
+    assert reconcile(reconciler) is None
+    assert w.names() == ["add_finalizer", "create_record", "create_copy", "release",
+                         "patch_record", "event"]
+    failed = w.calls[4][1]
+    assert failed["phase"] == "Failed" and "no other member" in failed["failure"]
+
+
+def test_a_workload_that_fits_nowhere_gets_its_record_and_pending_once() -> None:
+    reconciler, w = world(gpus=64)
+    reconcile(reconciler)
+    assert w.names() == ["add_finalizer", "create_record", "patch_record", "event"]
+    assert w.calls[1][1] is None  # no decision to carry
+    w.calls.clear()
+    reconcile(reconciler)
+    assert w.names() == []  # the same reason: nothing written again
+
+
+def test_a_deleted_workload_loses_its_copy_then_its_finalizer() -> None:
+    reconciler, w = world()
+    list_copies(reconciler, "a")
+    reconcile(reconciler)
+    item = reconciler.cache.workload(UID)
+    assert item is not None
+    reconciler.cache.put(JOBS, apply_merge(item.obj, {"metadata": {
+        "deletionTimestamp": "2026-11-30T11:00:00Z", "resourceVersion": "99"}}))
+    w.calls.clear()
+    assert reconcile(reconciler) == 0.5
+    assert w.names() == ["delete_copy"]
+    w.calls.clear()
+    assert reconcile(reconciler) is None
+    assert w.names() == ["release", "remove_finalizer"]
+    assert reconciler.cache.workload(UID) is None
