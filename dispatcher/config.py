@@ -31,6 +31,7 @@ from dispatcher.control.settings import (
     WebhookSettings,
 )
 from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.fleet.topology import TopologyLevel, parse_levels
 from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["Config", "ConfigError", "load", "parse"]
@@ -174,7 +175,8 @@ def _static_members(r: _Reader, base: Path) -> tuple[StaticMember, ...]:
             name=name, kubeconfig=_path(kubeconfig, base) or kubeconfig,
             context=m.get("context", str, None), labels=m.string_map("labels"),
             cordoned=m.get("cordoned", bool, False),
-            allowed_namespaces=m.strings("allowedNamespaces")))
+            allowed_namespaces=m.strings("allowedNamespaces"),
+            topology_levels=_levels(m)))
         m.done()
     return tuple(members)
 
@@ -197,9 +199,19 @@ _FLEET_SCALARS: dict[str, tuple[str, type]] = {
 }
 
 
+def _levels(r: _Reader) -> tuple[TopologyLevel, ...]:
+    """``topologyLevels: [{name, nodeLabel}]`` (``fleet.topology``)."""
+    raw = r.get("topologyLevels", list, [])
+    try:
+        return parse_levels(raw, where=r.key("topologyLevels"))
+    except ValueError as exc:
+        raise ConfigError(f"{r.source}: {exc}") from None
+
+
 def _fleet(r: _Reader, base: Path) -> FleetSettings:
     defaults = FleetSettings()
-    values: dict[str, Any] = {"static_members": _static_members(r, base)}
+    values: dict[str, Any] = {"static_members": _static_members(r, base),
+                              "topology_levels": _levels(r)}
     for key, (attr, kind) in _FLEET_SCALARS.items():
         default = getattr(defaults, attr)
         if kind is float:

@@ -259,10 +259,33 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
             row.append(",".join(f"{g.node}={g.gpus}" for g in verdict.assignment) or "-")
         rows.append(row)
     table(columns=columns, rows=rows)
+    _print_domains(decision)
     if decision.chosen is not None:
         nodes = ", ".join(f"{g.node} ({g.gpus} GPUs, {g.pods} pod(s))"
                           for g in decision.assignment)
         print(f"chosen: {decision.chosen}; nodes: {nodes or 'none (no GPU pods)'}")
+        if decision.domains:
+            print("domains: " + ", ".join(f"{d.level} {d.value} (gang {', '.join(d.gangs)})"
+                                          for d in decision.domains))
     else:
         print("chosen: none")
     print(f"summary: {decision.summary}")
+
+
+def _print_domains(decision: Decision) -> None:
+    """With a topology request: every member's domains, per gang, with their numbers (free
+    GPUs the gang's pods may use there, how many of its pods the packer placed there)."""
+    from dispatcher.output import table
+
+    rows: list[list[Any]] = []
+    for verdict in decision.verdicts:
+        chosen = {(d.gangs, d.value) for d in verdict.domains} \
+            if verdict.member == decision.chosen else set()
+        for room in verdict.rooms:
+            rows.append([verdict.member, room.level, room.value, room.free,
+                         f"{room.pods}/{room.wanted}", ",".join(room.gangs),
+                         "chosen" if (room.gangs, room.value) in chosen else "-"])
+    if rows:
+        print()
+        table(columns=["member", "level", "domain", "free", "pods", "gangs", "chosen"],
+              rows=rows)

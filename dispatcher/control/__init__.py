@@ -13,6 +13,8 @@ namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set
 patches), ``orphans`` (which of our copies the sweep deletes), ``hubstatus`` (the hub
 status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
 (the Pods a copy's templates are dry-run as on a member, and the acceptances remembered),
+``topology`` (the required node affinity that keeps a copy's gangs in the topology domains
+placement chose),
 ``overview``/``recent`` (the fleet view's rows, the last decisions), ``names`` (labels,
 annotations, finalizer, phases, pending reasons), ``settings`` (the control loop's part of
 the config).

@@ -21,7 +21,7 @@ from typing import Any
 
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.fleet.reservations import Reservation
-from dispatcher.placement.model import Decision
+from dispatcher.placement.model import Decision, GangDomain
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import gangs_json
 
@@ -92,6 +92,7 @@ class DispatchRecord:
     synced_generation: int = 0  # hub metadata.generation last written to the copy
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
     started_at: float | None = None  # first seen running (or past it): never stuck after
+    domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
     # The first decision, demand and definition, made at create (``spec``) and not yet in
     # status: the ``Submitted`` write copies them there (``settled_status``).
     unsettled: Mapping[str, Any] | None = None
@@ -134,6 +135,12 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
             reservation = Reservation.from_dict(decision["reservation"])
         except ValueError:
             reservation = None
+    domains: list[GangDomain] = []
+    for item in decision.get("domains") or ():
+        try:
+            domains.append(GangDomain.from_dict(item))
+        except (ValueError, AttributeError):
+            continue  # not ours to guess: a malformed entry pins nothing
     pending = next((c for c in status.get("conditions") or ()
                     if c.get("type") == "Placed" and c.get("status") == "False"), None)
     remote = status.get("remote") or {}
@@ -156,6 +163,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         summary=str(decision.get("summary") or ""),
         last_seen=parse_time(remote.get("lastSeen")),
         synced_generation=int(remote.get("hubGeneration") or 0),
+        domains=tuple(domains),
         mirror_refused=any(c.get("type") == "StatusMirrored" and c.get("status") == "False"
                            for c in status.get("conditions") or ()),
         unsettled=unsettled,
@@ -236,6 +244,7 @@ def _decision(decision: Decision, reservation: Reservation | None, attempt: int,
     return {"cluster": chosen, "attempt": attempt, "time": format_time(now),
             "policy": decision.policy, "score": decision.verdict(chosen).score,
             "summary": decision.summary[:1000],
+            "domains": [d.to_dict() for d in decision.domains] or None,
             "reservation": reservation.to_dict() if reservation else None}
 
 
@@ -297,6 +306,7 @@ def requeued_status(*, record: DispatchRecord, reason: str, outcome: str, now: f
                                  "reason": reason[:500]}]
     excluded = sorted({*record.excluded, *([record.cluster] if record.cluster else [])})
     return {"phase": Phase.PENDING.value, "decision": {"cluster": None, "reservation": None,
+                                                       "domains": None,
                                                        "attempt": record.attempt},
             "remote": None, "genericStatus": None, "statuses": None,
             "excluded": excluded, "attempts": history,

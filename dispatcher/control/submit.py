@@ -33,10 +33,12 @@ from dispatcher.control.podpolicy import refusal
 from dispatcher.control.readings import member_copy
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
+from dispatcher.control.topology import Domains
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import PODS, ResourceRef
+from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import (
     DefinitionQuarantined,
     EvaluationUnavailable,
@@ -75,12 +77,14 @@ class MemberWrites:
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
         self._pod_fields = settings.pod_policy
 
-    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool | Rejection:
+    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
+                          domains: Sequence[GangDomain] = ()) -> bool | Rejection:
         """Create the copy on ``cluster``: True when it exists now (created or ours), False
         to look again later (not connected, or a foreign object holds the name), a
         ``Rejection`` when the member refused it for good (or it cannot be built).
-        Transient failures (no answer, 429, 5xx) raise, for the worker's back-off."""
+        Transient failures (no answer, 429, 5xx) raise, for the worker's back-off.
+        ``domains``: the decision's topology domains, which the copy's pods must keep to
+        (``control.topology``)."""
         client = self.fleet.client(cluster)
         if client is None:
             return False
@@ -90,7 +94,9 @@ class MemberWrites:
             return Rejection.of(cluster, status=0, reason=PendingReason.POD_TEMPLATE_REFUSED,
                                 message=refused)
         try:
-            body, templates = await self._off_loop(workload, self._copy_and_templates)
+            pins = await self._pins(uid, workload, domains)
+            body, templates = await self._off_loop(
+                workload, lambda w, d: self._copy_and_templates(w, d, pins))
             pods = dryrun.dry_run_pods(templates, namespace=namespace)
         except EvaluationUnavailable:
             raise  # a busy host: the worker's back-off, not a verdict on the copy
@@ -208,20 +214,36 @@ class MemberWrites:
         self.copies.drop(cluster, uid)
         return deleted
 
-    async def copy_body(self, workload: Mapping[str, Any]) -> dict[str, Any]:
-        """The member copy of ``workload`` (stamped, mutated)."""
-        return await self._off_loop(workload, self._copy_of)
+    async def copy_body(self, workload: Mapping[str, Any], *, pins: Domains | None = None
+                        ) -> dict[str, Any]:
+        """The member copy of ``workload`` (stamped, mutated, kept to ``pins``)."""
+        return await self._off_loop(workload, lambda w, d: self._copy_of(w, d, pins))
 
-    def _copy_of(self, workload: Mapping[str, Any], definition: Definition | None
-                 ) -> dict[str, Any]:
+    async def _pins(self, uid: str, workload: Mapping[str, Any],
+                    domains: Sequence[GangDomain]) -> Domains | None:
+        """The domains with the gangs' pod templates, from the workload's resolution
+        (raises WorkloadError when it cannot be resolved now)."""
+        if not domains:
+            return None
+        known = self.resolutions.get(uid, workload) if self.resolutions is not None else None
+        resolution = known if isinstance(known, Resolution) else \
+            await self.live.evaluator.resolve_async(workload)
+        return Domains.of(domains, resolution)
+
+    def _copy_of(self, workload: Mapping[str, Any], definition: Definition | None,
+                 pins: Domains | None = None) -> dict[str, Any]:
         locate = self.live.evaluator.locator(definition, subject=workload) \
             if definition is not None else in_process
-        return build_copy(workload, hub_id=self.settings.hub_id, definition=definition,
+        body = build_copy(workload, hub_id=self.settings.hub_id, definition=definition,
                           mutations=self.settings.pod_mutations, locate=locate)
+        if pins is None or definition is None:
+            return body
+        return pins.apply(body, definition, locate=locate)
 
-    def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None
+    def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None,
+                            pins: Domains | None = None
                             ) -> tuple[dict[str, Any], list[PodTemplate]]:
-        body = self._copy_of(workload, definition)
+        body = self._copy_of(workload, definition, pins)
         if definition is None or not self.settings.admission_check:
             return body, []
         return body, pod_templates(body, definition, locate=self.live.evaluator.locator(
@@ -263,8 +285,8 @@ class MemberWrites:
         namespace = str(workload["metadata"].get("namespace") or "")
         return refusal(resolution.scheduling, namespace=namespace, policy=self._pod_fields)
 
-    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> CopyUpdate | None:
+    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
+                          domains: Sequence[GangDomain] = ()) -> CopyUpdate | None:
         """Write the hub object's spec to our copy on ``cluster`` (spec only: the member's
         own metadata and status stay); None when there is no copy or client to write. A
         spec whose pod templates set a refused scheduling field is not written
@@ -277,7 +299,7 @@ class MemberWrites:
         if refused is not None:
             return CopyUpdate(generation=int(workload["metadata"].get("generation") or 0),
                               changed=(), refused=refused)
-        wanted = await self.copy_body(workload)
+        wanted = await self.copy_body(workload, pins=await self._pins(uid, workload, domains))
         patch: dict[str, Any] = {}
         spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
         if spec:

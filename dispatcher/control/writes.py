@@ -22,6 +22,7 @@ from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.resources import DISPATCHES
+from dispatcher.placement.model import GangDomain
 
 __all__ = ["Writes"]
 
@@ -159,11 +160,18 @@ class Writes:
 
     async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool | Rejection:
-        return await self.members.create_copy(uid, cluster=cluster, workload=workload)
+        return await self.members.create_copy(uid, cluster=cluster, workload=workload,
+                                              domains=self._domains(uid))
 
     async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> CopyUpdate | None:
-        return await self.members.update_copy(uid, cluster=cluster, workload=workload)
+        return await self.members.update_copy(uid, cluster=cluster, workload=workload,
+                                              domains=self._domains(uid))
+
+    def _domains(self, uid: str) -> tuple[GangDomain, ...]:
+        """The topology domains the recorded decision chose (the copy keeps to them)."""
+        raw = self.cache.record(uid)
+        return records.read(raw).domains if raw is not None else ()
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

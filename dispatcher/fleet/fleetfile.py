@@ -12,6 +12,8 @@ Format::
     members:
     - name: member-1
       labels: {region: us-east}          # MemberCluster labels (selectors match these)
+      topologyLevels:                    # optional (MemberCluster spec.topologyLevels)
+      - {name: rack, nodeLabel: example.com/rack}
       nodePools:
       - name: h100                       # node names: <member>-<pool>-<index>
         count: 4
@@ -19,7 +21,7 @@ Format::
         gpuProduct: NVIDIA-H100-80GB-HBM3   # nvidia.com/gpu.product label (optional)
         cpu: "96"                        # optional, default "64"
         memory: 1Ti                      # optional, default "512Gi"
-        labels: {topology.kubernetes.io/zone: a}
+        labels: {topology.kubernetes.io/zone: a, example.com/rack: r1}
         taints: [{key: dedicated, value: infer, effect: NoSchedule}]
     hub:                                 # optional: the dev fleet's hub
       nodePools: [...]                   # its Nodes when it is a full cluster
@@ -41,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from dispatcher.fleet.topology import TopologyLevel, parse_levels
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 __all__ = [
@@ -90,11 +93,12 @@ class NodePool:
 
 @dataclass(frozen=True, kw_only=True)
 class MemberSpec:
-    """One member cluster: its labels and node pools."""
+    """One member cluster: its labels, topology levels and node pools."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     node_pools: tuple[NodePool, ...] = ()
+    topology_levels: tuple[TopologyLevel, ...] = ()
 
 
 DEFAULT_HUB_POOLS = (NodePool(name="h100", count=2, gpus=8,
@@ -192,9 +196,13 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
             _pool(pool, where=f"{where}.nodePools[{j}]")
             for j, pool in enumerate(_expect(raw.get("nodePools") or [], list,
                                              where=f"{where}.nodePools")))
+        try:
+            levels = parse_levels(raw.get("topologyLevels"), where=f"{where}.topologyLevels")
+        except ValueError as exc:
+            raise FleetFileError(str(exc)) from None
         members.append(MemberSpec(name=name, labels=_str_map(raw.get("labels"),
                                                              where=f"{where}.labels"),
-                                  node_pools=pools))
+                                  node_pools=pools, topology_levels=levels))
     if "hub" not in data:
         return FleetSpec(members=tuple(members))
     return FleetSpec(members=tuple(members), hub=_hub(data["hub"], where=f"{source}: hub"))

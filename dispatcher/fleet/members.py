@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatcher.fleet.kubeconfigs import DEFAULT_KEY
 from dispatcher.fleet.settings import DEFAULT_SECRET_NAMESPACE, StaticMember
+from dispatcher.fleet.topology import TopologyLevel, parse_levels
 
 __all__ = ["MEMBER_LABEL", "MemberSpec", "SecretRef", "from_member_cluster", "from_static"]
 
@@ -43,6 +44,7 @@ class MemberSpec:
     cordoned: bool = False
     allowed_namespaces: tuple[str, ...] = ()
     static: bool = False
+    topology_levels: tuple[TopologyLevel, ...] = ()
 
     def same_source(self, other: MemberSpec) -> bool:
         """Whether ``other`` connects the same way (no new connection needed)."""
@@ -67,6 +69,8 @@ def from_member_cluster(obj: Mapping[str, Any], *,
                          f"{namespace!r} is not the fleet's secret namespace "
                          f"{default_namespace!r} (fleet.secretNamespace)")
     labels = meta.get("labels") or {}
+    levels = parse_levels(spec.get("topologyLevels"),
+                          where=f"MemberCluster {name}: spec.topologyLevels")
     return MemberSpec(
         name=str(name),
         secret=SecretRef(namespace=namespace,
@@ -75,6 +79,7 @@ def from_member_cluster(obj: Mapping[str, Any], *,
         labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
         cordoned=bool(spec.get("cordoned")),
         allowed_namespaces=tuple(str(n) for n in spec.get("allowedNamespaces") or ()),
+        topology_levels=levels,
     )
 
 
@@ -82,4 +87,5 @@ def from_static(member: StaticMember) -> MemberSpec:
     """The spec of a member from the config file."""
     return MemberSpec(name=member.name, path=member.kubeconfig, context=member.context,
                       labels=MappingProxyType(dict(member.labels)), cordoned=member.cordoned,
-                      allowed_namespaces=member.allowed_namespaces, static=True)
+                      allowed_namespaces=member.allowed_namespaces, static=True,
+                      topology_levels=member.topology_levels)

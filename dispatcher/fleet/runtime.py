@@ -193,7 +193,8 @@ class Fleet:
             ready=health.ready,
             not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
             cordoned=conn.spec.cordoned, served_kinds=conn.served,
-            allowed_namespaces=conn.spec.allowed_namespaces)
+            allowed_namespaces=conn.spec.allowed_namespaces,
+            topology_levels=conn.spec.topology_levels or self._settings.topology_levels)
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""

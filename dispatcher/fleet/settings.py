@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from dispatcher.fleet.topology import TopologyLevel
+
 __all__ = ["DEFAULT_SECRET_NAMESPACE", "FleetSettings", "StaticMember"]
 
 DEFAULT_SECRET_NAMESPACE = "dispatcher-system"
@@ -41,6 +43,8 @@ class StaticMember:
     """No new dispatches to this member."""
     allowed_namespaces: tuple[str, ...] = ()
     """Namespaces hub workloads may be placed in (empty: any)."""
+    topology_levels: tuple[TopologyLevel, ...] = ()
+    """Its topology levels (``fleet.topology``; empty: the fleet's ``topology_levels``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +53,9 @@ class FleetSettings:
 
     static_members: tuple[StaticMember, ...] = ()
     """Members from the config file, in addition to MemberCluster objects on the hub."""
+    topology_levels: tuple[TopologyLevel, ...] = ()
+    """The topology levels of every member that declares none of its own (MemberCluster
+    ``spec.topologyLevels``): node labels naming racks, blocks, NVLink cliques."""
     watch_member_clusters: bool = True
     """Watch MemberCluster objects on the hub (off: static members only)."""
     secret_namespace: str = DEFAULT_SECRET_NAMESPACE

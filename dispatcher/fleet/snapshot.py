@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.topology import TopologyLevel
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["MemberSnapshot"]
@@ -30,7 +31,9 @@ class MemberSnapshot:
     ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
     (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
     namespaces may be placed there, so a hub user cannot reach kube-system or another
-    tenant's namespace on the member.
+    tenant's namespace on the member. ``topology_levels`` are the member's topology levels
+    (``fleet.topology``: its own, else the fleet-wide default), which a gang's topology
+    request is resolved against.
     """
 
     name: str
@@ -41,3 +44,4 @@ class MemberSnapshot:
     cordoned: bool = False
     served_kinds: frozenset[GroupVersionKind] | None = None
     allowed_namespaces: tuple[str, ...] = ()
+    topology_levels: tuple[TopologyLevel, ...] = ()

@@ -8,6 +8,8 @@ with reservations applied). Fed by ``workloads`` and ``fleet``, feeds ``control`
 - ``selector``: Kubernetes label selector strings (``dispatcher.io/cluster-selector``);
 - ``fit``: gang fit at node granularity (best-fit decreasing over node classes bucketed by
   free GPUs), explicit node assignments, numeric misfit reasons, fit counts;
+- ``domains``: each gang inside one topology domain (rack, NVLink clique) of the member's
+  levels, with the domain's numbers when none holds it;
 - ``engine``: ``decide``: gates, fit, policies (``most-free``, ``best-fit``), choice,
   one-line summary.
 """

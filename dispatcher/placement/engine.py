@@ -100,7 +100,7 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
                              f"exist; members: {known}")
     selector = _selector(request)
     shape = Shape.of(request.demand, best_fit=request.policy == "best-fit",
-                      count_fits=request.count_fits)
+                      count_fits=request.count_fits, topology=request.topology)
     if request.exhaustive or request.count_fits:
         return _exhaustive(members, request, selector, shape)
     rejected: list[Verdict] = []
@@ -132,7 +132,7 @@ def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
             rejected.append(gated(name, capacity, reason, shape))
             continue
         if out_of_bounds(capacity, shape):
-            rejected.append(verdict_of(name, capacity, shape).verdict)
+            rejected.append(verdict_of(name, capacity, shape, member.topology_levels).verdict)
             continue
         score = float(-(capacity.free - gpus) if best_fit else capacity.free - gpus)
         if weights:
@@ -163,7 +163,7 @@ def _in_rank_order(candidates: list[_Candidate],
                 reason="not evaluated: a better-ranked member fits"))
             continue
         if entry is None:
-            entry = verdict_of(name, member.capacity, shape)
+            entry = verdict_of(name, member.capacity, shape, member.topology_levels)
         verdict = entry.verdict
         if not verdict.feasible:
             rejected.append(verdict)
@@ -192,7 +192,7 @@ def _exhaustive(members: Sequence[MemberSnapshot], request: PlacementRequest,
         if reason is not None:
             rejected.append(gated(name, capacity, reason, shape))
             continue
-        entry = verdict_of(name, capacity, shape)
+        entry = verdict_of(name, capacity, shape, member.topology_levels)
         verdict = entry.verdict
         if not verdict.feasible:
             rejected.append(verdict)
@@ -227,7 +227,8 @@ def _decision(request: PlacementRequest, feasible: list[_Feasible], skipped: lis
                     gangs=sum(1 for g in demand.gangs if not g.independent),
                     verdicts=tuple(ranked), chosen=chosen, assignment=assignment,
                     summary=_summary(ranked, chosen, request, feasible=len(feasible),
-                                     unchecked=len(skipped)))
+                                     unchecked=len(skipped)),
+                    domains=feasible[0][1].domains if feasible else ())
 
 
 _rank = operator.itemgetter(0)
@@ -244,6 +245,16 @@ def _units(demand: Demand) -> str:
     return " ".join(parts)
 
 
+def _in_domains(verdict: Verdict) -> str:
+    """`` in rack r1`` (one domain) or `` in rack r1 (gang a), rack r2 (gang b)``."""
+    domains = verdict.domains
+    if not domains:
+        return ""
+    if len(domains) == 1:
+        return f" in {domains[0].level} {domains[0].value}"
+    return " in " + ", ".join(f"{d.level} {d.value} ({', '.join(d.gangs)})" for d in domains)
+
+
 def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRequest, *,
              feasible: int, unchecked: int) -> str:
     """One line for the Pending condition message and logs."""
@@ -252,8 +263,9 @@ def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRe
     if chosen is not None:
         best = ranked[0]
         more = f", {unchecked} not evaluated" if unchecked else ""
-        return (f"placed {what} on {chosen} ({request.policy}, {best.free_after} GPUs free "
-                f"after; {feasible} of {len(ranked)} member(s) feasible{more})")
+        return (f"placed {what} on {chosen}{_in_domains(best)} ({request.policy}, "
+                f"{best.free_after} GPUs free after; {feasible} of {len(ranked)} member(s) "
+                f"feasible{more})")
     if not ranked:
         return f"no member can take {what}: no members"
     # Group members with the same reason so 100 cordoned members take one clause.

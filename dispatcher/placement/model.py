@@ -14,13 +14,17 @@ from typing import Any
 
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube.resources import GroupVersionKind
-from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.demand import Demand, TopologyConstraint
 
 __all__ = [
     "PIN_ANNOTATION",
     "POLICY_ANNOTATION",
     "SELECTOR_ANNOTATION",
+    "TOPOLOGY_ANNOTATION",
+    "TOPOLOGY_PREFERRED_ANNOTATION",
     "Decision",
+    "DomainRoom",
+    "GangDomain",
     "MemberSnapshot",
     "NodeGrant",
     "PlacementError",
@@ -31,6 +35,10 @@ __all__ = [
 PIN_ANNOTATION = "dispatcher.io/cluster"
 SELECTOR_ANNOTATION = "dispatcher.io/cluster-selector"
 POLICY_ANNOTATION = "dispatcher.io/policy"
+TOPOLOGY_ANNOTATION = "dispatcher.io/topology"
+"""Every gang of the workload inside one domain of this level (required)."""
+TOPOLOGY_PREFERRED_ANNOTATION = "dispatcher.io/topology-preferred"
+"""Every gang inside one domain of this level when one holds it, else anywhere."""
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _EMPTY_WEIGHTS: Mapping[str, float] = MappingProxyType({})
@@ -56,7 +64,9 @@ class PlacementRequest:
     a decision over 100 members well under a millisecond. ``count_fits`` (for explanations)
     implies ``exhaustive`` and also counts how many times the demand fits on each member.
     ``namespace`` is the workload's (checked against members' allow-lists; a member with
-    an allow-list never takes a request whose namespace is not known).
+    an allow-list never takes a request whose namespace is not known). ``topology`` (the
+    ``dispatcher.io/topology`` annotations) keeps every gang in one domain of a level,
+    over whatever the definition's ``podGroup.topology`` said (``placement.domains``).
     """
 
     demand: Demand
@@ -70,6 +80,7 @@ class PlacementRequest:
     count_fits: bool = False
     exhaustive: bool = False
     namespace: str = ""
+    topology: TopologyConstraint | None = None
 
     @property
     def group(self) -> str:
@@ -83,12 +94,27 @@ class PlacementRequest:
     def from_annotations(cls, *, demand: Demand, api_version: str, kind: str,
                          annotations: Mapping[str, str], default_policy: str = "most-free",
                          count_fits: bool = False, namespace: str = "") -> PlacementRequest:
-        """Read pin, selector and policy from a workload's annotations."""
+        """Read pin, selector, policy and topology from a workload's annotations (the
+        required topology annotation wins over the preferred one)."""
         return cls(demand=demand, api_version=api_version, kind=kind,
                    pin=annotations.get(PIN_ANNOTATION) or None,
                    selector=annotations.get(SELECTOR_ANNOTATION) or None,
                    policy=annotations.get(POLICY_ANNOTATION) or default_policy,
-                   count_fits=count_fits, namespace=namespace)
+                   count_fits=count_fits, namespace=namespace,
+                   topology=topology_from_annotations(annotations))
+
+
+def topology_from_annotations(annotations: Mapping[str, str]) -> TopologyConstraint | None:
+    """``dispatcher.io/topology`` (required) or ``dispatcher.io/topology-preferred``."""
+    required = annotations.get(TOPOLOGY_ANNOTATION)
+    if required:
+        return TopologyConstraint(level=str(required), required=True,
+                                  source=f"annotation {TOPOLOGY_ANNOTATION}")
+    preferred = annotations.get(TOPOLOGY_PREFERRED_ANNOTATION)
+    if preferred:
+        return TopologyConstraint(level=str(preferred), required=False,
+                                  source=f"annotation {TOPOLOGY_PREFERRED_ANNOTATION}")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +126,61 @@ class NodeGrant:
     pods: int
 
 
+@dataclass(frozen=True, slots=True)
+class GangDomain:
+    """Where a gang (or gangs sharing pod templates) was kept: one domain of one level.
+
+    ``gangs`` are gang names; ``level`` the member's level name, ``node_label`` its node
+    label and ``value`` the chosen domain. The copy's pod templates of those gangs get a
+    required node affinity ``node_label In [value]`` (``control.topology``)."""
+
+    gangs: tuple[str, ...]
+    level: str
+    node_label: str
+    value: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gangs": list(self.gangs), "level": self.level, "nodeLabel": self.node_label,
+                "value": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GangDomain:
+        """The inverse of ``to_dict`` (a Dispatch record); ValueError when malformed."""
+        gangs, value = data.get("gangs"), data.get("value")
+        label = data.get("nodeLabel")
+        if not isinstance(gangs, list) or not all(isinstance(g, str) for g in gangs) \
+                or not isinstance(value, str) or not isinstance(label, str) or not label:
+            raise ValueError(f"not a gang domain: {dict(data)!r}")
+        return cls(gangs=tuple(gangs), level=str(data.get("level") or label),
+                   node_label=label, value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRoom:
+    """One domain's numbers for one gang, for explanations: ``free`` GPUs on the domain's
+    nodes the gang's pods may use (after the gangs placed before it), and how many of its
+    ``wanted`` pods the packer placed there (``pods``)."""
+
+    gangs: tuple[str, ...]
+    level: str
+    value: str
+    free: int
+    pods: int
+    wanted: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gangs": list(self.gangs), "level": self.level, "value": self.value,
+                "free": self.free, "pods": self.pods, "wanted": self.wanted}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     """One member's answer. ``feasible`` is None when the member was not evaluated (a
     better-ranked member fits and the request is not exhaustive). ``fits`` is how many times
     the whole demand fits at once (a lower bound found by the packer; None when not counted),
     ``free_after`` the member's free GPUs after placement, ``score`` the policy's number
-    (higher is better)."""
+    (higher is better). With a topology request, ``domains`` are the domains chosen per
+    gang and ``rooms`` (counted fits only, i.e. explanations) every domain's numbers."""
 
     member: str
     feasible: bool | None
@@ -116,6 +190,8 @@ class Verdict:
     free_after: int | None = None
     score: float | None = None
     assignment: tuple[NodeGrant, ...] = ()
+    domains: tuple[GangDomain, ...] = ()
+    rooms: tuple[DomainRoom, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -125,12 +201,17 @@ class Verdict:
         if self.assignment:
             data["assignment"] = [{"node": g.node, "gpus": g.gpus, "pods": g.pods}
                                   for g in self.assignment]
+        if self.domains:
+            data["domains"] = [d.to_dict() for d in self.domains]
+        if self.rooms:
+            data["rooms"] = [r.to_dict() for r in self.rooms]
         return data
 
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
-    """Every member's verdict (best first), the choice and its node assignment."""
+    """Every member's verdict (best first), the choice and its node assignment; with a
+    topology request, ``domains``: the chosen member's domain per gang."""
 
     policy: str
     pods: int
@@ -140,6 +221,7 @@ class Decision:
     chosen: str | None
     assignment: tuple[NodeGrant, ...]
     summary: str
+    domains: tuple[GangDomain, ...] = ()
 
     def verdict(self, member: str) -> Verdict:
         for verdict in self.verdicts:
@@ -149,10 +231,13 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """For one JSON log line per decision and ``dispatcher explain -o json``."""
-        return {
+        data: dict[str, Any] = {
             "policy": self.policy, "pods": self.pods, "gpus": self.gpus, "gangs": self.gangs,
             "chosen": self.chosen, "summary": self.summary,
             "assignment": [{"node": g.node, "gpus": g.gpus, "pods": g.pods}
                            for g in self.assignment],
             "members": [v.to_dict() for v in self.verdicts],
         }
+        if self.domains:
+            data["domains"] = [d.to_dict() for d in self.domains]
+        return data

@@ -24,5 +24,6 @@ def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
         for node in node_manifests(member):
             capacity.upsert_node(node)
         members.append(MemberSnapshot(name=member.name, capacity=capacity,
-                                      labels=dict(member.labels)))
+                                      labels=dict(member.labels),
+                                      topology_levels=member.topology_levels))
     return members

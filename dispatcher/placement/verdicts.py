@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.topology import TopologyLevel
+from dispatcher.placement.domains import Unit, fit_domains, units_of
 from dispatcher.placement.fit import (
     PackResult,
     PodGroup,
@@ -26,7 +28,7 @@ from dispatcher.placement.fit import (
 )
 from dispatcher.placement.misfit import explain_misfit
 from dispatcher.placement.model import NodeGrant, Verdict
-from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.demand import Demand, Gang, TopologyConstraint
 
 __all__ = ["Fitted", "Shape", "gated", "out_of_bounds", "verdict_of"]
 
@@ -70,25 +72,31 @@ class Fitted:
 class Shape:
     """What a member's capacity verdict reads from the request, hashed once per decision.
 
-    ``key`` is a small int standing for (pod groups, GPUs, policy, count_fits): member memos are
-    keyed by (member name, key), so a lookup hashes a str (cached by Python) and an int, not
-    the pod groups (nested dataclasses) once per member.
+    ``key`` is a small int standing for (pod groups, GPUs, policy, count_fits, topology
+    units): member memos are keyed by (member name, key), so a lookup hashes a str (cached
+    by Python) and an int, not the pod groups (nested dataclasses) once per member.
+    ``units`` are the gangs kept in one topology domain (``placement.domains``) and
+    ``rest`` the gangs placed anywhere; without units the verdict is the plain fit.
     """
 
-    __slots__ = ("best_fit", "count_fits", "gpus", "groups", "key", "largest_pod")
+    __slots__ = ("best_fit", "count_fits", "gpus", "groups", "key", "largest_pod", "rest",
+                 "units")
 
     _ids: ClassVar[dict[tuple[object, ...], int]] = {}
     _next: ClassVar[Iterator[int]] = itertools.count()
 
     def __init__(self, groups: tuple[PodGroup, ...], *, gpus: int, best_fit: bool,
-                 count_fits: bool) -> None:
+                 count_fits: bool, units: tuple[Unit, ...] = (),
+                 rest: tuple[Gang, ...] = ()) -> None:
         self.groups = groups
         self.gpus = gpus
         self.best_fit = best_fit
         self.count_fits = count_fits
+        self.units = units
+        self.rest = rest if units else ()
         self.largest_pod = max((g.gpus for g in groups), default=0)
         ids = Shape._ids
-        identity = (groups, gpus, best_fit, count_fits)
+        identity = (groups, gpus, best_fit, count_fits, units, self.rest)
         key = ids.get(identity)
         if key is None:
             if len(ids) >= _MEMO_LIMIT:  # ids are never reused: stale memo keys just miss
@@ -96,20 +104,24 @@ class Shape:
             key = ids[identity] = next(Shape._next)
         self.key = key
 
-    _recent: ClassVar[dict[tuple[int, bool, bool], tuple[Demand, Shape]]] = {}
+    _recent: ClassVar[dict[tuple[int, bool, bool, TopologyConstraint | None],
+                           tuple[Demand, Shape]]] = {}
 
     @classmethod
-    def of(cls, demand: Demand, *, best_fit: bool, count_fits: bool) -> Shape:
+    def of(cls, demand: Demand, *, best_fit: bool, count_fits: bool,
+           topology: TopologyConstraint | None = None) -> Shape:
         """The shape of ``demand``, reused while the same Demand object is asked again (a
         workload waiting for room is decided again with its cached resolution): grouping
-        the pods and interning the groups cost more than a 100-member decision's lookups."""
+        the pods and interning the groups cost more than a 100-member decision's lookups.
+        ``topology`` (the request's annotation) overrides every gang's own constraint."""
         recent = cls._recent
-        slot = (id(demand), best_fit, count_fits)
+        slot = (id(demand), best_fit, count_fits, topology)
         found = recent.get(slot)
         if found is not None and found[0] is demand:
             return found[1]
+        units, rest = units_of(demand, topology)
         shape = cls(pod_groups(demand), gpus=demand.gpus, best_fit=best_fit,
-                    count_fits=count_fits)
+                    count_fits=count_fits, units=units, rest=rest)
         if len(recent) >= _MEMO_LIMIT:
             recent.clear()
         recent[slot] = (demand, shape)  # holds the Demand, so its id is not reused
@@ -134,15 +146,18 @@ def out_of_bounds(capacity: ClusterCapacity, shape: Shape) -> bool:
     return capacity.free < shape.gpus or capacity.largest_free_block < shape.largest_pod
 
 
-def verdict_of(name: str, capacity: ClusterCapacity, shape: Shape) -> Fitted:
+def verdict_of(name: str, capacity: ClusterCapacity, shape: Shape,
+               levels: tuple[TopologyLevel, ...] = ()) -> Fitted:
     """The member's capacity verdict for ``shape``, memoised per capacity version.
 
     Bounds before fits: the O(1) bounds reject without packing; under most-free, a member
     ``surely_fits`` proves feasible is not packed unless chosen (its verdict reads no
     placement); otherwise the packer decides, and its misfit gets the numeric reason.
+    A shape with topology units is fitted per domain (``placement.domains``) over the
+    member's ``levels`` (part of the memo key: a level declared later changes the answer).
     """
     memo = _memo(capacity)
-    key = (name, shape.key)
+    key: tuple[object, ...] = (name, shape.key, levels) if shape.units else (name, shape.key)
     found = memo.get(key)
     if found is not None:
         return found  # type: ignore[return-value]
@@ -152,6 +167,8 @@ def verdict_of(name: str, capacity: ClusterCapacity, shape: Shape) -> Fitted:
     if out_of_bounds(capacity, shape):
         entry = Fitted(Verdict(member=name, feasible=False, free=free, fits=fits,
                                  reason=explain_misfit(capacity, groups)), None, 0)
+    elif shape.units:
+        entry = _in_domains(name, capacity, shape, levels)
     elif not shape.best_fit and not shape.count_fits and surely_fits(capacity, groups):
         free_after = free - shape.gpus
         entry = Fitted(
@@ -176,6 +193,30 @@ def verdict_of(name: str, capacity: ClusterCapacity, shape: Shape) -> Fitted:
                 result, result.leftover() if shape.best_fit else 0)
     memo[key] = entry
     return entry
+
+
+def _in_domains(name: str, capacity: ClusterCapacity, shape: Shape,
+                levels: tuple[TopologyLevel, ...]) -> Fitted:
+    """The verdict of a shape whose gangs must each stay in one topology domain. A counted
+    fit is 1 (a lower bound: the packer placed it once; copies are not counted per
+    domain). A misfit that is not the domains' doing (the demand does not fit the member
+    at all: a product it lacks, too few GPUs) gives the plain reason, which says more."""
+    found = fit_domains(capacity, levels, shape.units, shape.rest, best_fit=shape.best_fit,
+                        rooms=shape.count_fits)
+    free = capacity.free
+    if found.result is None:
+        reason = found.reason if pack(capacity, shape.groups) is not None \
+            else explain_misfit(capacity, shape.groups)
+        return Fitted(Verdict(member=name, feasible=False, free=free,
+                              fits=0 if shape.count_fits else None, reason=reason,
+                              rooms=found.rooms), None, 0)
+    free_after = free - shape.gpus
+    score = float(-free_after if shape.best_fit else free_after)
+    return Fitted(
+        Verdict(member=name, feasible=True, free=free, fits=1 if shape.count_fits else None,
+                free_after=free_after, score=score, domains=found.domains, rooms=found.rooms,
+                reason=f"fits: {free} GPUs free, {free_after} left after; {found.reason}"),
+        found.result, found.result.leftover() if shape.best_fit else 0)
 
 
 def gated(name: str, capacity: ClusterCapacity, reason: str, shape: Shape) -> Verdict:

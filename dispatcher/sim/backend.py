@@ -11,8 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from dispatcher.placement.model import PIN_ANNOTATION, POLICY_ANNOTATION, SELECTOR_ANNOTATION
-from dispatcher.workloads.demand import Demand
+from dispatcher.placement.model import (
+    PIN_ANNOTATION,
+    POLICY_ANNOTATION,
+    SELECTOR_ANNOTATION,
+    topology_from_annotations,
+)
+from dispatcher.workloads.demand import Demand, TopologyConstraint
 
 __all__ = ["NO_RULES", "Backend", "Choice", "NoFit", "Outcome", "Rules", "View"]
 
@@ -25,11 +30,13 @@ workloads that never end, i.e. services: what is left once every batch job finis
 @dataclass(frozen=True, kw_only=True)
 class Rules:
     """A workload's own placement rules, from its ``dispatcher.io/*`` annotations: pinned
-    member, cluster selector, and a policy that overrides the run's."""
+    member, cluster selector, a policy that overrides the run's, and a topology level
+    every gang must stay inside (``dispatcher.io/topology``)."""
 
     pin: str | None = None
     selector: str | None = None
     policy: str | None = None
+    topology: TopologyConstraint | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> Rules:
@@ -40,7 +47,9 @@ class Rules:
             return NO_RULES
         return cls(pin=_text(annotations.get(PIN_ANNOTATION)),
                    selector=_text(annotations.get(SELECTOR_ANNOTATION)),
-                   policy=_text(annotations.get(POLICY_ANNOTATION)))
+                   policy=_text(annotations.get(POLICY_ANNOTATION)),
+                   topology=topology_from_annotations(
+                       {str(k): str(v) for k, v in annotations.items() if v is not None}))
 
 
 def _text(value: object) -> str | None:

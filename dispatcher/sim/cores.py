@@ -87,7 +87,7 @@ class CoreBackend:
                 m.name != rules.pin for m in members):
             return None
         return PlacementRequest(demand=demand, policy=rules.policy or policy, pin=rules.pin,
-                                selector=rules.selector)
+                                selector=rules.selector, topology=rules.topology)
 
     def place(self, demand: Demand, *, policy: str, view: View = "live",
               exclude: frozenset[str] = frozenset(), rules: Rules = NO_RULES) -> Outcome:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-__all__ = ["Demand", "Gang", "PodShape", "Toleration"]
+__all__ = ["Demand", "Gang", "PodShape", "Toleration", "TopologyConstraint"]
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""]
 
@@ -67,6 +67,23 @@ class PodShape:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TopologyConstraint:
+    """Keep a gang inside one domain of a topology level (one rack, one NVLink clique).
+
+    ``level`` is what was asked: a level name a member declares (``rack``) or the node
+    label key of one (``nvidia.com/gpu.clique``, the Workload Map's
+    ``requiredTopologyLevel`` form); each member resolves it against its own levels.
+    ``required`` False (``preferredTopologyLevel``, ``dispatcher.io/topology-preferred``):
+    one domain when some domain holds the gang, else anywhere on the member. ``source``
+    says where it came from, for explanations.
+    """
+
+    level: str
+    required: bool = True
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gang:
     """One scheduling unit of a workload as its framework defines it, or a set of them.
 
@@ -76,6 +93,11 @@ class Gang:
     submitter): no co-scheduling, so ``min_pods`` is 1; one entry instead of one per pod
     keeps a 1000-replica Deployment's Dispatch status small. Placement ignores the split:
     every pod of every unit of a workload is placed at once on one cluster.
+
+    ``topology`` (a definition's ``podGroup.topology``) asks placement to keep the gang in
+    one topology domain. ``templates`` names the pod templates its pods come from, as
+    (component, instance id) pairs: a copy can steer pods only per template, so gangs that
+    share a template share one domain (``placement.domains``).
     """
 
     name: str
@@ -83,6 +105,8 @@ class Gang:
     min_pods: int
     pod_shapes: tuple[PodShape, ...]
     independent: bool = False
+    topology: TopologyConstraint | None = None
+    templates: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:

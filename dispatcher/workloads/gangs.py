@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Protocol
@@ -69,8 +69,8 @@ def build_gangs(definition: Definition, members: Sequence[Member], *, default_na
             minimum = sum(m.min_pods for m in members if m.component in covered)
         else:
             minimum = sum(m.min_pods for m in members)
-        return _drop_empty([_gang(group.name, members, minimum=_explicit(
-            group, values, fallback=minimum))])
+        return _drop_empty([replace(_gang(group.name, members, minimum=_explicit(
+            group, values, fallback=minimum)), topology=group.topology)])
     owner = _assignments(definition)
     gangs: list[Gang] = []
     for group in rules.groups:
@@ -118,7 +118,8 @@ def _split(group: GangGroup, members: Sequence[Member], *, values: GangValues) -
             shapes = [(m.needs, m.pods_per_replica) for m in members if m.replicas > index]
             pods = sum(count for _, count in shapes)
             out.append(Gang(name=f"{group.name}-{index}", pods=pods, min_pods=pods,
-                            pod_shapes=_shapes(shapes)))
+                            pod_shapes=_shapes(shapes),
+                            templates=_templates(m for m in members if m.replicas > index)))
         return out
     minimum = _explicit(group, values, fallback=sum(m.min_pods for m in members))
     return [_gang(group.name, members, minimum=minimum)]
@@ -137,7 +138,7 @@ def _gang(name: str, members: Sequence[Member], *, minimum: int | None = None,
     wanted = sum(m.min_pods for m in members) if minimum is None else minimum
     return Gang(name=name, pods=pods, min_pods=max(1, min(wanted, pods)) if pods else 0,
                 pod_shapes=_shapes([(m.needs, m.pods) for m in members]),
-                independent=independent)
+                independent=independent, templates=_templates(members))
 
 
 def _listed(path: Expr, members: Sequence[Member], values: GangValues) -> list[Gang]:
@@ -191,7 +192,8 @@ def _listed(path: Expr, members: Sequence[Member], values: GangValues) -> list[G
                 raise values.fail(path, f"gang name {unit} is not unique")
             names.add(unit)
             out.append(Gang(name=unit, pods=pods, min_pods=max(1, min(minimum, pods))
-                            if pods else 0, pod_shapes=shapes, independent=independent))
+                            if pods else 0, pod_shapes=shapes, independent=independent,
+                            templates=_templates(m for m, p in parts if p > 0)))
     for (component, instance), member in by_key.items():
         if held[(component, instance)] != member.pods:
             raise values.fail(path, f"the gangs hold {held[(component, instance)]} of the "
@@ -236,6 +238,11 @@ def _shapes(items: Sequence[tuple[PodNeeds, int]]) -> tuple[PodShape, ...]:
                           memory=n.memory, node_selector=n.node_selector,
                           tolerations=n.tolerations)
                  for n, count in counts.values())
+
+
+def _templates(members: Iterable[Member]) -> tuple[tuple[str, str], ...]:
+    """The (component, instance id) pod templates of ``members``, once each, in order."""
+    return tuple(dict.fromkeys((m.component, m.id) for m in members if m.pods > 0))
 
 
 def _drop_empty(gangs: Sequence[Gang]) -> tuple[Gang, ...]:

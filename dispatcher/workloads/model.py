@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from dispatcher.kube.resources import GroupVersionKind
+from dispatcher.workloads.demand import TopologyConstraint
 from dispatcher.workloads.holds import Hold
 from dispatcher.workloads.jqrun import Batch
 
@@ -195,6 +196,9 @@ class GangGroup:
     per: GangPer = "workload"
     min_pods: Expr | None = None
     per_path: Expr | None = None
+    topology: TopologyConstraint | None = None
+    """``podGroup.topology``: keep the gang in one domain of that level (the required
+    level, else the preferred one as a preference)."""
 
 
 @dataclass(frozen=True, kw_only=True)

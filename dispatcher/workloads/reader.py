@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from dispatcher.kube.resources import GroupVersionKind
+from dispatcher.workloads.demand import TopologyConstraint
 from dispatcher.workloads.errors import Issue
 from dispatcher.workloads.holds import MANAGED_BY, Hold, parse_path
 from dispatcher.workloads.jqrun import Batch
@@ -314,9 +315,12 @@ class DocReader(StatusReader):
                     {"componentName", "topology"})) or {}
                 member = self._member(item, f"{where}.subGroups[{i}]", names=names,
                                       label="sub-group")
+                # validated; a sub-group's own domain is not enforced (the whole gang's is)
+                self._topology(item.get("topology"), f"{where}.subGroups[{i}].topology")
                 if member:
                     members.append(member)
             return GangScheduling(form="podGroup", groups=(GangGroup(
+                topology=self._topology(group.get("topology"), f"{where}.topology"),
                 name=self._string(group.get("name"), f"{where}.name", required=True) or "",
                 members=tuple(members),
                 min_pods=self._expr(group.get("minPodsPath"), f"{where}.minPodsPath")),))
@@ -354,6 +358,29 @@ class DocReader(StatusReader):
             groups.append(GangGroup(name=name, members=tuple(members), per=per,
                                     min_pods=min_pods, per_path=per_path))
         return GangScheduling(form="podGroups", groups=tuple(groups))
+
+    def _topology(self, value: Any, field: str) -> TopologyConstraint | None:
+        """``podGroup.topology``: ``{topologyName, requiredTopologyLevel,
+        preferredTopologyLevel}`` (upstream's CRD; KAI needs one of the two levels). A level
+        is a node label key; each member resolves it against its own topology levels. The
+        required level wins; a preferred one alone is a preference. ``topologyName`` names
+        the scheduler's Topology object: the member's declared levels play that part here."""
+        raw = self._mapping(value, field, allowed=frozenset(
+            {"topologyName", "requiredTopologyLevel", "preferredTopologyLevel"}))
+        if raw is None:
+            return None
+        self._string(raw.get("topologyName"), f"{field}.topologyName")
+        required = self._string(raw.get("requiredTopologyLevel"),
+                                f"{field}.requiredTopologyLevel")
+        preferred = self._string(raw.get("preferredTopologyLevel"),
+                                 f"{field}.preferredTopologyLevel")
+        if not required and not preferred:
+            self._issue(field, "give requiredTopologyLevel or preferredTopologyLevel")
+            return None
+        source = f"definition {self.name or '?'} {field}"
+        if required:
+            return TopologyConstraint(level=required, required=True, source=source)
+        return TopologyConstraint(level=preferred or "", required=False, source=source)
 
     def _member(self, item: Mapping[str, Any], field: str, *, names: set[str],
                 label: str) -> str | None:

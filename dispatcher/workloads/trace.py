@@ -44,7 +44,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from dispatcher.workloads.demand import Demand, Gang, PodShape, TaintEffect, Toleration
+from dispatcher.workloads.demand import (
+    Demand,
+    Gang,
+    PodShape,
+    TaintEffect,
+    Toleration,
+    TopologyConstraint,
+)
 from dispatcher.workloads.model import GenericStatus
 
 __all__ = [
@@ -108,9 +115,13 @@ def gangs_json(demand: Demand) -> list[dict[str, Any]]:
                 item["tolerations"] = [{"key": t.key, "operator": t.operator, "value": t.value,
                                         "effect": t.effect} for t in shape.tolerations]
             shapes.append(item)
-        gangs.append({"name": gang.name, "pods": gang.pods, "minPods": gang.min_pods,
-                      "gpus": gang.gpus, "independent": gang.independent,
-                      "podShapes": shapes})
+        entry: dict[str, Any] = {"name": gang.name, "pods": gang.pods,
+                                 "minPods": gang.min_pods, "gpus": gang.gpus,
+                                 "independent": gang.independent, "podShapes": shapes}
+        if gang.topology is not None:
+            entry["topology"] = {"level": gang.topology.level,
+                                 "required": gang.topology.required}
+        gangs.append(entry)
     return gangs
 
 
@@ -195,10 +206,19 @@ def demand_from_gangs(gangs: Any, *, where: str = "<gangs>") -> Demand:
         if not isinstance(independent, bool):
             raise _fail(where, f"{key}.independent", f"expected true or false, got "
                                                      f"{independent!r}")
+        topology = gang.get("topology")
+        if topology is not None and (not isinstance(topology, dict)
+                                     or not isinstance(topology.get("level"), str)):
+            raise _fail(where, f"{key}.topology", f"expected {{level, required}}, got "
+                                                  f"{topology!r}")
         result.append(Gang(name=str(gang.get("name") or f"gang-{i}"), pods=pods,
                            min_pods=_int(gang.get("minPods", pods), where=where,
                                          key=f"{key}.minPods"),
-                           pod_shapes=tuple(shapes), independent=independent))
+                           pod_shapes=tuple(shapes), independent=independent,
+                           topology=None if topology is None else TopologyConstraint(
+                               level=topology["level"],
+                               required=topology.get("required", True) is not False,
+                               source="trace")))
     return Demand(gangs=tuple(result))
 
 

@@ -26,6 +26,7 @@ from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerS
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
+from dispatcher.fleet.topology import TopologyLevel
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES, NAMESPACES
@@ -59,7 +60,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   aliases: dict[str, str] | None = None,
                   create_namespaces: bool = True, namespace: str | None = None,
                   hub_kubeconfig: dict[str, Any] | None = None,
-                  kubeconfigs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
+                  kubeconfigs: dict[str, str] | None = None,
+                  topology_levels: tuple[TopologyLevel, ...] = ()) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
     with ``changes`` to its ControlSettings (or a function of the namespace giving them,
     for settings that name it), stopped on exit.
@@ -70,7 +72,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     (created when missing) instead of a fresh one. The controller reaches the hub as
     ``hub_kubeconfig`` (default: the admin; e.g. a token of the shipped RBAC) and a member
     through ``kubeconfigs[name]`` (default: its admin kubeconfig); the harness's own
-    clients stay the admin ones."""
+    clients stay the admin ones. ``topology_levels``: the fleet-wide topology levels
+    (``fleet.topologyLevels``)."""
     namespace = namespace or f"ctl-{uuid.uuid4().hex[:8]}"
     others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
@@ -87,7 +90,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
         for alias, n in (aliases or {}).items())
     fleet = LiveFleet(Fleet(hub=None, settings=FleetSettings(
         static_members=statics, watch_member_clusters=False, probe_interval_s=1.0,
-        unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0),
+        unreachable_after_s=2.0, reconnect_max_s=2.0, discovery_interval_s=1.0,
+        topology_levels=topology_levels),
         kinds=[d.gvk for d in catalog.definitions]))
     settings = ControlSettings(hub_id=f"{HUB_ID}-{namespace}",
                                namespaces=(namespace, *others),

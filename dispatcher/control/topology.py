@@ -1,0 +1,207 @@
+"""Keep a copy's gangs in the topology domains placement chose: required node affinity.
+
+Placement (``placement.domains``) chose one domain per gang (a rack, an NVLink clique) and
+reserved GPUs there; the member's own scheduler must stay inside it. Every pod template of
+such a gang gets, in the copy, ``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``
+with the match expression ``<level's node label> In [<domain>]``.
+
+The user's own affinity is never widened: required node selector terms are ORed and the
+expressions inside one term ANDed, so the expression is added to *every* existing term
+(each alternative the user allowed is narrowed to the domain); a template without required
+terms gets one term with only this expression. An empty term matches no node in Kubernetes;
+adding an expression to it would make it match, so it is left empty. Preferred terms,
+pod affinity and everything else stay as written.
+
+Which templates: a gang names its pod templates as (component, instance id) pairs
+(``Gang.templates``, from the resolution); the instance's index among the component's
+instances is the index of its template among the locations of the definition's spec path,
+as ``workloads.mutate`` writes every other pod field. A fragmented pod spec is written
+through its ``nodeAffinityPath`` fragment. Pure apart from the ``Locator`` (the bounded
+jq worker for an untrusted definition).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.placement.model import GangDomain
+from dispatcher.workloads.demand import Gang
+from dispatcher.workloads.errors import MutationError
+from dispatcher.workloads.jqrun import canonical_text
+from dispatcher.workloads.model import Component, Definition, Expr
+from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
+from dispatcher.workloads.resolve import Resolution
+
+__all__ = ["REQUIRED", "Domains", "keep_in_domains", "narrowed"]
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+Pin = tuple[str, str]  # (node label, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Domains:
+    """A decision's domains with what the copy needs to find the gangs' templates."""
+
+    domains: tuple[GangDomain, ...]
+    gangs: tuple[Gang, ...]
+    instances: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, domains: Sequence[GangDomain], resolution: Resolution) -> Domains:
+        return cls(domains=tuple(domains), gangs=resolution.demand.gangs,
+                   instances={c.name: tuple(i.id for i in c.instances)
+                              for c in resolution.components})
+
+    def apply(self, obj: Mapping[str, Any], definition: Definition, *,
+              locate: Locator = in_process) -> dict[str, Any]:
+        """``keep_in_domains`` with these domains."""
+        return keep_in_domains(obj, definition, domains=self.domains, gangs=self.gangs,
+                               instances=self.instances, locate=locate)
+
+
+def narrowed(node_affinity: Any, pins: Sequence[Pin], *, where: str) -> dict[str, Any]:
+    """``node_affinity`` (a ``v1.NodeAffinity`` dict or None) with every pin required in
+    every required term (module docstring); the input is not modified."""
+    if node_affinity is None:
+        node_affinity = {}
+    if not isinstance(node_affinity, Mapping):
+        raise MutationError(f"{where}: nodeAffinity is not an object")
+    out = copy.deepcopy(dict(node_affinity))
+    required = out.get(REQUIRED)
+    if required is None:
+        required = {}
+    if not isinstance(required, Mapping):
+        raise MutationError(f"{where}: nodeAffinity.{REQUIRED} is not an object")
+    required = dict(required)
+    terms = required.get("nodeSelectorTerms")
+    if terms is None:
+        terms = []
+    if not isinstance(terms, list):
+        raise MutationError(f"{where}: nodeSelectorTerms is not a list")
+    wanted = [{"key": label, "operator": "In", "values": [value]} for label, value in pins]
+    if not terms:
+        terms = [{"matchExpressions": wanted}]
+    else:
+        narrowed_terms = []
+        for i, given in enumerate(terms):
+            if not isinstance(given, Mapping):
+                raise MutationError(f"{where}: nodeSelectorTerms[{i}] is not an object")
+            term = dict(given)
+            expressions = term.get("matchExpressions")
+            if expressions is not None and not isinstance(expressions, list):
+                raise MutationError(f"{where}: nodeSelectorTerms[{i}].matchExpressions is "
+                                    f"not a list")
+            if not expressions and not term.get("matchFields"):
+                narrowed_terms.append(term)  # matches nothing; an expression would widen it
+                continue
+            merged = list(expressions or [])
+            merged.extend(e for e in wanted if e not in merged)
+            term["matchExpressions"] = merged
+            narrowed_terms.append(term)
+        terms = narrowed_terms
+    required["nodeSelectorTerms"] = terms
+    out[REQUIRED] = required
+    return out
+
+
+def _pins(domains: Sequence[GangDomain], gangs: Sequence[Gang],
+          instances: Mapping[str, Sequence[str]]) -> dict[tuple[str, int], list[Pin]]:
+    """(component, instance index) -> the pins its template must carry. A gang no longer
+    in the resolution (the spec changed since the decision) pins nothing."""
+    by_name = {g.name: g for g in gangs}
+    out: dict[tuple[str, int], list[Pin]] = {}
+    for domain in domains:
+        pin = (domain.node_label, domain.value)
+        for name in domain.gangs:
+            gang = by_name.get(name)
+            if gang is None:
+                continue
+            for component, instance in gang.templates:
+                ids = list(instances.get(component, ()))
+                if instance not in ids:
+                    continue
+                pins = out.setdefault((component, ids.index(instance)), [])
+                if pin not in pins:
+                    pins.append(pin)
+    return out
+
+
+def _where(definition: Definition, comp: Component) -> tuple[Expr, tuple[str, ...]]:
+    """The path to write a component's node affinity through, and the suffix below it."""
+    spec = comp.spec
+    problem = f"definition {definition.name}: component {comp.name}: cannot keep its pods " \
+              f"in a topology domain"
+    if spec is None:
+        raise MutationError(f"{problem}: no pod spec")
+    if spec.pattern in ("template", "podspec"):
+        if spec.path is None:
+            raise MutationError(f"{problem}: empty pod spec path")
+        prefix = ("spec",) if spec.pattern == "template" else ()
+        return spec.path, (*prefix, "affinity", "nodeAffinity")
+    fragment = spec.fragment("nodeAffinityPath")
+    if fragment is None:
+        raise MutationError(f"{problem}: fragmentedPodSpecDefinition has no nodeAffinityPath")
+    return fragment, ()
+
+
+def keep_in_domains(obj: Mapping[str, Any], definition: Definition, *,
+                    domains: Sequence[GangDomain], gangs: Sequence[Gang],
+                    instances: Mapping[str, Sequence[str]],
+                    locate: Locator = in_process) -> dict[str, Any]:
+    """A copy of ``obj`` whose pod templates of each domain's gangs require that domain.
+
+    ``gangs`` and ``instances`` (component -> instance ids, in order) come from the
+    workload's resolution. Raises MutationError when a template cannot be written."""
+    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    pins = _pins(domains, gangs, instances)
+    if not pins:
+        return out
+    comps = {c.name: c for c in definition.components}
+    names = sorted({component for component, _ in pins})
+    plan = [(comps[name], *_where(definition, comps[name])) for name in names
+            if name in comps]
+    try:
+        text = canonical_text(out)
+    except ValueError as error:
+        raise MutationError(f"cannot read the object: {error}") from None
+    found = expr_locations([expr for _, expr, _ in plan], text, locate=locate, verb="written",
+                           where=lambda i: f"definition {definition.name}: component "
+                                           f"{plan[i][0].name}")
+    for (comp, expr, suffix), locations in zip(plan, found, strict=True):
+        for (component, index), wanted in sorted(pins.items()):
+            if component != comp.name:
+                continue
+            where = f"component {comp.name}: {expr.field}"
+            if index >= len(locations):
+                raise MutationError(f"{where}: no pod template for instance {index}")
+            _write(out, [*locations[index], *suffix], wanted, where=where)
+    return out
+
+
+def _write(root: dict[str, Any], path: Sequence[str | int], pins: Sequence[Pin], *,
+           where: str) -> None:
+    """Narrow the node affinity at ``path`` (created when missing, like jq assign)."""
+    if not path:
+        raise MutationError(f"{where}: the path addresses the whole object")
+    parent: Any = root
+    for i, step in enumerate(path[:-1]):
+        child = value_at(parent, [step])
+        if child is None:
+            if isinstance(step, int):
+                raise MutationError(f"{where}: index {step} is out of range")
+            child = {} if not isinstance(path[i + 1], int) else []
+            parent[step] = child
+        parent = child
+    last = path[-1]
+    if isinstance(last, int):
+        if not isinstance(parent, list) or not -len(parent) <= last < len(parent):
+            raise MutationError(f"{where}: index {last} is out of range")
+        parent[last] = narrowed(parent[last], pins, where=where)
+    else:
+        if not isinstance(parent, dict):
+            raise MutationError(f"{where}: cannot set {last!r} in {type(parent).__name__}")
+        parent[last] = narrowed(parent.get(last), pins, where=where)
