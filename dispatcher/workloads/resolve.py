@@ -17,11 +17,12 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
+from dispatcher.workloads.location import json_location
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
 from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
-from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
+from dispatcher.workloads.template import TemplateProblem, check_pod_spec
 
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
@@ -168,7 +169,7 @@ def resolution_from(definition: Definition, obj: Any, results: Results, *,
     name, namespace = _identity(obj)
     split = len(definition.demand_batch.expressions)
     components, demand, scheduling = _demand(definition, results[:split], name=name,
-                                             text=text)
+                                             text=text, root=obj)
     reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
@@ -180,7 +181,7 @@ def demand_from(definition: Definition, obj: Any, results: Results, *,
                 text: Text = "") -> Demand:
     """The Demand from ``definition.demand_batch`` results on ``obj``."""
     name, _ = _identity(obj)
-    _, demand, _ = _demand(definition, results, name=name, text=text)
+    _, demand, _ = _demand(definition, results, name=name, text=text, root=obj)
     return demand
 
 
@@ -222,17 +223,18 @@ class _Values:
     """Typed access to one batch's results, raising EvaluationError on bad shapes."""
 
     def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
-                 text: Text = "") -> None:
+                 text: Text = "", root: Any = None) -> None:
         self.results = results
         self.fail = fail
         self.text = text
+        self.root = root
 
     def location(self, expr: Expr, index: int, *, inner: str = "") -> str:
         """The JSON path of ``expr``'s ``index``-th result (``inner`` below it); the
         definition's field when the expression is not a path or may not run here (an
-        untrusted definition: no text). Cold path: jq ``path()`` on the object."""
-        text = self.text if isinstance(self.text, str) else self.text()
-        where = json_location(expr.text, text, index)
+        untrusted definition: no text). A field chain is walked on the object itself,
+        anything else runs jq ``path()`` on its text (``location.json_location``)."""
+        where = json_location(expr.text, self.text, index, root=self.root)
         if where is None:
             where = f"({expr.field} result {index})"
         return ".".join(p for p in (where, inner) if p).replace(".[", "[")
@@ -283,8 +285,9 @@ class _Values:
 
 
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
-            text: Text) -> tuple[tuple[ComponentView, ...], Demand, tuple[PodField, ...]]:
-    values = _Values(results, _Fail(definition, name), text=text)
+            text: Text, root: Any) -> tuple[tuple[ComponentView, ...], Demand,
+                                            tuple[PodField, ...]]:
+    values = _Values(results, _Fail(definition, name), text=text, root=root)
     views = []
     members: list[Member] = []
     scheduling: list[PodField] = []
