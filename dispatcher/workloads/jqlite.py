@@ -43,6 +43,7 @@ from dispatcher.workloads.jqnodes import (
     one_key,
     optional,
     pipe,
+    run_each,
     run_programs,
     single,
     slice_step,
@@ -54,7 +55,7 @@ from dispatcher.workloads.jqnodes import (
 from dispatcher.workloads.jqvalues import BINARY, UNARY, GiveUp, JqError, index, iterate, number
 
 __all__ = ["Cursor", "GiveUp", "JqError", "Program", "Unsupported", "compile_program",
-           "run_programs", "tokens"]
+           "run_each", "run_programs", "tokens"]
 
 _MEMO_TOKENS = 8  # a binding source of this many tokens or more is memoised
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import jq
 
-from dispatcher.workloads.jqlite import GiveUp, Program, compile_program, run_programs
+from dispatcher.workloads.jqlite import Program, compile_program, run_each
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -400,6 +400,9 @@ def _normalize_floats(value: Any) -> Any:
     return value
 
 
+_ALONE = 3  # jqlite gave up on at most this many expressions: libjq runs only those
+
+
 class Batch:
     """Many jq expressions compiled into one program; ``run`` gives one result per expression.
 
@@ -411,6 +414,7 @@ class Batch:
         self.expressions = tuple(expressions)
         self._compiled = False
         self._program: Any = None
+        self._alone: dict[int, Batch] = {}
         if not lazy:
             self._compile()
 
@@ -438,13 +442,30 @@ class Batch:
 
     def evaluate(self, given: ObjectInput) -> list[list[Any] | JqFailure]:
         """Every expression on ``given``: walked in Python when the batch and the object
-        allow it, else (and whenever ``jqlite`` gives up) by libjq on its text."""
+        allow it, else by libjq on its text. A jq error ``jqlite`` knows libjq's message
+        of (iterating ``null``: an object the definition does not fit) is that failure;
+        where it gives up on a few expressions, only those run in libjq, each alone (its
+        program compiled on first use and kept); on more, the whole batch does."""
         if given.plain and self._fast is not None:
-            try:
-                return list(run_programs(self._fast, given.obj, MAX_RESULTS))
-            except GiveUp:
-                pass
+            found = run_each(self._fast, given.obj, MAX_RESULTS)
+            missing = [slot for slot, result in enumerate(found) if result is None]
+            if len(missing) <= _ALONE:
+                out: list[list[Any] | JqFailure] = []
+                text = given.text if missing else ""
+                for slot, result in enumerate(found):
+                    if result is None:
+                        out.append(self._one(slot).run(text)[0])
+                    else:
+                        out.append(JqFailure(result) if isinstance(result, str) else result)
+                return out
         return self.run(given.text)
+
+    def _one(self, slot: int) -> Batch:
+        """The batch of expression ``slot`` alone (libjq, compiled on first use)."""
+        alone = self._alone.get(slot)
+        if alone is None:
+            alone = self._alone[slot] = Batch([self.expressions[slot]])
+        return alone
 
     def run(self, text: str) -> list[list[Any] | JqFailure]:
         """Evaluate every expression on the JSON ``text`` (from ``canonical_text``)."""
