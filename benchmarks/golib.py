@@ -30,7 +30,9 @@ rendered, as the Go program renders ``err.Error()``), through
 Python side runs twice: ``warm`` (a warm-up pass, then passes over the same objects: every
 memo stays) and ``cleared`` (before every pass each ``functools`` cache of
 ``dispatcher.workloads`` is cleared and the objects are fresh deep copies, so no memo
-keyed by a value or an id can hit). Each kind's line gives the mean µs per object of
+keyed by a value or an id can hit). Times are CPU time (user and system, the Go program's
+whole process, the Python process's), so that other work on a shared machine does not
+count. Each kind's line gives the mean µs per object of
 ``go-compiled`` (``-errors``: its failing objects timed up to their error) and of both
 Python runs, with ``ratio_*`` = Go's time / Python's (above 1: Python ahead); also the
 built-in catalog on the same objects. Objects go to both sides as JSON (what an apiserver
@@ -152,9 +154,10 @@ def go_check(binary: Path, defs: Path, objects_file: Path) -> list[dict[str, Any
 
 
 def go_round(binary: Path, defs: Path, objects_file: Path, *, mode: str,
-             passes: int, errors: bool = False) -> tuple[list[int], float]:
-    """One run of the Go program on one core: per-call times (ns) and elapsed seconds;
-    ``errors``: objects whose resolve fails are timed too (else the program refuses them)."""
+             passes: int, errors: bool = False, cpu: bool = False) -> tuple[list[int], float]:
+    """One run of the Go program on one core: per-call times (ns) and elapsed seconds (with
+    ``cpu``, the timed loop's CPU seconds); ``errors``: objects whose resolve fails are
+    timed too (else the program refuses them)."""
     env = {**os.environ, "GOMAXPROCS": "1"}
     proc = subprocess.run([str(binary), "-definitions", str(defs), "-objects", str(objects_file),
                            "-mode", mode, "-passes", str(passes),
@@ -163,7 +166,7 @@ def go_round(binary: Path, defs: Path, objects_file: Path, *, mode: str,
     if proc.returncode != 0:
         raise RuntimeError(f"golib -mode {mode} failed: {proc.stderr.strip()}")
     out = json.loads(proc.stdout)
-    return [int(s) for s in out["samples_ns"]], out["elapsed_ns"] / 1e9
+    return [int(s) for s in out["samples_ns"]], out["cpu_ns" if cpu else "elapsed_ns"] / 1e9
 
 
 def python_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
@@ -197,10 +200,10 @@ def clear_memos() -> int:
 
 def public_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
                  *, passes: int, cleared: bool) -> float:
-    """Seconds per call over ``passes`` passes: ``cleared``, each pass on fresh copies of the
-    objects after every memo is cleared (neither timed); else after a warm-up pass, on the
-    same objects."""
-    clock = time.perf_counter_ns
+    """CPU seconds per call over ``passes`` passes: ``cleared``, each pass on fresh copies of
+    the objects after every memo is cleared (neither timed); else after a warm-up pass, on
+    the same objects."""
+    clock = time.process_time_ns
     spent = 0
     if not cleared:
         for obj in objects:
@@ -292,7 +295,7 @@ def main_public(args: argparse.Namespace, binary: Path, version: str, karta: Pat
                 for side in run:
                     if side == "go-compiled":
                         samples, elapsed = go_round(binary, defs, objects_file, mode="compiled",
-                                                    passes=args.passes, errors=True)
+                                                    passes=args.passes, errors=True, cpu=True)
                         spent[side].append(elapsed / len(samples))
                     else:
                         engine, how = side.split("-")

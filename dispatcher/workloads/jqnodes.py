@@ -152,9 +152,45 @@ def binary(op: str, left: Node, right: Node) -> Node:
 
 
 def then_field(term: Node, name: str) -> Node:
-    def node(v: Any, env: Env, run: Run) -> list[Any]:
-        return [field(x, name) for x in term(v, env, run)]
-    return single(node) if is_single(term) else node
+    """``term.name``; a run of field steps is one walk (``.spec.template.spec``), over each
+    value of the term before the run (``.jobs[].template.spec``)."""
+    fused: tuple[Node | None, tuple[str, ...]] | None = getattr(term, "fields", None)
+    if fused is not None:
+        return _fields(fused[0], (*fused[1], name))
+    return _fields(term, (name,))
+
+
+def _walk(x: Any, names: tuple[str, ...]) -> Any:
+    """``x.a.b...`` (jqvalues.field at each step: null stays null)."""
+    for name in names:
+        if type(x) is dict:
+            x = x.get(name)
+        elif x is None:
+            return None
+        else:
+            raise JqError("index a non-object by name")
+    return x
+
+
+def _fields(base: Node | None, names: tuple[str, ...]) -> Node:
+    """``names`` walked from the input (``base`` None) or from each value of ``base``."""
+    if base is None:
+        if len(names) == 1:
+            name = names[0]
+
+            def one(v: Any, env: Env, run: Run) -> list[Any]:
+                return [v.get(name) if type(v) is dict else field(v, name)]
+            node: Node = single(one)
+        else:
+            node = single(lambda v, env, run: [_walk(v, names)])
+    elif is_single(base):
+        node = single(lambda v, env, run: [_walk(x, names) for x in base(v, env, run)])
+    else:
+        def each(v: Any, env: Env, run: Run) -> list[Any]:
+            return [_walk(x, names) for x in base(v, env, run)]
+        node = each
+    node.fields = (base, names)  # type: ignore[attr-defined]
+    return node
 
 
 def then_iterate(term: Node) -> Node:
@@ -378,7 +414,7 @@ def interpolate(parts: list[str | Node], v: Any, env: Env, run: Run) -> str:
 
 
 def field_node(name: str) -> Node:
-    return single(lambda v, env, run: [field(v, name)])
+    return _fields(None, (name,))
 
 
 def run_programs(programs: Sequence[Program], root: Any, limit: int) -> list[list[Any]]:

@@ -127,9 +127,10 @@ def status_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) ->
 def resolve_with(definition: Definition, obj: Any, *,
                  limits: Limits = DEFAULT_LIMITS) -> Resolution:
     """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
-    given = object_input(obj, limits=limits)
-    return resolution_from(definition, obj, definition.full_batch.evaluate(given),
-                           text=lambda: given.text)
+    identity = _identity(obj)
+    given = _checked(obj, identity[0], limits)
+    return _resolution(definition, obj, definition.full_batch.evaluate(given),
+                       text=lambda: given.text, identity=identity)
 
 
 # -- evaluation split from interpretation: ``bounded.Evaluator`` runs the jq batch of an
@@ -151,7 +152,10 @@ def input_text(given: ObjectInput) -> str:
 
 def object_input(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> ObjectInput:
     """``obj`` checked against ``limits`` (ObjectError if it is not a valid object)."""
-    name, _ = _identity(obj)
+    return _checked(obj, _identity(obj)[0], limits)
+
+
+def _checked(obj: Any, name: str, limits: Limits) -> ObjectInput:
     try:
         return ObjectInput(obj, limits=limits)
     except (ValueError, RecursionError) as error:
@@ -166,7 +170,12 @@ def resolution_from(definition: Definition, obj: Any, results: Results, *,
     by running the spec path through jq ``path()``; leave it empty for an untrusted
     definition, whose expressions must not run outside the bounded worker.
     """
-    name, namespace = _identity(obj)
+    return _resolution(definition, obj, results, text=text, identity=_identity(obj))
+
+
+def _resolution(definition: Definition, obj: Any, results: Results, *, text: Text,
+                identity: tuple[str, str | None]) -> Resolution:
+    name, namespace = identity
     split = len(definition.demand_batch.expressions)
     components, demand, scheduling = _demand(definition, results[:split], name=name,
                                              text=text, root=obj)
