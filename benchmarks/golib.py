@@ -186,13 +186,16 @@ def python_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapp
 
 
 def clear_memos() -> int:
-    """Clear every ``functools`` cache of the engine's modules; how many there were."""
+    """Clear every memo of the engine's modules (each ``functools`` cache, and any other
+    module-level object with a ``cache_clear``); how many there were."""
     cleared = 0
     for name, module in list(sys.modules.items()):
         if not name.startswith("dispatcher.workloads"):
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, functools._lru_cache_wrapper):  # also @functools.cache
+            clear = getattr(value, "cache_clear", None)
+            if isinstance(value, functools._lru_cache_wrapper) or (
+                    callable(clear) and not isinstance(value, type)):
                 value.cache_clear()
                 cleared += 1
     return cleared

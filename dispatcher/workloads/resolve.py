@@ -22,7 +22,7 @@ from dispatcher.workloads.model import Component, Definition, Expr, GenericStatu
 from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
-from dispatcher.workloads.template import TemplateProblem, check_pod_spec
+from dispatcher.workloads.template import TemplateProblem
 
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
@@ -345,8 +345,7 @@ def _instances(comp: Component, values: _Values, scheduling: list[PodField]
         effective = minimum if minimum is not None and minimum > 0 else replicas
         spec_expr, spec = specs[index]
         try:
-            check_pod_spec(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
-            needs = pod_needs(spec)
+            needs = pod_needs(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
         except TemplateProblem as problem:
             inner = ".".join(p for p in (_SPEC_IN[comp.spec.pattern if comp.spec else ""],
                                          problem.where) if p)
