@@ -89,7 +89,9 @@ class Run:
 
 
 def const(value: Any) -> Node:
-    return single(lambda v, env, run: [value])
+    node = single(lambda v, env, run: [value])
+    node.value = (value,)  # type: ignore[attr-defined]  # operators take it directly
+    return node
 
 
 def pipe(left: Node, right: Node) -> Node:
@@ -116,11 +118,20 @@ def comma(left: Node, right: Node) -> Node:
 
 
 def binary(op: str, left: Node, right: Node) -> Node:
+    constant: tuple[Any] | None = getattr(right, "value", None)
     if op == "//":
+        if constant is not None:
+            fallback = constant[0]
+
+            def default(v: Any, env: Env, run: Run) -> list[Any]:
+                kept = [x for x in left(v, env, run) if x is not None and x is not False]
+                return kept if kept else [fallback]
+            return single(default) if is_single(left) else default
+
         def alternative(v: Any, env: Env, run: Run) -> list[Any]:
             kept = [x for x in left(v, env, run) if x is not None and x is not False]
             return kept if kept else right(v, env, run)
-        return alternative
+        return single(alternative) if is_single(left) and is_single(right) else alternative
     if op in ("and", "or"):
         want = op == "or"
 
@@ -137,6 +148,17 @@ def binary(op: str, left: Node, right: Node) -> Node:
             return out
         return logic
     func = OPERATORS[op]
+    if constant is not None:
+        operand = constant[0]
+
+        def with_constant(v: Any, env: Env, run: Run) -> list[Any]:
+            lefts = left(v, env, run)  # the right side, a constant, cannot fail
+            if len(lefts) == 1:
+                return [func(lefts[0], operand)]
+            run.multi = True
+            run.spend(len(lefts))
+            return [func(a, operand) for a in lefts]
+        return single(with_constant) if is_single(left) else with_constant
 
     def operator(v: Any, env: Env, run: Run) -> list[Any]:
         rights = right(v, env, run)  # jq: the right side first; none, and the left never runs
