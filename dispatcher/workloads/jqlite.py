@@ -27,6 +27,7 @@ from dispatcher.workloads.jqnodes import (
     HIGHER,
     Node,
     Program,
+    Run,
     Step,
     attempt,
     binary,
@@ -44,6 +45,7 @@ from dispatcher.workloads.jqnodes import (
     optional,
     pipe,
     run_each,
+    run_one,
     run_programs,
     single,
     slice_step,
@@ -54,8 +56,19 @@ from dispatcher.workloads.jqnodes import (
 )
 from dispatcher.workloads.jqvalues import BINARY, UNARY, GiveUp, JqError, index, iterate, number
 
-__all__ = ["Cursor", "GiveUp", "JqError", "Program", "Unsupported", "compile_program",
-           "run_each", "run_programs", "tokens"]
+__all__ = [
+    "Cursor",
+    "GiveUp",
+    "JqError",
+    "Program",
+    "Run",
+    "Unsupported",
+    "compile_program",
+    "run_each",
+    "run_one",
+    "run_programs",
+    "tokens",
+]
 
 _MEMO_TOKENS = 8  # a binding source of this many tokens or more is memoised
 

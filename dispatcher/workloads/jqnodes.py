@@ -53,6 +53,7 @@ __all__ = [
     "optional",
     "pipe",
     "run_each",
+    "run_one",
     "run_programs",
     "single",
     "slice_step",
@@ -454,22 +455,21 @@ def run_programs(programs: Sequence[Program], root: Any, limit: int) -> list[lis
 
 def run_each(programs: Sequence[Program], root: Any, limit: int
              ) -> list[list[Any] | str | None]:
-    """Every program's outputs on ``root``; for one that fails, libjq's error message
-    where it is known exactly (an error met before any stream had several values), else
-    None: libjq must run it (an error, ``limit`` outputs or more, a case not modelled).
-    The others' results stand: the programs of a batch are independent (one budget and
-    memo, both exact)."""
+    """Every program's outputs on ``root`` (``run_one`` each, one shared ``Run``)."""
     run = Run()
-    out: list[list[Any] | str | None] = []
-    for program in programs:
-        run.multi = False
-        try:
-            values = program(root, run)
-        except JqError as error:
-            out.append(error.message if error.message and not run.multi else None)
-            continue
-        except GiveUp:
-            out.append(None)
-            continue
-        out.append(list(values) if len(values) < limit else None)
-    return out
+    return [run_one(program, root, limit, run) for program in programs]
+
+
+def run_one(program: Program, root: Any, limit: int, run: Run) -> list[Any] | str | None:
+    """The program's outputs on ``root``; if it fails, libjq's error message where it is
+    known exactly (an error met before any stream had several values), else None: libjq
+    must run it (an error, ``limit`` outputs or more, a case not modelled). ``run`` may be
+    shared by the programs of a batch (one budget and memo, both exact)."""
+    run.multi = False
+    try:
+        values = program(root, run)
+    except JqError as error:
+        return error.message if error.message and not run.multi else None
+    except GiveUp:
+        return None
+    return list(values) if len(values) < limit else None
