@@ -18,6 +18,25 @@ resolves. The Go program is built once and cached under ``~/.cache/dispatcher/bi
 alternate the four sides; each side runs on one core (the Go program with GOMAXPROCS=1).
 
     python benchmarks/golib.py [--rounds 5] [--passes 20] [--rebuild]
+    python benchmarks/golib.py --public [--rounds 3] [--passes 20]
+
+``--public`` measures the public entry the way an outside caller meets it, per kind, with
+the upstream examples of tests/unit/workloads/upstream/ on both sides: every example object
+of tests/unit/workloads/test_upstream.py (``--objects cases``, the default: empty specs, so
+several kinds end in an error) or every catalog sample of the kinds those examples describe
+(``--objects samples``), those whose resolve ends in an error included (the error is
+rendered, as the Go program renders ``err.Error()``), through
+``dispatcher.workloads.resolve.resolve_with`` (the definition by ``Catalog.require``). The
+Python side runs twice: ``warm`` (a warm-up pass, then passes over the same objects: every
+memo stays) and ``cleared`` (before every pass each ``functools`` cache of
+``dispatcher.workloads`` is cleared and the objects are fresh deep copies, so no memo
+keyed by a value or an id can hit). Times are CPU time (user and system, the Go program's
+whole process, the Python process's), so that other work on a shared machine does not
+count. Each kind's line gives the mean µs per object of
+``go-compiled`` (``-errors``: its failing objects timed up to their error) and of both
+Python runs, with ``ratio_*`` = Go's time / Python's (above 1: Python ahead); also the
+built-in catalog on the same objects. Objects go to both sides as JSON (what an apiserver
+sends); ``--yaml-objects`` gives Python the YAML-parsed ones (timestamps as datetimes).
 
 The karta module has to be reachable through the Go module proxy, or through a Go workspace
 (``GOWORK=/path/go.work`` with a ``use`` of benchmarks/golib and a ``replace`` of
@@ -27,7 +46,10 @@ github.com/run-ai/karta by a local checkout): see benchmarks/golib/README.md.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
+import functools
+import gc
 import hashlib
 import json
 import os
@@ -43,6 +65,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "benchmarks" / "golib"
+UPSTREAM = ROOT / "tests" / "unit" / "workloads" / "upstream"
 KARTA = "github.com/run-ai/karta"
 SIDES = ("go-naive", "go-compiled", "python-upstream", "python-catalog")
 
@@ -132,16 +155,19 @@ def go_check(binary: Path, defs: Path, objects_file: Path) -> list[dict[str, Any
 
 
 def go_round(binary: Path, defs: Path, objects_file: Path, *, mode: str,
-             passes: int) -> tuple[list[int], float]:
-    """One run of the Go program on one core: per-call times (ns) and elapsed seconds."""
+             passes: int, errors: bool = False, cpu: bool = False) -> tuple[list[int], float]:
+    """One run of the Go program on one core: per-call times (ns) and elapsed seconds (with
+    ``cpu``, the timed loop's CPU seconds); ``errors``: objects whose resolve fails are
+    timed too (else the program refuses them)."""
     env = {**os.environ, "GOMAXPROCS": "1"}
     proc = subprocess.run([str(binary), "-definitions", str(defs), "-objects", str(objects_file),
-                           "-mode", mode, "-passes", str(passes)],
+                           "-mode", mode, "-passes", str(passes),
+                           *(["-errors"] if errors else [])],
                           env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"golib -mode {mode} failed: {proc.stderr.strip()}")
     out = json.loads(proc.stdout)
-    return [int(s) for s in out["samples_ns"]], out["elapsed_ns"] / 1e9
+    return [int(s) for s in out["samples_ns"]], out["cpu_ns" if cpu else "elapsed_ns"] / 1e9
 
 
 def python_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
@@ -160,6 +186,166 @@ def python_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapp
     return samples, (clock() - started) / 1e9
 
 
+def clear_memos() -> int:
+    """Clear every memo of the engine's modules (each ``functools`` cache, and any other
+    module-level object with a ``cache_clear``); how many there were."""
+    cleared = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("dispatcher.workloads"):
+            continue
+        for value in list(vars(module).values()):
+            clear = getattr(value, "cache_clear", None)
+            if isinstance(value, functools._lru_cache_wrapper) or (
+                    callable(clear) and not isinstance(value, type)):
+                value.cache_clear()
+                cleared += 1
+    return cleared
+
+
+def public_round(call: Callable[[Mapping[str, Any]], object], objects: list[Mapping[str, Any]],
+                 *, passes: int, cleared: bool) -> float:
+    """CPU seconds per call over ``passes`` passes: ``cleared``, each pass on its own fresh
+    copies of the objects (all made before the first pass, so that copying neither runs
+    nor leaves garbage in the timing), every memo cleared before it (untimed); else after
+    a warm-up pass, on the same objects."""
+    clock = time.process_time_ns
+    spent = 0
+    if cleared:
+        batches = [copy.deepcopy(objects) for _ in range(passes)]
+    else:
+        batches = [objects] * passes
+        for obj in objects:
+            call(obj)
+    gc.collect()
+    for batch in batches:
+        if cleared:
+            clear_memos()
+        started = clock()
+        for obj in batch:
+            call(obj)
+        spent += clock() - started
+    return spent / 1e9 / (passes * len(objects))
+
+
+def public_call(catalog: Any) -> Callable[[Mapping[str, Any]], object]:
+    """``resolve_with`` through ``catalog``'s definition of the object (a dict lookup, as
+    ``resolve`` does it); an error is rendered as text, as Go's ``err.Error()``."""
+    from dispatcher.workloads.errors import WorkloadError
+    from dispatcher.workloads.resolve import resolve_with
+
+    def call(obj: Mapping[str, Any]) -> object:
+        definition = catalog.require(obj)
+        try:
+            return resolve_with(definition, obj)
+        except WorkloadError as error:
+            return str(error)
+
+    return call
+
+
+def case_objects() -> list[dict[str, Any]]:
+    """The example objects of tests/unit/workloads/test_upstream.py, one per case: each
+    upstream definition's kind with an empty spec and the status its operator writes."""
+    from tests.unit.workloads.test_upstream import CASES
+
+    return [{"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}, "spec": {},
+             "status": status} for _, api_version, kind, _, status, _ in CASES]
+
+
+def main_public(args: argparse.Namespace, binary: Path, version: str, karta: Path) -> int:
+    """``--public``: per kind, go-compiled next to ``resolve_with`` warm and memo-cleared."""
+    import resolve as resolve_bench
+
+    from dispatcher.workloads.catalog import Catalog
+    from dispatcher.workloads.errors import WorkloadError
+
+    builtin = Catalog.builtin()
+    where = resolve_bench.machine()
+    sides = ("go-compiled", "python-warm", "python-cleared", "catalog-warm", "catalog-cleared")
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="golib-public-") as tmp:
+        defs = UPSTREAM  # karta's docs/examples (mpijob.yaml with its lost line breaks back)
+        upstream = Catalog.load([defs])
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for obj in (case_objects() if args.objects == "cases"
+                    else resolve_bench.sample_objects()):
+            if upstream.find(str(obj.get("apiVersion")), str(obj["kind"])) is not None:
+                by_kind.setdefault(str(obj["kind"]), []).append(obj)
+        print(f"# golib --public: karta {version}; {len(upstream)} upstream definitions "
+              f"({defs.relative_to(ROOT)}); {sum(map(len, by_kind.values()))} objects "
+              f"({args.objects}) of {len(by_kind)} kinds; {args.rounds} rounds x "
+              f"{args.passes} passes; {where}", file=sys.stderr)
+        total: dict[str, float] = dict.fromkeys(sides, 0.0)
+        upstream_total: dict[str, float] = dict.fromkeys(sides[:3], 0.0)
+        count = upstream_count = 0
+        for kind, given in sorted(by_kind.items()):
+            text = json.dumps(given, default=_json_default)
+            objects_file = Path(tmp) / f"{kind}.json"
+            objects_file.write_text(text)
+            objects: list[Mapping[str, Any]] = list(given) if args.yaml_objects \
+                else json.loads(text)
+            go_errors = sum(1 for c in go_check(binary, defs, objects_file) if c.get("error"))
+            calls = {"python": public_call(upstream), "catalog": public_call(builtin)}
+            ours = builtin.find(str(objects[0]["apiVersion"]), kind) is not None
+            run = [side for side in sides if ours or not side.startswith("catalog")]
+            errors = {}
+            for name, catalog in (("python", upstream), ("catalog", builtin))[:1 + ours]:
+                failed = 0
+                for item in objects:
+                    try:
+                        catalog.resolve(item)
+                    except WorkloadError:
+                        failed += 1
+                errors[name] = failed
+            spent: dict[str, list[float]] = {side: [] for side in run}
+            for _ in range(args.rounds):
+                for side in run:
+                    if side == "go-compiled":
+                        samples, elapsed = go_round(binary, defs, objects_file, mode="compiled",
+                                                    passes=args.passes, errors=True, cpu=True)
+                        spent[side].append(elapsed / len(samples))
+                    else:
+                        engine, how = side.split("-")
+                        spent[side].append(public_round(calls[engine], objects,
+                                                        passes=args.passes,
+                                                        cleared=how == "cleared"))
+            best = {side: min(v) for side, v in spent.items()}  # noise only adds time
+            for side in upstream_total:
+                upstream_total[side] += best[side] * len(objects)
+            upstream_count += len(objects)
+            if ours:
+                for side in sides:
+                    total[side] += best[side] * len(objects)
+                count += len(objects)
+            lines.append(_public_line(kind, len(objects), best,
+                                      errors={"go": go_errors, **errors}))
+        # the kinds both catalogs define (the totals of python-* alone are in "upstream")
+        lines.append(_public_line("all", count, {s: t / count for s, t in total.items()},
+                                  errors={}))
+        lines.append(_public_line("upstream", upstream_count,
+                                  {s: t / upstream_count for s, t in upstream_total.items()},
+                                  errors={}))
+    for line in lines:
+        print(json.dumps({"bench": "golib-public", **line, "rounds": args.rounds,
+                          "passes": args.passes, "objects_from": "yaml" if args.yaml_objects
+                          else "json", "karta": version,
+                          "load_avg_1m": round(os.getloadavg()[0], 2), "machine": where}),
+              flush=True)
+    return 0
+
+
+def _public_line(kind: str, objects: int, best: Mapping[str, float], *,
+                 errors: Mapping[str, int]) -> dict[str, Any]:
+    go = best["go-compiled"]
+    out: dict[str, Any] = {"kind": kind, "objects": objects}
+    if errors:
+        out["errors"] = dict(errors)
+    out |= {f"{side}_us": round(t * 1e6, 1) for side, t in best.items()}
+    out |= {f"ratio_{side.replace('-', '_')}": round(go / t, 2)
+            for side, t in best.items() if side != "go-compiled"}
+    return out
+
+
 def figures(samples: list[int], elapsed: float) -> dict[str, Any]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -174,6 +360,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=20, help="passes over the objects a round")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the Go program")
+    parser.add_argument("--public", action="store_true",
+                        help="per kind, every sample (errors too) through resolve_with, "
+                             "memos warm and cleared")
+    parser.add_argument("--objects", choices=("cases", "samples"), default="cases",
+                        help="--public: test_upstream.py's example objects, or the catalog "
+                             "samples of the upstream kinds")
+    parser.add_argument("--yaml-objects", action="store_true",
+                        help="--public: Python gets the YAML-parsed objects, not JSON ones")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -189,6 +383,8 @@ def main() -> int:
     except BuildError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    if args.public:
+        return main_public(args, binary, version, karta)
     builtin = Catalog.builtin()
     where = resolve_bench.machine()
     with tempfile.TemporaryDirectory(prefix="golib-bench-") as tmp:

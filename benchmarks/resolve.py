@@ -42,9 +42,22 @@ def machine() -> str:
 
 def load_objects(catalog: Any) -> list[Mapping[str, Any]]:
     """Sample manifests the catalog can resolve (broken or unknown ones are left out)."""
-    import yaml
-
     from dispatcher.workloads.errors import WorkloadError
+
+    objects: list[Mapping[str, Any]] = []
+    for item in sample_objects():
+        try:
+            catalog.resolve(item)
+        except WorkloadError:
+            continue
+        objects.append(item)
+    return objects
+
+
+def sample_objects() -> list[dict[str, Any]]:
+    """Every sample manifest with a kind (status frames as one object each), as YAML
+    parses them, whether or not any definition resolves it."""
+    import yaml
 
     candidates: list[Any] = []
     for path in sorted(SAMPLES.glob("**/*.yaml")):
@@ -65,16 +78,7 @@ def load_objects(catalog: Any) -> list[Mapping[str, Any]]:
                               if isinstance(frame, dict) and isinstance(manifest, dict))
         else:
             candidates.extend(docs)
-    objects: list[Mapping[str, Any]] = []
-    for item in candidates:
-        if not isinstance(item, dict) or "kind" not in item:
-            continue
-        try:
-            catalog.resolve(item)
-        except WorkloadError:
-            continue
-        objects.append(item)
-    return objects
+    return [item for item in candidates if isinstance(item, dict) and "kind" in item]
 
 
 def fallback() -> tuple[Any, list[Mapping[str, Any]]]:

@@ -266,7 +266,8 @@ class Evaluator:
         # a TemplateError's JSON path runs the spec path through jq: trusted ones only
         return (lambda: given.text) if self.is_trusted(definition) else ""
 
-    def _run(self, obj: Any, section: Section) -> tuple[Definition, ObjectInput, Results]:
+    def _run(self, obj: Any, section: Section
+             ) -> tuple[Definition, ObjectInput, Sequence[list[Any] | JqFailure]]:
         definition = self.catalog.require(obj)
         given = object_input(obj, limits=self.limits)
         batch = {"full": definition.full_batch, "demand": definition.demand_batch,

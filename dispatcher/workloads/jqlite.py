@@ -27,6 +27,7 @@ from dispatcher.workloads.jqnodes import (
     HIGHER,
     Node,
     Program,
+    Run,
     Step,
     attempt,
     binary,
@@ -43,6 +44,8 @@ from dispatcher.workloads.jqnodes import (
     one_key,
     optional,
     pipe,
+    run_each,
+    run_one,
     run_programs,
     single,
     slice_step,
@@ -53,8 +56,19 @@ from dispatcher.workloads.jqnodes import (
 )
 from dispatcher.workloads.jqvalues import BINARY, UNARY, GiveUp, JqError, index, iterate, number
 
-__all__ = ["Cursor", "GiveUp", "JqError", "Program", "Unsupported", "compile_program",
-           "run_programs", "tokens"]
+__all__ = [
+    "Cursor",
+    "GiveUp",
+    "JqError",
+    "Program",
+    "Run",
+    "Unsupported",
+    "compile_program",
+    "run_each",
+    "run_one",
+    "run_programs",
+    "tokens",
+]
 
 _MEMO_TOKENS = 8  # a binding source of this many tokens or more is memoised
 

@@ -4,7 +4,10 @@ A node is ``node(input, env, run) -> outputs`` (a list: definitions' paths yield
 Nodes follow libjq's evaluation order where it is observable (a binary operator's right side
 first, an index's key before its term) and mark themselves ``single`` when they yield at most
 one value, so ``?`` knows an error came before any output. ``Run`` holds one object's step
-budget and the memo of binding sources shared by a batch's paths.
+budget, the memo of binding sources shared by a batch's paths, and whether the current
+path has made more than one value anywhere yet (``multi``): nodes compute their values
+eagerly where libjq runs lazily, so once a stream has several values, which error comes
+first may differ from libjq's; before that, an error is the one libjq meets first.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ __all__ = [
     "one_key",
     "optional",
     "pipe",
+    "run_each",
+    "run_one",
     "run_programs",
     "single",
     "slice_step",
@@ -71,11 +76,12 @@ class Run:
     """Per-object evaluation state: the step budget and the memo of long binding sources
     (shared by every path of a batch)."""
 
-    __slots__ = ("memo", "steps")
+    __slots__ = ("memo", "multi", "steps")
 
     def __init__(self) -> None:
         self.steps = _STEP_BUDGET
         self.memo: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...], list[Any]]] = {}
+        self.multi = False
 
     def spend(self, count: int) -> None:
         self.steps -= count
@@ -84,7 +90,9 @@ class Run:
 
 
 def const(value: Any) -> Node:
-    return single(lambda v, env, run: [value])
+    node = single(lambda v, env, run: [value])
+    node.value = (value,)  # type: ignore[attr-defined]  # operators take it directly
+    return node
 
 
 def pipe(left: Node, right: Node) -> Node:
@@ -92,6 +100,7 @@ def pipe(left: Node, right: Node) -> Node:
         firsts = left(v, env, run)
         if len(firsts) == 1:
             return right(firsts[0], env, run)
+        run.multi = True
         out: list[Any] = []
         for item in firsts:
             out.extend(right(item, env, run))
@@ -101,21 +110,38 @@ def pipe(left: Node, right: Node) -> Node:
 
 
 def comma(left: Node, right: Node) -> Node:
-    return lambda v, env, run: left(v, env, run) + right(v, env, run)
+    def node(v: Any, env: Env, run: Run) -> list[Any]:
+        firsts = left(v, env, run)
+        if firsts:
+            run.multi = True  # libjq runs what follows on these before the right side
+        return firsts + right(v, env, run)
+    return node
 
 
 def binary(op: str, left: Node, right: Node) -> Node:
+    constant: tuple[Any] | None = getattr(right, "value", None)
     if op == "//":
+        if constant is not None:
+            fallback = constant[0]
+
+            def default(v: Any, env: Env, run: Run) -> list[Any]:
+                kept = [x for x in left(v, env, run) if x is not None and x is not False]
+                return kept if kept else [fallback]
+            return single(default) if is_single(left) else default
+
         def alternative(v: Any, env: Env, run: Run) -> list[Any]:
             kept = [x for x in left(v, env, run) if x is not None and x is not False]
             return kept if kept else right(v, env, run)
-        return alternative
+        return single(alternative) if is_single(left) and is_single(right) else alternative
     if op in ("and", "or"):
         want = op == "or"
 
         def logic(v: Any, env: Env, run: Run) -> list[Any]:
             out: list[Any] = []
-            for x in left(v, env, run):
+            lefts = left(v, env, run)
+            if len(lefts) > 1:
+                run.multi = True
+            for x in lefts:
                 if truthy(x) == want:
                     out.append(want)
                 else:
@@ -123,6 +149,17 @@ def binary(op: str, left: Node, right: Node) -> Node:
             return out
         return logic
     func = OPERATORS[op]
+    if constant is not None:
+        operand = constant[0]
+
+        def with_constant(v: Any, env: Env, run: Run) -> list[Any]:
+            lefts = left(v, env, run)  # the right side, a constant, cannot fail
+            if len(lefts) == 1:
+                return [func(lefts[0], operand)]
+            run.multi = True
+            run.spend(len(lefts))
+            return [func(a, operand) for a in lefts]
+        return single(with_constant) if is_single(left) else with_constant
 
     def operator(v: Any, env: Env, run: Run) -> list[Any]:
         rights = right(v, env, run)  # jq: the right side first; none, and the left never runs
@@ -131,15 +168,52 @@ def binary(op: str, left: Node, right: Node) -> Node:
         lefts = left(v, env, run)
         if len(rights) == 1 and len(lefts) == 1:
             return [func(lefts[0], rights[0])]
+        run.multi = True
         run.spend(len(rights) * len(lefts))
         return [func(a, b) for b in rights for a in lefts]
     return single(operator) if is_single(left) and is_single(right) else operator
 
 
 def then_field(term: Node, name: str) -> Node:
-    def node(v: Any, env: Env, run: Run) -> list[Any]:
-        return [field(x, name) for x in term(v, env, run)]
-    return single(node) if is_single(term) else node
+    """``term.name``; a run of field steps is one walk (``.spec.template.spec``), over each
+    value of the term before the run (``.jobs[].template.spec``)."""
+    fused: tuple[Node | None, tuple[str, ...]] | None = getattr(term, "fields", None)
+    if fused is not None:
+        return _fields(fused[0], (*fused[1], name))
+    return _fields(term, (name,))
+
+
+def _walk(x: Any, names: tuple[str, ...]) -> Any:
+    """``x.a.b...`` (jqvalues.field at each step: null stays null)."""
+    for name in names:
+        if type(x) is dict:
+            x = x.get(name)
+        elif x is None:
+            return None
+        else:
+            raise JqError("index a non-object by name")
+    return x
+
+
+def _fields(base: Node | None, names: tuple[str, ...]) -> Node:
+    """``names`` walked from the input (``base`` None) or from each value of ``base``."""
+    if base is None:
+        if len(names) == 1:
+            name = names[0]
+
+            def one(v: Any, env: Env, run: Run) -> list[Any]:
+                return [v.get(name) if type(v) is dict else field(v, name)]
+            node: Node = single(one)
+        else:
+            node = single(lambda v, env, run: [_walk(v, names)])
+    elif is_single(base):
+        node = single(lambda v, env, run: [_walk(x, names) for x in base(v, env, run)])
+    else:
+        def each(v: Any, env: Env, run: Run) -> list[Any]:
+            return [_walk(x, names) for x in base(v, env, run)]
+        node = each
+    node.fields = (base, names)  # type: ignore[attr-defined]
+    return node
 
 
 def then_iterate(term: Node) -> Node:
@@ -148,7 +222,11 @@ def then_iterate(term: Node) -> Node:
         if len(bases) == 1:
             out = iterate(bases[0])
         else:
+            if bases:
+                run.multi = True
             out = [item for base in bases for item in iterate(base)]
+        if len(out) > 1:
+            run.multi = True
         run.spend(len(out))
         return out
     node.early = is_single(term)  # type: ignore[attr-defined]
@@ -161,6 +239,8 @@ def then_index(term: Node, key: Node) -> Node:
         if not keys:
             return []
         terms = term(v, env, run)
+        if len(keys) > 1 or len(terms) > 1:
+            run.multi = True
         return [index(x, k) for k in keys for x in terms]
     return single(node) if is_single(term) and is_single(key) else node
 
@@ -171,7 +251,10 @@ def then_slice(term: Node, start: Node | None, stop: Node | None) -> Node:
         stops = stop(v, env, run) if stop else [None]
         if len(starts) != 1 or len(stops) != 1:
             raise GiveUp("slice with many bounds")
-        return [slice_value(x, starts[0], stops[0]) for x in term(v, env, run)]
+        terms = term(v, env, run)
+        if len(terms) > 1:
+            run.multi = True
+        return [slice_value(x, starts[0], stops[0]) for x in terms]
     return single(node) if is_single(term) else node
 
 
@@ -198,7 +281,10 @@ def optional(base: Node, step: Step) -> Node:
     the next value is tried (jq's INDEX_OPT / EACH_OPT); ``base``'s own errors stand."""
     def node(v: Any, env: Env, run: Run) -> list[Any]:
         out: list[Any] = []
-        for x in base(v, env, run):
+        bases = base(v, env, run)
+        if len(bases) > 1:
+            run.multi = True
+        for x in bases:
             try:
                 out.extend(step(x, v, env, run))
             except JqError:
@@ -255,6 +341,7 @@ def bind(source: Node, name: str, body: Node, memo: tuple[str, tuple[str, ...]] 
         values = values_of(v, env, run)
         if len(values) == 1:
             return body(v, {**env, name: values[0]}, run)
+        run.multi = True
         out: list[Any] = []
         for value in values:
             out.extend(body(v, {**env, name: value}, run))
@@ -265,6 +352,8 @@ def bind(source: Node, name: str, body: Node, memo: tuple[str, tuple[str, ...]] 
 
 def construct(entries: list[tuple[Node, Node]]) -> Node:
     def node(v: Any, env: Env, run: Run) -> list[Any]:
+        if len(entries) > 1:
+            run.multi = True  # libjq's order among the entries is not modelled
         columns = []
         for key, value in entries:
             keys = key(v, env, run)
@@ -282,7 +371,10 @@ def construct(entries: list[tuple[Node, Node]]) -> Node:
 def conditional(cond: Node, then: Node, other: Node) -> Node:
     def node(v: Any, env: Env, run: Run) -> list[Any]:
         out: list[Any] = []
-        for c in cond(v, env, run):
+        conds = cond(v, env, run)
+        if len(conds) > 1:
+            run.multi = True
+        for c in conds:
             out.extend(then(v, env, run) if truthy(c) else other(v, env, run))
         return out
     return node
@@ -290,7 +382,10 @@ def conditional(cond: Node, then: Node, other: Node) -> Node:
 
 def _select(cond: Node) -> Node:
     def node(v: Any, env: Env, run: Run) -> list[Any]:
-        return [v for c in cond(v, env, run) if truthy(c)]
+        conds = cond(v, env, run)
+        if len(conds) > 1:
+            run.multi = True
+        return [v for c in conds if truthy(c)]
     return single(node) if is_single(cond) else node
 
 
@@ -315,7 +410,10 @@ def _with_entries(body: Node) -> Node:
 
 def call(func: Callable[[Any, Any], Any], arg: Node) -> Node:
     def node(v: Any, env: Env, run: Run) -> list[Any]:
-        return [func(v, a) for a in arg(v, env, run)]
+        args = arg(v, env, run)
+        if len(args) > 1:
+            run.multi = True
+        return [func(v, a) for a in args]
     return single(node) if is_single(arg) else node
 
 
@@ -324,6 +422,8 @@ HIGHER: dict[str, Callable[[Node], Node]] = {
 
 
 def interpolate(parts: list[str | Node], v: Any, env: Env, run: Run) -> str:
+    if sum(not isinstance(p, str) for p in parts) > 1:
+        run.multi = True  # libjq's order among the parts is not modelled
     out = []
     for part in parts:
         if isinstance(part, str):
@@ -337,7 +437,7 @@ def interpolate(parts: list[str | Node], v: Any, env: Env, run: Run) -> str:
 
 
 def field_node(name: str) -> Node:
-    return single(lambda v, env, run: [field(v, name)])
+    return _fields(None, (name,))
 
 
 def run_programs(programs: Sequence[Program], root: Any, limit: int) -> list[list[Any]]:
@@ -351,3 +451,25 @@ def run_programs(programs: Sequence[Program], root: Any, limit: int) -> list[lis
             raise GiveUp("too many results")
         out.append(list(values))  # never the object's own list: callers may keep it
     return out
+
+
+def run_each(programs: Sequence[Program], root: Any, limit: int
+             ) -> list[list[Any] | str | None]:
+    """Every program's outputs on ``root`` (``run_one`` each, one shared ``Run``)."""
+    run = Run()
+    return [run_one(program, root, limit, run) for program in programs]
+
+
+def run_one(program: Program, root: Any, limit: int, run: Run) -> list[Any] | str | None:
+    """The program's outputs on ``root``; if it fails, libjq's error message where it is
+    known exactly (an error met before any stream had several values), else None: libjq
+    must run it (an error, ``limit`` outputs or more, a case not modelled). ``run`` may be
+    shared by the programs of a batch (one budget and memo, both exact)."""
+    run.multi = False
+    try:
+        values = program(root, run)
+    except JqError as error:
+        return error.message if error.message and not run.multi else None
+    except GiveUp:
+        return None
+    return list(values) if len(values) < limit else None

@@ -16,11 +16,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, overload
 
 import jq
 
-from dispatcher.workloads.jqlite import GiveUp, Program, compile_program, run_programs
+from dispatcher.workloads.jqlite import Program, Run, compile_program, run_one
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -29,6 +29,7 @@ __all__ = [
     "JqFailure",
     "Limits",
     "ObjectInput",
+    "Results",
     "canonical_text",
     "check_safety",
     "compile_error",
@@ -411,6 +412,7 @@ class Batch:
         self.expressions = tuple(expressions)
         self._compiled = False
         self._program: Any = None
+        self._alone: dict[int, Batch] = {}
         if not lazy:
             self._compile()
 
@@ -436,15 +438,26 @@ class Batch:
         """Whether every expression is in ``jqlite``'s subset (plain objects skip libjq)."""
         return self._fast is not None
 
-    def evaluate(self, given: ObjectInput) -> list[list[Any] | JqFailure]:
+    def evaluate(self, given: ObjectInput) -> Sequence[list[Any] | JqFailure]:
         """Every expression on ``given``: walked in Python when the batch and the object
-        allow it, else (and whenever ``jqlite`` gives up) by libjq on its text."""
+        allow it, else by libjq on its text (the whole batch, at once).
+
+        Walked, each expression runs when its result is first read (``Results``): an
+        object the definition does not fit fails at the first path its reader needs,
+        and the others never run, as the Go library stops at its first error. A jq error
+        ``jqlite`` knows libjq's message of (iterating ``null``) is that failure; an
+        expression it gives up on runs alone in libjq (compiled on first use and kept).
+        """
         if given.plain and self._fast is not None:
-            try:
-                return list(run_programs(self._fast, given.obj, MAX_RESULTS))
-            except GiveUp:
-                pass
+            return Results(self, given)
         return self.run(given.text)
+
+    def _one(self, slot: int) -> Batch:
+        """The batch of expression ``slot`` alone (libjq, compiled on first use)."""
+        alone = self._alone.get(slot)
+        if alone is None:
+            alone = self._alone[slot] = Batch([self.expressions[slot]])
+        return alone
 
     def run(self, text: str) -> list[list[Any] | JqFailure]:
         """Evaluate every expression on the JSON ``text`` (from ``canonical_text``)."""
@@ -468,6 +481,65 @@ class Batch:
             else:
                 out.append(JqFailure(_error_text(item)))
         return out
+
+
+_UNREAD: Any = object()
+
+
+class Results(Sequence[list[Any] | JqFailure]):
+    """A batch's results on one plain object, each computed when first read (a slice is
+    a view of the same results); ``jqlite`` walks the expression, libjq runs it alone
+    where ``jqlite`` gives up. Every expression is independent of the others, so the
+    order they are read in changes no result (the binding memo and step budget they
+    share are exact in any order: a spent budget hands the rest to libjq)."""
+
+    __slots__ = ("_batch", "_found", "_given", "_run", "_start", "_stop")
+
+    def __init__(self, batch: Batch, given: ObjectInput, *, start: int = 0,
+                 stop: int | None = None, found: list[Any] | None = None,
+                 run: Run | None = None) -> None:
+        self._batch = batch
+        self._given = given
+        self._start = start
+        self._stop = len(batch.expressions) if stop is None else stop
+        self._found = found if found is not None else [_UNREAD] * len(batch.expressions)
+        self._run = run if run is not None else Run()
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> list[Any] | JqFailure: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Results: ...
+
+    def __getitem__(self, index: int | slice) -> list[Any] | JqFailure | Results:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("a view of results has no step")
+            return Results(self._batch, self._given, start=self._start + start,
+                           stop=self._start + max(start, stop), found=self._found,
+                           run=self._run)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        slot = self._start + index
+        value = self._found[slot]
+        if value is _UNREAD:
+            value = self._found[slot] = self._read(slot)
+        return value  # type: ignore[no-any-return]
+
+    def _read(self, slot: int) -> list[Any] | JqFailure:
+        batch = self._batch
+        programs = batch._fast
+        assert programs is not None
+        got = run_one(programs[slot], self._given.obj, MAX_RESULTS, self._run)
+        if got is None:
+            return batch._one(slot).run(self._given.text)[0]
+        return JqFailure(got) if isinstance(got, str) else got
 
 
 def _error_text(item: Mapping[str, Any] | Any) -> str:

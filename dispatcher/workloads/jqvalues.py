@@ -24,7 +24,25 @@ class GiveUp(Exception):
 
 
 class JqError(GiveUp):
-    """A case where libjq raises an error: ``?`` catches it, anything else hands over."""
+    """A case where libjq raises an error: ``?`` catches it, anything else hands over.
+
+    ``message`` is libjq's own error text where it is known exactly (iterating or taking
+    the keys of ``null`` or a boolean: an object the definition does not fit), else None.
+    """
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(reason)
+        self.message = message
+
+
+def _described(value: Any) -> str | None:
+    """libjq's description of a value in an error (``null (null)``), for the values it
+    is exact (its text of a string or number is truncated by rules not modelled here)."""
+    if value is None:
+        return "null (null)"
+    if value is True or value is False:
+        return f"boolean ({'true' if value else 'false'})"
+    return None
 
 
 def truthy(value: Any) -> bool:
@@ -138,7 +156,9 @@ def iterate(value: Any) -> list[Any]:
         return value
     if isinstance(value, dict):
         return [value[k] for k in sorted(value)]
-    raise JqError("iterate a non-container")
+    described = _described(value)
+    raise JqError("iterate a non-container",
+                  f"Cannot iterate over {described}" if described else None)
 
 
 def field(value: Any, name: str) -> Any:
@@ -190,12 +210,16 @@ def _keys(value: Any) -> list[Any]:
         return sorted(value)
     if type(value) is list:
         return list(range(len(value)))
-    raise JqError("keys")
+    described = _described(value)
+    raise JqError("keys", f"{described} has no keys" if described else None)
 
 
 def to_entries(value: Any) -> list[Any]:
     if type(value) is dict:
         return [{"key": k, "value": value[k]} for k in sorted(value)]
+    described = _described(value)
+    if described:  # jq's to_entries starts with keys_unsorted
+        raise JqError("to_entries", f"{described} has no keys")
     raise GiveUp("to_entries")
 
 

@@ -9,15 +9,16 @@ Raises ValueError with a field path for anything of the wrong type.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
 from dispatcher.workloads.demand import TaintEffect, Toleration
 from dispatcher.workloads.quantity import format_cpu, format_memory, parse_quantity, whole_count
+from dispatcher.workloads.template import check_pod_spec
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
@@ -51,24 +52,57 @@ class PodNeeds:
 _NOTHING = PodNeeds()
 
 
-def pod_needs(spec: Any) -> PodNeeds:
+def pod_needs(spec: Any, *, required: tuple[str, ...] | None = None) -> PodNeeds:
     """Requirements of a pod whose spec is ``spec`` (None or {} -> nothing needed).
 
-    Memoized on the spec's JSON: the same templates come back on every resolve of an
-    object (status updates), and the key costs a fraction of the computation.
+    ``required``: first check that the spec can make valid Pods
+    (``template.check_pod_spec`` with these required container fields; TemplateProblem).
+    Memoized on the spec's JSON (and ``required``): the same templates come back on every
+    resolve of an object (status updates), and the key costs a fraction of the check and
+    the computation. ``spec`` is JSON data as a definition's paths give it (so the memo's
+    answer is the spec's own); a spec that fails is never kept.
     """
     if spec is None:
         return _NOTHING
     try:
         key = json.dumps(spec, separators=(",", ":"))
     except (TypeError, ValueError):
-        return _pod_needs(spec)
-    return _cached_needs(key)
+        return _checked_needs(spec, required)
+    return _NEEDS.get(key, spec, required)
 
 
-@lru_cache(maxsize=4096)
-def _cached_needs(key: str) -> PodNeeds:
-    return _pod_needs(json.loads(key))
+def _checked_needs(spec: Any, required: tuple[str, ...] | None) -> PodNeeds:
+    if required is not None:
+        check_pod_spec(spec, required=required)
+    return _pod_needs(spec)
+
+
+class _Memo:
+    """``PodNeeds`` by a spec's JSON text, at most ``size`` of them (the oldest go first).
+    A miss computes from the spec at hand, not from the key parsed back."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, tuple[str, ...] | None], PodNeeds] = {}
+
+    def get(self, key: str, spec: Any, required: tuple[str, ...] | None) -> PodNeeds:
+        found = self._known.get((key, required))
+        if found is None:
+            found = _checked_needs(spec, required)  # ValueError: nothing kept
+            with self._lock:
+                if len(self._known) >= self.size:
+                    self._known.pop(next(iter(self._known)), None)
+                self._known[key, required] = found
+        return found
+
+    def cache_clear(self) -> None:
+        """Forget every entry (as ``functools.lru_cache``'s, for benchmarks and tests)."""
+        with self._lock:
+            self._known.clear()
+
+
+_NEEDS = _Memo(4096)
 
 
 def _pod_needs(spec: Any) -> PodNeeds:

@@ -54,7 +54,10 @@ def _parse_text(value: str) -> Fraction:
     if match is None:
         raise ValueError(f"not a quantity: {value!r}")
     number, suffix = match.groups()
-    return Fraction(number) * _SUFFIX[suffix]
+    scale = _SUFFIX[suffix]
+    if number.isdigit():  # "500m", "16Gi": no decimal text for Fraction to parse
+        return Fraction(int(number) * scale.numerator, scale.denominator)
+    return Fraction(number) * scale
 
 
 def whole_count(value: object) -> int:

@@ -17,11 +17,12 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
+from dispatcher.workloads.location import json_location
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
 from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
-from dispatcher.workloads.template import TemplateProblem, check_pod_spec, json_location
+from dispatcher.workloads.template import TemplateProblem
 
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
@@ -126,9 +127,10 @@ def status_of(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) ->
 def resolve_with(definition: Definition, obj: Any, *,
                  limits: Limits = DEFAULT_LIMITS) -> Resolution:
     """Resolve ``obj`` through ``definition`` (its kind is not checked)."""
-    given = object_input(obj, limits=limits)
-    return resolution_from(definition, obj, definition.full_batch.evaluate(given),
-                           text=lambda: given.text)
+    identity = _identity(obj)
+    given = _checked(obj, identity[0], limits)
+    return _resolution(definition, obj, definition.full_batch.evaluate(given),
+                       text=lambda: given.text, identity=identity)
 
 
 # -- evaluation split from interpretation: ``bounded.Evaluator`` runs the jq batch of an
@@ -150,7 +152,10 @@ def input_text(given: ObjectInput) -> str:
 
 def object_input(obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> ObjectInput:
     """``obj`` checked against ``limits`` (ObjectError if it is not a valid object)."""
-    name, _ = _identity(obj)
+    return _checked(obj, _identity(obj)[0], limits)
+
+
+def _checked(obj: Any, name: str, limits: Limits) -> ObjectInput:
     try:
         return ObjectInput(obj, limits=limits)
     except (ValueError, RecursionError) as error:
@@ -165,10 +170,15 @@ def resolution_from(definition: Definition, obj: Any, results: Results, *,
     by running the spec path through jq ``path()``; leave it empty for an untrusted
     definition, whose expressions must not run outside the bounded worker.
     """
-    name, namespace = _identity(obj)
+    return _resolution(definition, obj, results, text=text, identity=_identity(obj))
+
+
+def _resolution(definition: Definition, obj: Any, results: Results, *, text: Text,
+                identity: tuple[str, str | None]) -> Resolution:
+    name, namespace = identity
     split = len(definition.demand_batch.expressions)
     components, demand, scheduling = _demand(definition, results[:split], name=name,
-                                             text=text)
+                                             text=text, root=obj)
     reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
@@ -180,7 +190,7 @@ def demand_from(definition: Definition, obj: Any, results: Results, *,
                 text: Text = "") -> Demand:
     """The Demand from ``definition.demand_batch`` results on ``obj``."""
     name, _ = _identity(obj)
-    _, demand, _ = _demand(definition, results, name=name, text=text)
+    _, demand, _ = _demand(definition, results, name=name, text=text, root=obj)
     return demand
 
 
@@ -222,17 +232,18 @@ class _Values:
     """Typed access to one batch's results, raising EvaluationError on bad shapes."""
 
     def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
-                 text: Text = "") -> None:
+                 text: Text = "", root: Any = None) -> None:
         self.results = results
         self.fail = fail
         self.text = text
+        self.root = root
 
     def location(self, expr: Expr, index: int, *, inner: str = "") -> str:
         """The JSON path of ``expr``'s ``index``-th result (``inner`` below it); the
         definition's field when the expression is not a path or may not run here (an
-        untrusted definition: no text). Cold path: jq ``path()`` on the object."""
-        text = self.text if isinstance(self.text, str) else self.text()
-        where = json_location(expr.text, text, index)
+        untrusted definition: no text). A field chain is walked on the object itself,
+        anything else runs jq ``path()`` on its text (``location.json_location``)."""
+        where = json_location(expr.text, self.text, index, root=self.root)
         if where is None:
             where = f"({expr.field} result {index})"
         return ".".join(p for p in (where, inner) if p).replace(".[", "[")
@@ -283,8 +294,9 @@ class _Values:
 
 
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
-            text: Text) -> tuple[tuple[ComponentView, ...], Demand, tuple[PodField, ...]]:
-    values = _Values(results, _Fail(definition, name), text=text)
+            text: Text, root: Any) -> tuple[tuple[ComponentView, ...], Demand,
+                                            tuple[PodField, ...]]:
+    values = _Values(results, _Fail(definition, name), text=text, root=root)
     views = []
     members: list[Member] = []
     scheduling: list[PodField] = []
@@ -333,8 +345,7 @@ def _instances(comp: Component, values: _Values, scheduling: list[PodField]
         effective = minimum if minimum is not None and minimum > 0 else replicas
         spec_expr, spec = specs[index]
         try:
-            check_pod_spec(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
-            needs = pod_needs(spec)
+            needs = pod_needs(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
         except TemplateProblem as problem:
             inner = ".".join(p for p in (_SPEC_IN[comp.spec.pattern if comp.spec else ""],
                                          problem.where) if p)

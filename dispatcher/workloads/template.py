@@ -11,15 +11,12 @@ each naming the field relative to the pod spec (``containers[0].command[1]``), w
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
-import jq
-
 from dispatcher.workloads.quantity import parse_quantity
 
-__all__ = ["TemplateProblem", "check_pod_spec", "json_location", "value_type"]
+__all__ = ["TemplateProblem", "check_pod_spec", "value_type"]
 
 _MAP = (dict, Mapping)
 
@@ -104,32 +101,3 @@ def _check_container(container: Any, where: str, *, required: tuple[str, ...]) -
             except ValueError as error:
                 raise TemplateProblem(f"{where}.resources.{block}[{json.dumps(name)}]",
                                       str(error)) from None
-
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def json_location(expression: str, text: str, index: int) -> str | None:
-    """The JSON path (``spec.jobs[1].template``) of ``expression``'s ``index``-th result in
-    the object ``text``, or None when the expression is not a path (``.a // 1``).
-
-    Only run when a template is invalid (cold path): jq's ``path()`` on the same
-    expression the definition already evaluated.
-    """
-    if not text:
-        return None
-    try:
-        paths = jq.compile(f"[path({expression}\n)]").input_text(text).first()
-    except ValueError:
-        return None
-    if not isinstance(paths, list) or index >= len(paths):
-        return None
-    out = ""
-    for part in paths[index]:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and _IDENT.match(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
