@@ -15,7 +15,8 @@ Modules, in data-flow order:
   ``quarantine`` (who answers for a broken bound)
 - resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``),
   ``podspec``/``quantity`` (one pod's needs), ``podfields`` (its scheduling fields),
-  ``template`` (can a pod template be a Pod?), ``demand`` (the boundary types placement
+  ``template`` (can a pod template be a Pod?), ``location`` (the JSON location of what a
+  path names, for error messages), ``demand`` (the boundary types placement
   consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay)
 - writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
   written back through a definition's paths)
