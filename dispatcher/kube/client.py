@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from dispatcher import __version__
+from dispatcher.kube import connections
 from dispatcher.kube.errors import KubeError, Unreachable, error_for_status
 from dispatcher.kube.resources import Discovery
 
@@ -77,6 +78,7 @@ class KubeClient:
         # the apiserver names a request's field manager (managedFields) and audit entries
         # after the user agent: "dispatcher", not kubernetes_asyncio's "OpenAPI-Generator"
         api.user_agent = f"dispatcher/{__version__}"
+        self._connections = connections.track(api.rest_client.pool_manager)
 
     @classmethod
     async def from_kubeconfig(cls, kubeconfig: Mapping[str, Any], *, name: str,
@@ -96,9 +98,11 @@ class KubeClient:
         return cls(api, name=name)
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session; return once every connection it opened is closed, also
+        those released earlier and still in their TLS shutdown (``kube/connections.py``)."""
         self._closed = True
         await self._api.close()
+        await connections.close_all(self._connections)
 
     async def __aenter__(self) -> KubeClient:
         return self
