@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
+import json
 from typing import Any
 
 import pytest
@@ -108,3 +110,54 @@ async def test_proxy_credentials_go_to_the_proxy_and_proxy_url_wins(
     async with await KubeClient.from_kubeconfig(config, name="m") as client:
         assert client._api.rest_client.proxy == "http://kubeconfig-proxy:8080"
         assert client._api.rest_client.proxy_headers is None
+
+
+async def test_a_request_carries_what_call_api_gave_it() -> None:
+    """The client sends requests itself (no generic model serialiser): the user agent, the
+    token (through the configuration's refresh hook, as exec and in-cluster tokens are),
+    content type, query and a JSON body (dates in ISO 8601) reach the server as before."""
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        lines = head.split("\r\n")
+        method, target, _ = lines[0].split(" ")
+        headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:] if line)}
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        seen.append((method, target, headers, body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 11\r\n\r\n{\"ok\":true}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    refreshed: list[str] = []
+
+    def refresh(configuration: Any) -> None:
+        refreshed.append("yes")
+        configuration.api_key["BearerToken"] = "Bearer fresh-token"
+
+    try:
+        config = _kubeconfig("old-token", f"http://127.0.0.1:{port}")
+        async with await KubeClient.from_kubeconfig(config, name="m") as client:
+            client._api.configuration.refresh_api_key_hook = refresh
+            answer = await client.request(
+                "PATCH", "/apis/x/v1/things/a", query=[("fieldManager", "me"), ("q", "a b")],
+                body={"spec": {"at": datetime.date(2026, 12, 1), "n": [1, 2]}},
+                content_type="application/merge-patch+json")
+            await client.request("GET", "/version", body={"ignored": True})
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert answer == {"ok": True}
+    assert refreshed == ["yes", "yes"]
+    (method, target, headers, body), (get, version, get_headers, get_body) = seen
+    assert (method, target) == ("PATCH", "/apis/x/v1/things/a?fieldManager=me&q=a+b")
+    assert headers["authorization"] == "Bearer fresh-token"
+    assert headers["user-agent"].startswith("dispatcher/")
+    assert headers["content-type"] == "application/merge-patch+json"
+    assert headers["accept"] == "application/json"
+    assert json.loads(body) == {"spec": {"at": "2026-12-01", "n": [1, 2]}}
+    assert (get, version, get_body) == ("GET", "/version", b"")
+    assert get_headers["authorization"] == "Bearer fresh-token"
