@@ -99,7 +99,11 @@ def start_controller(state: FleetState, workdir: Path, port: int,
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
     profile = os.environ.get("DISPATCH_BENCH_PROFILE")  # a path: profile the controller
-    python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
+    python = [sys.executable]
+    if profile and os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") == "cpu":
+        python += [str(Path(__file__).with_name("cpuprofile.py")), profile]  # CPU, not wall
+    elif profile:
+        python += ["-m", "cProfile", "-o", profile]
     return subprocess.Popen([*python, "-m", "dispatcher", "run", "--config", str(path)],
                             stdout=log, stderr=subprocess.STDOUT)
 

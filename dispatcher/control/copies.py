@@ -10,7 +10,6 @@ controller deletes anything on a member; it refuses objects without our stamps.
 
 from __future__ import annotations
 
-import copy as _copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,6 +31,7 @@ from dispatcher.workloads.holds import HOLD_ANNOTATION, clear_hold
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import Locator, in_process, strip_server_set
+from dispatcher.workloads.plaincopy import plain_copy
 
 __all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "object_key",
            "owner_state", "stamped", "written_generation"]
@@ -142,9 +142,9 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     """
     meta = workload.get("metadata") or {}
     uid = str(meta.get("uid") or "")
-    out = {k: _copy.deepcopy(v) for k, v in workload.items() if k not in ("status", "metadata")}
+    out = {k: plain_copy(v) for k, v in workload.items() if k not in ("status", "metadata")}
     _strip_nested_stamps(out)
-    new_meta = {k: _copy.deepcopy(v) for k, v in meta.items() if k not in _SERVER_OWNED}
+    new_meta = {k: plain_copy(v) for k, v in meta.items() if k not in _SERVER_OWNED}
     labels = dict(new_meta.get("labels") or {})
     labels[ORIGIN_LABEL] = hub_id
     labels[HUB_UID_LABEL] = uid

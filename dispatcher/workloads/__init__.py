@@ -19,7 +19,8 @@ Modules, in data-flow order:
   path names, for error messages), ``demand`` (the boundary types placement
   consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay)
 - writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
-  written back through a definition's paths)
+  written back through a definition's paths), on ``plaincopy`` (a JSON value copied without
+  ``deepcopy``)
 
 Format: docs/definitions.md. Nothing heavy is imported here, so
 ``import dispatcher.workloads.demand`` stays cheap.

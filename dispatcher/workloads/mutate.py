@@ -13,7 +13,6 @@ all of one object's paths in one call.
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
+from dispatcher.workloads.plaincopy import plain_copy
 
 __all__ = ["PodTemplate", "mutate_pods", "pod_templates"]
 
@@ -64,7 +64,7 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
     if tolerations is not None:
         wanted["tolerations"] = [_toleration(t) for t in tolerations]
     targets = _targets(definition, components)
-    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    out: dict[str, Any] = plain_copy(dict(obj))
     if not wanted:
         return out
     try:
