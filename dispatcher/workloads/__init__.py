@@ -20,7 +20,7 @@ Modules, in data-flow order:
   consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay)
 - writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
   written back through a definition's paths), on ``plaincopy`` (a JSON value copied without
-  ``deepcopy``)
+  copy.deepcopy)
 
 Format: docs/definitions.md. Nothing heavy is imported here, so
 ``import dispatcher.workloads.demand`` stays cheap.
