@@ -29,29 +29,24 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from dispatch import (  # benchmarks/dispatch.py
     HUB_ID,
     JOBSETS,
     MEMBERS,
-    fleet_spec,
+    controller_on_fleet,
+    environment,
     jobset,
-    start_controller,
     until,
     watch_until,
 )
-from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
+from running import client_for, percentile  # benchmarks/running.py
 
-from dispatcher.devfleet import devfleet
-from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import NAMESPACES
 
@@ -148,27 +143,15 @@ async def run_case(state: FleetState, *, case: str, a_workloads: int,
             "b_mirror_p50_s": mirror_p50, "b_mirror_p99_s": mirror_p99,
             "a_landed_s": round(a_span, 1) if a_span else None,
             "a_throughput_per_s": round(len(a_names) / a_span, 1) if a_span else None,
-            "load_avg": [round(x, 2) for x in os.getloadavg()],
-            "machine": f"{platform.machine()} {os.cpu_count()} cpu, "
-                       f"{platform.python_implementation()} {platform.python_version()}"}
+            **environment()}
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="burst-bench-") as tmp:
-        root = Path(tmp)
-        state = await asyncio.to_thread(devfleet.up, root=root / "fleet",
-                                        fleet=fleet_spec(args.nodes))
-        port = free_port()
-        proc = start_controller(state, root, port)
-        try:
-            await wait_ready(port, proc)
-            for case in args.cases:
-                result = await run_case(state, case=case, a_workloads=args.a_workloads,
-                                        b_workloads=args.b_workloads)
-                print(json.dumps(result), flush=True)
-        finally:
-            await asyncio.to_thread(stop, proc)
-            await asyncio.to_thread(devfleet.down, root=root / "fleet")
+    async with controller_on_fleet(args.nodes, prefix="burst-bench-") as (state, _proc):
+        for case in args.cases:
+            result = await run_case(state, case=case, a_workloads=args.a_workloads,
+                                    b_workloads=args.b_workloads)
+            print(json.dumps(result), flush=True)
 
 
 def main() -> None:

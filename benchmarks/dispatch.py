@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -247,28 +249,42 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
             "mirror_p99_ms": round(percentile(lags, 0.99), 1),
             "mirror_p50_ms": round(statistics.median(lags), 1), "mirrored": len(lags),
             "create_s": round(created_s, 2), "per_member": per_member, **window,
-            "load_avg": [round(x, 2) for x in os.getloadavg()],
+            **environment()}
+
+
+def environment() -> dict[str, Any]:
+    """The load and the machine a figure was measured on."""
+    return {"load_avg": [round(x, 2) for x in os.getloadavg()],
             "machine": f"{platform.machine()} {os.cpu_count()} cpu, "
                        f"{platform.python_implementation()} {platform.python_version()}"}
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as tmp:
+@contextlib.asynccontextmanager
+async def controller_on_fleet(nodes: int, *, prefix: str
+                              ) -> AsyncIterator[tuple[FleetState, subprocess.Popen[bytes]]]:
+    """A light dev fleet (``fleet_spec(nodes)``) in a temporary directory with
+    ``dispatcher run`` ready on it; both stopped and removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         state = await asyncio.to_thread(devfleet.up, root=root / "fleet",
-                                        fleet=fleet_spec(args.nodes))
+                                        fleet=fleet_spec(nodes))
         port = free_port()
         proc = start_controller(state, root, port)
         try:
             await wait_ready(port, proc)
-            procs = Processes.of_fleet(state, controller=proc.pid)
-            for rate in args.rates:
-                result = await run_case(state, workloads=args.workloads, mirror=args.mirror,
-                                        rate=rate, procs=procs)
-                print(json.dumps(result), flush=True)
+            yield state, proc
         finally:
             await asyncio.to_thread(stop, proc)
             await asyncio.to_thread(devfleet.down, root=root / "fleet")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    async with controller_on_fleet(args.nodes, prefix="dispatch-bench-") as (state, proc):
+        procs = Processes.of_fleet(state, controller=proc.pid)
+        for rate in args.rates:
+            result = await run_case(state, workloads=args.workloads, mirror=args.mirror,
+                                    rate=rate, procs=procs)
+            print(json.dumps(result), flush=True)
 
 
 def main() -> None:
