@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatcher.fleet.kubeconfigs import DEFAULT_KEY
 from dispatcher.fleet.settings import DEFAULT_SECRET_NAMESPACE, StaticMember
+from dispatcher.kube.gangapis import AUTO, SETTINGS
 
 __all__ = ["MEMBER_LABEL", "MemberSpec", "SecretRef", "from_member_cluster", "from_static"]
 
@@ -43,6 +44,9 @@ class MemberSpec:
     cordoned: bool = False
     allowed_namespaces: tuple[str, ...] = ()
     static: bool = False
+    gang_scheduling: str = AUTO
+    """``spec.gangScheduling``: a mechanism of ``kube.gangapis``, or ``auto`` (as the
+    member's served APIs say)."""
 
     def same_source(self, other: MemberSpec) -> bool:
         """Whether ``other`` connects the same way (no new connection needed)."""
@@ -67,6 +71,10 @@ def from_member_cluster(obj: Mapping[str, Any], *,
                          f"{namespace!r} is not the fleet's secret namespace "
                          f"{default_namespace!r} (fleet.secretNamespace)")
     labels = meta.get("labels") or {}
+    gang = spec.get("gangScheduling") or AUTO
+    if gang not in SETTINGS:
+        raise ValueError(f"MemberCluster {name}: spec.gangScheduling {gang!r} is not one of "
+                         f"{', '.join(SETTINGS)}")
     return MemberSpec(
         name=str(name),
         secret=SecretRef(namespace=namespace,
@@ -75,6 +83,7 @@ def from_member_cluster(obj: Mapping[str, Any], *,
         labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
         cordoned=bool(spec.get("cordoned")),
         allowed_namespaces=tuple(str(n) for n in spec.get("allowedNamespaces") or ()),
+        gang_scheduling=str(gang),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["MemberSnapshot"]
@@ -30,7 +31,8 @@ class MemberSnapshot:
     ``fleet.reservations``). ``allowed_namespaces`` is the operator's allow-list
     (MemberCluster ``spec.allowedNamespaces``): when not empty, only workloads of those
     namespaces may be placed there, so a hub user cannot reach kube-system or another
-    tenant's namespace on the member.
+    tenant's namespace on the member. ``gang_mechanism`` is the gang admission its
+    scheduler honours (``kube.gangapis``: spec or discovered), which the copy is built for.
     """
 
     name: str
@@ -41,3 +43,4 @@ class MemberSnapshot:
     cordoned: bool = False
     served_kinds: frozenset[GroupVersionKind] | None = None
     allowed_namespaces: tuple[str, ...] = ()
+    gang_mechanism: Mechanism = NONE
