@@ -91,4 +91,5 @@ def from_static(member: StaticMember) -> MemberSpec:
     """The spec of a member from the config file."""
     return MemberSpec(name=member.name, path=member.kubeconfig, context=member.context,
                       labels=MappingProxyType(dict(member.labels)), cordoned=member.cordoned,
-                      allowed_namespaces=member.allowed_namespaces, static=True)
+                      allowed_namespaces=member.allowed_namespaces, static=True,
+                      gang_scheduling=member.gang_scheduling)

@@ -41,6 +41,8 @@ class StaticMember:
     """No new dispatches to this member."""
     allowed_namespaces: tuple[str, ...] = ()
     """Namespaces hub workloads may be placed in (empty: any)."""
+    gang_scheduling: str = "auto"
+    """The gang mechanism of its scheduler (``kube.gangapis.SETTINGS``; auto: discovered)."""
 
 
 @dataclass(frozen=True, kw_only=True)

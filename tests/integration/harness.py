@@ -59,7 +59,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   aliases: dict[str, str] | None = None,
                   create_namespaces: bool = True, namespace: str | None = None,
                   hub_kubeconfig: dict[str, Any] | None = None,
-                  kubeconfigs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
+                  kubeconfigs: dict[str, str] | None = None,
+                  gangs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
     with ``changes`` to its ControlSettings (or a function of the namespace giving them,
     for settings that name it), stopped on exit.
@@ -70,7 +71,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     (created when missing) instead of a fresh one. The controller reaches the hub as
     ``hub_kubeconfig`` (default: the admin; e.g. a token of the shipped RBAC) and a member
     through ``kubeconfigs[name]`` (default: its admin kubeconfig); the harness's own
-    clients stay the admin ones."""
+    clients stay the admin ones. ``gangs`` sets a member's gang mechanism (name ->
+    ``gangScheduling``; default auto)."""
     namespace = namespace or f"ctl-{uuid.uuid4().hex[:8]}"
     others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
@@ -81,7 +83,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     catalog = catalog or Catalog.builtin()
     paths = {n: dev_fleet.cluster(n).kubeconfig for n in members} | (kubeconfigs or {})
-    statics = tuple(StaticMember(name=n, kubeconfig=paths[n])
+    statics = tuple(StaticMember(name=n, kubeconfig=paths[n],
+                                 gang_scheduling=(gangs or {}).get(n, "auto"))
                     for n in members) + tuple(
         StaticMember(name=alias, kubeconfig=dev_fleet.cluster(n).kubeconfig)
         for alias, n in (aliases or {}).items())
