@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.control.copies import object_key
 from dispatcher.control.names import HUB_UID_ANNOTATION, HUB_UID_LABEL, ORIGIN_LABEL
 from dispatcher.kube.gangapis import (
     COSCHEDULING,
@@ -227,11 +228,8 @@ def _stamps(copy: Mapping[str, Any], *, hub_id: str) -> dict[str, Any]:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     uid = str(annotations.get(HUB_UID_ANNOTATION) or labels.get(HUB_UID_LABEL) or "")
-    group = str(copy.get("apiVersion") or "").rpartition("/")[0]
-    key = f"{copy.get('kind')}.{group}/{meta.get('name')}" if group \
-        else f"{copy.get('kind')}/{meta.get('name')}"
     return {"labels": {ORIGIN_LABEL: hub_id, HUB_UID_LABEL: uid},
-            "annotations": {HUB_UID_ANNOTATION: uid, GANG_OF_ANNOTATION: key}}
+            "annotations": {HUB_UID_ANNOTATION: uid, GANG_OF_ANNOTATION: object_key(copy)}}
 
 
 def _controller_ref(copy: Mapping[str, Any]) -> dict[str, str]:
