@@ -239,3 +239,24 @@ def test_discovery_and_spec_override() -> None:
     assert effective(AUTO, None) == NONE
     assert effective(NONE, WORKLOAD_API) == NONE  # the operator said no
     assert effective(COSCHEDULING, NONE) == COSCHEDULING
+
+
+def test_explain_names_the_chosen_members_gang_mechanism(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+    from pathlib import Path
+
+    from dispatcher.commands.explain import explain_objects, print_table
+    from dispatcher.fleet.fleetfile import load_fleet
+    from dispatcher.placement.offline import fleet_snapshots
+
+    fleet = Path(__file__).resolve().parents[3] / "clusters" / "local.yaml"
+    members = [replace(m, gang_mechanism=WORKLOAD_API if m.name == "member-1" else NONE)
+               for m in fleet_snapshots(load_fleet(str(fleet)))]
+    obj = jobset()
+    obj["metadata"]["annotations"] = {"dispatcher.io/cluster": "member-1"}
+    (report,), code = explain_objects([obj], members=members, catalog=CATALOG, policy=None,
+                                      default_policy="most-free", source="test")
+    assert code == 0 and report["gangMechanism"] == WORKLOAD_API
+    print_table(report, wide=False)
+    assert "gang mechanism on member-1: workload-api" in capsys.readouterr().out
