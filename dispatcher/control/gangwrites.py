@@ -6,7 +6,8 @@ Workload waits unschedulable until it appears; created first, it is there before
 A crash between the two leaves an object that waits for its copy: the retried submit
 finds it (AlreadyExists, ours by its stamps) and goes on, so nothing is duplicated. After
 the copy exists, each object gets the copy as its owner (merge patch, idempotent), so the
-member's garbage collector deletes it with the copy. A crash between the copy's create
+member's garbage collector deletes it with the copy; a copy the member refuses for good
+takes its objects with it (``discard_objects``). A crash between the copy's create
 and this patch leaves the object without an owner until the next submit of the same copy
 (not the adoption of the copy by a restarted controller): then it outlives the copy; it
 holds no capacity.
@@ -21,10 +22,10 @@ from dispatcher.control.copies import Rejection
 from dispatcher.control.gangsched import GangPlan, owned
 from dispatcher.control.names import HUB_UID_LABEL, ORIGIN_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict
+from dispatcher.kube.errors import Conflict, NotFound
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 
-__all__ = ["adopt_objects", "create_objects", "served"]
+__all__ = ["adopt_objects", "create_objects", "discard_objects", "served"]
 
 
 async def served(client: KubeClient, gvk: GroupVersionKind) -> ResourceRef | None:
@@ -69,6 +70,28 @@ async def adopt_objects(client: KubeClient, gang_plan: GangPlan,
         meta = obj["metadata"]
         await client.request("PATCH", ref.item(meta["name"], meta.get("namespace")),
                              body=patch, content_type=JSON_MERGE_PATCH)
+
+
+async def discard_objects(client: KubeClient, gang_plan: GangPlan, *, hub_id: str,
+                          hub_uid: str) -> None:
+    """Delete the plan's objects that are ours (uid precondition), after the member
+    refused the copy for good: the workload goes elsewhere, its gang objects would
+    otherwise stay behind unowned."""
+    for obj in gang_plan.objects:
+        ref = await served(client, GroupVersionKind.of_object(obj))
+        if ref is None:
+            continue
+        meta = obj["metadata"]
+        path = ref.item(meta["name"], meta.get("namespace"))
+        try:
+            current = await client.request("GET", path)
+            if not _ours(current, hub_id=hub_id, hub_uid=hub_uid):
+                continue
+            await client.request("DELETE", path, body={
+                "apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": current["metadata"]["uid"]}})
+        except (NotFound, Conflict):
+            continue
 
 
 def _ours(obj: Mapping[str, Any], *, hub_id: str, hub_uid: str) -> bool:

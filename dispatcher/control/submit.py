@@ -146,6 +146,8 @@ class MemberWrites:
         except KubeError as exc:
             if not exc.permanent:
                 raise
+            await gangwrites.discard_objects(client, gang_plan, hub_id=self.settings.hub_id,
+                                             hub_uid=uid)
             return Rejection.of(cluster, status=exc.status, reason=exc.reason or
                                 type(exc).__name__, message=exc.detail)
         if isinstance(created, Rejection):

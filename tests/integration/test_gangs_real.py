@@ -220,3 +220,24 @@ async def test_a_dispatched_gang_records_its_mechanism_and_its_workload_goes_wit
                                                             h.namespace)) is None
 
         await eventually(collected, what="the Workload collected with the copy", within=90.0)
+
+
+async def test_a_copy_the_member_refuses_leaves_no_gang_object_behind(
+        real_fleet: FleetState) -> None:
+    """The member's JobSet webhook refuses a name whose Job names would pass 63
+    characters (the hub, with no operator, stored it): the Workload created just before
+    the copy is deleted with the refusal, not left unowned."""
+    async with running(real_fleet) as h:
+        gang_ns = await _hub_namespace(h.hub)
+        name = "g" * 56
+        hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns),
+                                      body=gang_jobset(name))
+        refused = await h.controller.reconciler.members.create_copy(
+            hub_obj["metadata"]["uid"], cluster=MEMBER, workload=hub_obj)
+        assert not isinstance(refused, bool) and "too long" in refused.message, refused
+        member = h.members[MEMBER]
+        assert await get_or_none(member, JOBSETS.item(name, gang_ns)) is None
+        assert await get_or_none(member, WORKLOADS.item(f"jobset-{name}", gang_ns)) is None
+        for client in (member, h.hub):
+            with contextlib.suppress(NotFound):
+                await client.request("DELETE", NAMESPACES.item(gang_ns))
