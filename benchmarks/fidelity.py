@@ -434,6 +434,57 @@ def local_job(name: str, pods: int, run_s: int) -> dict[str, Any]:
                      "template": template}}
 
 
+def race(fleet: FleetSpec, *, rounds: int, run_s: float) -> list[Shape]:
+    """``rounds`` gangs, each a JobSet of one pod of 1 GPU per GPU of a member's smallest
+    untainted product pool, pinned there: each fits exactly on an idle pool."""
+    member, pool = min(((m, p) for m in fleet.members for p in m.node_pools
+                        if p.gpu_product and not p.taints),
+                       key=lambda mp: (mp[1].count * mp[1].gpus, mp[0].name))
+    return [Shape(name=f"race-{i}", at=0.0, pods=pool.count * pool.gpus, gpus=1,
+                  product=pool.gpu_product, tolerate=(), run_s=round(run_s),
+                  member=member.name, kind="JobSet") for i in range(rounds)]
+
+
+async def _until(check: Any, *, step: float, deadline: float = float("inf")) -> None:
+    """Poll ``check()`` every ``step`` s until it is true or ``deadline`` passed."""
+    while True:
+        if check() or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(step)
+
+
+async def race_rounds(hub: KubeClient, members: Mapping[str, KubeClient], *, namespace: str,
+                      shapes: list[Shape], seen: Observed, args: argparse.Namespace,
+                      counts: dict[str, int]) -> None:
+    """One gang at a time on an idle pool: once its Dispatch holds the decision (the
+    dispatcher's view said it fits), a local user submits a Job of half the pool's GPUs
+    straight to that member, the race a member's users run against every dispatch. The
+    next round starts when the gang's and the local pods are done."""
+    for client in members.values():
+        await client.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOCAL_NAMESPACE}})
+    await asyncio.sleep(3.0)  # the namespaces' default ServiceAccounts
+    for index, shape in enumerate(shapes):
+        assert shape.member is not None and shape.product is not None
+        sent = time.monotonic()
+        created = await hub.request("POST", JOBSETS.collection(namespace),
+                                    body=workload(shape, namespace))
+        uid = str(created["metadata"]["uid"])
+        seen.created[uid], seen.pods_wanted[uid], seen.kinds[uid] = sent, shape.pods, "JobSet"
+        # the decision recorded (the Dispatch's reservation): the view said it fits
+        await _until(lambda u=uid: u in seen.plans, step=0.01)
+        local = local_job(f"race-local-{index}", shape.pods // 2, round(args.local_run_s))
+        local["spec"]["template"]["spec"]["nodeSelector"] = {PRODUCT: shape.product}
+        await members[shape.member].request("POST", JOBS.collection(LOCAL_NAMESPACE),
+                                            body=local)
+        counts["local_jobs"] += 1
+        counts["local_pods"] += shape.pods // 2
+        deadline = time.monotonic() + args.local_run_s + shape.run_s * 2 + 60
+        await _until(lambda u=uid: seen.all_running_at(u) is not None, step=0.5,
+                     deadline=deadline)
+        await asyncio.sleep(shape.run_s * 1.5 + 5)  # its pods finish, the pool is idle
+
+
 async def local_users(members: Mapping[str, KubeClient], fleet: FleetSpec,
                       args: argparse.Namespace, start: float, counts: dict[str, int]
                       ) -> None:
@@ -531,14 +582,19 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     tasks.append(asyncio.create_task(sampler()))
     if args.case == "interleave":
         shapes = interleave(fleet, run_s=args.run_s, gap=args.gap)
+    elif args.case == "race":
+        shapes = race(fleet, rounds=args.rounds, run_s=args.run_s)
     else:
         shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
                              run_s=args.run_s, jobsets=args.jobsets))
     start = time.monotonic()
     local = {"local_jobs": 0, "local_pods": 0}
-    if args.contention:
+    if args.contention and args.case != "race":
         tasks.append(asyncio.create_task(local_users(members, fleet, args, start, local)))
-    for shape in shapes:
+    if args.case == "race":
+        await race_rounds(hub, members, namespace=namespace, shapes=shapes, seen=seen,
+                          args=args, counts=local)
+    for shape in shapes if args.case != "race" else ():
         await asyncio.sleep(max(0.0, start + shape.at - time.monotonic()))
         sent = time.monotonic()
         created = await hub.request("POST", KINDS[shape.kind].collection(namespace),
@@ -565,7 +621,7 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
         result["detail"] = {shape.name: seen.placement(uid)
                             for uid, shape in zip(seen.created, shapes, strict=True)}
     result["mechanism_dispatches"] = len(seen.mechanisms)
-    result.update(contention=bool(args.contention), **local,
+    result.update(contention=bool(args.contention) or args.case == "race", **local,
                   gang_scheduling_setting=args.gang_scheduling)
     result.update(case=args.case, seed=args.seed, rate=args.rate, jobsets=args.jobsets,
                   stream_s=args.seconds,
@@ -617,9 +673,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
                         help="fleet file (default: clusters/local.yaml)")
-    parser.add_argument("--case", choices=["stream", "interleave"], default="stream",
+    parser.add_argument("--case", choices=["stream", "interleave", "race"], default="stream",
                         help="stream: the seeded oversubscribing mix; interleave: two gangs "
-                             "decided back to back (see interleave())")
+                             "decided back to back (see interleave()); race: a local Job "
+                             "races each gang to its pool (see race_rounds())")
+    parser.add_argument("--rounds", type=int, default=4, help="race: gangs, one at a time")
     parser.add_argument("--gap", type=float, default=0.05,
                         help="interleave: seconds between the two gangs' creates")
     parser.add_argument("--seed", type=int, default=13)
