@@ -30,6 +30,17 @@ saturation), plus ``off_plan_pods`` (pods the scheduler bound to a node the plan
 their Job: the dispatcher's node-level plan and kube-scheduler's pod-by-pod choice differ),
 ``by_kind`` (workloads, dispatched, fully scheduled and p50/p99 per kind), ``seed`` and
 ``machine``.
+
+``--contention`` adds local users: a seeded stream of Jobs submitted straight to the
+members (namespace ``local``, 1-4 pods of 1 GPU, any untainted GPU node), which the
+members' kube-schedulers bind between the dispatcher's decisions and its gangs' bindings.
+Gang figures (every row; a JobSet is one gang, a Job's pods are independent):
+``partial_gangs`` (gangs some pods of which held GPUs for more than ``PARTIAL_S`` before
+the last was bound, or until the end without it), ``partial_gang_gpu_s`` (GPU-seconds held
+by bound pods of gangs not yet whole), ``gang_start_p99_s`` (first pod of a gang seen on
+its member -> its last pod bound), ``gang_mechanism`` (what the Dispatches of the gangs
+record: ``workload-api`` when the members' Workload API is used, else ``none``; set the
+members with ``--gang-scheduling``) and ``contention``.
 """
 
 from __future__ import annotations
@@ -70,7 +81,9 @@ KINDS = {"Job": JOBS, "JobSet": JOBSETS}
 HUB_ID = "fidelity-hub"
 UID_LABEL = "dispatcher.io/hub-uid"
 PENDING_LIMIT_S = 10.0
+PARTIAL_S = 2.0
 PRODUCT = "nvidia.com/gpu.product"
+LOCAL_NAMESPACE = "local"
 
 
 # -- the workload mix (pure) ----------------------------------------------------------------
@@ -226,6 +239,7 @@ class PodSeen:
     running: float | None = None
     phase: str = "Pending"
     gone: bool = False
+    ended: float | None = None  # first seen finished or deleted
 
     @property
     def holds(self) -> bool:
@@ -251,6 +265,8 @@ def see_pod(pods: dict[tuple[str, str], PodSeen], member: str, pod: Mapping[str,
         seen.node, seen.bound = str(node), now
     seen.phase = str((pod.get("status") or {}).get("phase") or "Pending")
     seen.gone = seen.gone or deleted
+    if seen.ended is None and (seen.gone or seen.phase in ("Succeeded", "Failed")):
+        seen.ended = now
     if seen.phase == "Running" and seen.running is None:
         seen.running = now
     return seen
@@ -275,6 +291,7 @@ class Observed:
     allocatable: dict[tuple[str, str], int] = field(default_factory=dict)  # (member, node)
     overcommit: dict[tuple[str, str], int] = field(default_factory=dict)
     samples: list[tuple[float, bool]] = field(default_factory=list)  # (used share, waiting)
+    mechanisms: dict[str, str] = field(default_factory=dict)  # hub uid -> gang mechanism
 
     def pod_event(self, member: str, pod: Mapping[str, Any], now: float) -> None:
         seen = see_pod(self.pods, member, pod, now, label=UID_LABEL)
@@ -320,6 +337,33 @@ class Observed:
                 bound[pod.node] = bound.get(pod.node, 0) + pod.gpus
         return {"plan": self.plans.get(uid), "bound": dict(sorted(bound.items()))}
 
+    def gangs(self, *, end: float) -> dict[str, Any]:
+        """The gang figures (module docstring) over the dispatched JobSets."""
+        partial, gpu_s, starts = 0, 0.0, []
+        for uid in self.dispatched:
+            if self.kinds.get(uid) != "JobSet":
+                continue
+            mine = [p for p in self.pods.values() if p.owner == uid]
+            bound = sorted(p.bound for p in mine if p.bound is not None)
+            if not bound:
+                continue
+            wanted = self.pods_wanted[uid]
+            whole = bound[wanted - 1] if len(bound) >= wanted else None
+            until = end if whole is None else whole
+            held = sum(p.gpus * max(0.0, min(until, p.ended or end) - p.bound)
+                       for p in mine if p.bound is not None and p.bound < until)
+            gpu_s += held
+            if whole is None or whole - bound[0] > PARTIAL_S:
+                partial += 1
+            if whole is not None:
+                starts.append(whole - min(p.first for p in mine))
+        used = sorted(set(self.mechanisms.values()))
+        return {"gangs": sum(1 for u in self.dispatched if self.kinds.get(u) == "JobSet"),
+                "partial_gangs": partial, "partial_gang_gpu_s": round(gpu_s, 1),
+                "gang_start_p50_s": round(statistics.median(starts), 2) if starts else None,
+                "gang_start_p99_s": round(percentile(starts, 0.99), 2) if starts else None,
+                "gang_mechanism": ",".join(used) if used else "none"}
+
     def result(self, *, end: float) -> dict[str, Any]:
         running = {uid: t for uid in self.dispatched
                    if (t := self.all_running_at(uid)) is not None}
@@ -351,6 +395,7 @@ class Observed:
             "off_plan_pods": self.off_plan(),
             "gpus": sum(self.allocatable.values()),
             "by_kind": by_kind,
+            **self.gangs(end=end),
         }
 
 
@@ -359,14 +404,114 @@ SAMPLE_S = 0.5
 
 # -- the run ----------------------------------------------------------------------------------
 
+def local_stream(fleet: FleetSpec, *, seed: int, rate: float, seconds: float,
+                 run_s: float) -> Iterator[tuple[float, str, int, int]]:
+    """Local users' Jobs: (at, member, pods, run seconds), Poisson at ``rate`` over the
+    members with untainted GPU nodes; 1-4 pods of 1 GPU each (seeded apart from the hub's
+    stream, so ``--contention`` leaves the hub's workloads as they were)."""
+    rng = random.Random(seed * 104729 + 3)
+    members = [m.name for m in fleet.members
+               if any(p.gpus and not p.taints for p in m.node_pools)]
+    at = 0.0
+    while members:
+        at += rng.expovariate(rate)
+        if at > seconds:
+            return
+        yield (at, rng.choice(members), rng.randint(1, 4),
+               max(5, round(run_s * rng.uniform(0.5, 1.5))))
+
+
+def local_job(name: str, pods: int, run_s: int) -> dict[str, Any]:
+    """A Job a member's own user submits there: ``pods`` pods of 1 GPU on any untainted
+    GPU node, running ``run_s`` s."""
+    template = {"metadata": {"annotations": {
+        "pod-complete.stage.kwok.x-k8s.io/delay": f"{run_s}s"}},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "local", "image": "registry.invalid/local:1",
+             "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": template}}
+
+
+def race(fleet: FleetSpec, *, rounds: int, run_s: float) -> list[Shape]:
+    """``rounds`` gangs, each a JobSet of one pod of 1 GPU per GPU of a member's smallest
+    untainted product pool, pinned there: each fits exactly on an idle pool."""
+    member, pool = min(((m, p) for m in fleet.members for p in m.node_pools
+                        if p.gpu_product and not p.taints),
+                       key=lambda mp: (mp[1].count * mp[1].gpus, mp[0].name))
+    return [Shape(name=f"race-{i}", at=0.0, pods=pool.count * pool.gpus, gpus=1,
+                  product=pool.gpu_product, tolerate=(), run_s=round(run_s),
+                  member=member.name, kind="JobSet") for i in range(rounds)]
+
+
+async def _until(check: Any, *, step: float, deadline: float = float("inf")) -> None:
+    """Poll ``check()`` every ``step`` s until it is true or ``deadline`` passed."""
+    while True:
+        if check() or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(step)
+
+
+async def race_rounds(hub: KubeClient, members: Mapping[str, KubeClient], *, namespace: str,
+                      shapes: list[Shape], seen: Observed, args: argparse.Namespace,
+                      counts: dict[str, int]) -> None:
+    """One gang at a time on an idle pool: once its Dispatch holds the decision (the
+    dispatcher's view said it fits), a local user submits a Job of half the pool's GPUs
+    straight to that member, the race a member's users run against every dispatch. The
+    next round starts when the gang's and the local pods are done."""
+    for client in members.values():
+        await client.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOCAL_NAMESPACE}})
+    await asyncio.sleep(3.0)  # the namespaces' default ServiceAccounts
+    for index, shape in enumerate(shapes):
+        assert shape.member is not None and shape.product is not None
+        sent = time.monotonic()
+        created = await hub.request("POST", JOBSETS.collection(namespace),
+                                    body=workload(shape, namespace))
+        uid = str(created["metadata"]["uid"])
+        seen.created[uid], seen.pods_wanted[uid], seen.kinds[uid] = sent, shape.pods, "JobSet"
+        # the decision recorded (the Dispatch's reservation): the view said it fits
+        await _until(lambda u=uid: u in seen.plans, step=0.01)
+        local = local_job(f"race-local-{index}", shape.pods // 2, round(args.local_run_s))
+        local["spec"]["template"]["spec"]["nodeSelector"] = {PRODUCT: shape.product}
+        await members[shape.member].request("POST", JOBS.collection(LOCAL_NAMESPACE),
+                                            body=local)
+        counts["local_jobs"] += 1
+        counts["local_pods"] += shape.pods // 2
+        deadline = time.monotonic() + args.local_run_s + shape.run_s * 2 + 60
+        await _until(lambda u=uid: seen.all_running_at(u) is not None, step=0.5,
+                     deadline=deadline)
+        await asyncio.sleep(shape.run_s * 1.5 + 5)  # its pods finish, the pool is idle
+
+
+async def local_users(members: Mapping[str, KubeClient], fleet: FleetSpec,
+                      args: argparse.Namespace, start: float, counts: dict[str, int]
+                      ) -> None:
+    """Submit the local stream straight to the members (never through the hub)."""
+    for client in members.values():
+        await client.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": LOCAL_NAMESPACE}})
+    for index, (at, member, pods, run_s) in enumerate(local_stream(
+            fleet, seed=args.seed, rate=args.local_rate, seconds=args.seconds,
+            run_s=args.local_run_s)):
+        await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+        await members[member].request("POST", JOBS.collection(LOCAL_NAMESPACE),
+                                      body=local_job(f"local-{index:04d}", pods, run_s))
+        counts["local_jobs"] += 1
+        counts["local_pods"] += pods
+
+
 def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
-                     port: int) -> subprocess.Popen[bytes]:
+                     port: int, gang_scheduling: str = "auto") -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
                   {"name": m.name, "kubeconfig": state.cluster(m.name).kubeconfig,
-                   "labels": dict(m.labels)} for m in fleet.members]}}
+                   "labels": dict(m.labels), "gangScheduling": gang_scheduling}
+                  for m in fleet.members]}}
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
@@ -409,6 +554,10 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
         return lambda obj, now: seen.pod_event(member, obj, now)
 
     def on_dispatch(obj: dict[str, Any], now: float) -> None:
+        remote = (obj.get("status") or {}).get("remote") or {}
+        workload = (obj.get("spec") or {}).get("workload") or {}
+        if remote.get("gangMechanism") and workload.get("kind") == "JobSet":
+            seen.mechanisms[str(workload.get("uid"))] = str(remote["gangMechanism"])
         reservation = ((obj.get("status") or {}).get("decision") or {}).get("reservation")
         if reservation and reservation.get("workloadUID") not in seen.plans:
             plan: dict[str, int] = {}
@@ -433,11 +582,19 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     tasks.append(asyncio.create_task(sampler()))
     if args.case == "interleave":
         shapes = interleave(fleet, run_s=args.run_s, gap=args.gap)
+    elif args.case == "race":
+        shapes = race(fleet, rounds=args.rounds, run_s=args.run_s)
     else:
         shapes = list(stream(fleet, seed=args.seed, rate=args.rate, seconds=args.seconds,
                              run_s=args.run_s, jobsets=args.jobsets))
     start = time.monotonic()
-    for shape in shapes:
+    local = {"local_jobs": 0, "local_pods": 0}
+    if args.contention and args.case != "race":
+        tasks.append(asyncio.create_task(local_users(members, fleet, args, start, local)))
+    if args.case == "race":
+        await race_rounds(hub, members, namespace=namespace, shapes=shapes, seen=seen,
+                          args=args, counts=local)
+    for shape in shapes if args.case != "race" else ():
         await asyncio.sleep(max(0.0, start + shape.at - time.monotonic()))
         sent = time.monotonic()
         created = await hub.request("POST", KINDS[shape.kind].collection(namespace),
@@ -463,6 +620,9 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     if args.case == "interleave":
         result["detail"] = {shape.name: seen.placement(uid)
                             for uid, shape in zip(seen.created, shapes, strict=True)}
+    result["mechanism_dispatches"] = len(seen.mechanisms)
+    result.update(contention=bool(args.contention) or args.case == "race", **local,
+                  gang_scheduling_setting=args.gang_scheduling)
     result.update(case=args.case, seed=args.seed, rate=args.rate, jobsets=args.jobsets,
                   stream_s=args.seconds,
                   run_s=args.run_s, wall_s=round(end - start, 1),
@@ -495,7 +655,7 @@ async def main_async(args: argparse.Namespace) -> None:
                                         real=True)
         print(f"# real fleet up in {time.monotonic() - began:.0f}s", file=sys.stderr)
         port = free_port()
-        proc = start_controller(state, fleet, root, port)
+        proc = start_controller(state, fleet, root, port, args.gang_scheduling)
         try:
             await wait_ready(port, proc)
             result = await run(state, fleet, args)
@@ -513,9 +673,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
                         help="fleet file (default: clusters/local.yaml)")
-    parser.add_argument("--case", choices=["stream", "interleave"], default="stream",
+    parser.add_argument("--case", choices=["stream", "interleave", "race"], default="stream",
                         help="stream: the seeded oversubscribing mix; interleave: two gangs "
-                             "decided back to back (see interleave())")
+                             "decided back to back (see interleave()); race: a local Job "
+                             "races each gang to its pool (see race_rounds())")
+    parser.add_argument("--rounds", type=int, default=4, help="race: gangs, one at a time")
     parser.add_argument("--gap", type=float, default=0.05,
                         help="interleave: seconds between the two gangs' creates")
     parser.add_argument("--seed", type=int, default=13)
@@ -529,6 +691,16 @@ def main() -> None:
     parser.add_argument("--drain-s", type=float, default=150.0,
                         help="after the stream, wait this long at most for the backlog")
     parser.add_argument("--keep-log", help="copy the controller's log here")
+    parser.add_argument("--contention", action="store_true",
+                        help="local users submit Jobs straight to the members meanwhile")
+    parser.add_argument("--local-rate", type=float, default=0.5,
+                        help="--contention: local Jobs per second (over all members)")
+    parser.add_argument("--local-run-s", type=float, default=30.0,
+                        help="--contention: mean seconds a local pod runs")
+    parser.add_argument("--gang-scheduling", default="auto",
+                        choices=["auto", "none", "workload-api", "coscheduling"],
+                        help="the members' gangScheduling (auto: the Workload API the dev "
+                             "fleet's members serve)")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -32,6 +32,7 @@ from dispatcher.control.settings import (
 )
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.fleet.topology import TopologyLevel, parse_levels
+from dispatcher.kube.gangapis import AUTO, SETTINGS
 from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["Config", "ConfigError", "load", "parse"]
@@ -171,12 +172,16 @@ def _static_members(r: _Reader, base: Path) -> tuple[StaticMember, ...]:
             raise m.error("name", "is required")
         if not kubeconfig:
             raise m.error("kubeconfig", "is required (path of the member's kubeconfig)")
+        gang = m.get("gangScheduling", str, AUTO)
+        if gang not in SETTINGS:
+            raise m.error("gangScheduling", f"must be one of {', '.join(SETTINGS)}, "
+                                            f"not {gang!r}")
         members.append(StaticMember(
             name=name, kubeconfig=_path(kubeconfig, base) or kubeconfig,
             context=m.get("context", str, None), labels=m.string_map("labels"),
             cordoned=m.get("cordoned", bool, False),
             allowed_namespaces=m.strings("allowedNamespaces"),
-            topology_levels=_levels(m)))
+            topology_levels=_levels(m), gang_scheduling=gang))
         m.done()
     return tuple(members)
 

@@ -160,7 +160,8 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
                     ) -> tuple[list[dict[str, Any]], int]:
     """One report per object that resolves and is a valid request (the others are said on
     stderr, naming ``source``), and the exit code (see ``EPILOG``). A report holds the
-    workload, ``decision`` (its dict) and ``_decision`` (the ``Decision``)."""
+    workload, ``decision`` (its dict), ``_decision`` (the ``Decision``) and ``gangMechanism``:
+    the gang mechanism the chosen member's copy would be built for (None: none chosen)."""
     from dispatcher.commands.inspect import object_label
     from dispatcher.placement.model import PlacementError
     from dispatcher.workloads.errors import NoDefinitionError, WorkloadError
@@ -187,11 +188,13 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
             continue
         if decision.chosen is None and code == 0:
             code = 3
+        chosen = next((m for m in members if m.name == decision.chosen), None)
         reports.append({"workload": {"apiVersion": resolution.api_version,
                                      "kind": resolution.kind,
                                      "namespace": resolution.namespace,
                                      "name": resolution.name},
-                        "decision": decision.to_dict(), "_decision": decision})
+                        "decision": decision.to_dict(), "_decision": decision,
+                        "gangMechanism": chosen.gang_mechanism if chosen else None})
     return reports, code
 
 
@@ -267,6 +270,8 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
         if decision.domains:
             print("domains: " + ", ".join(f"{d.level} {d.value} (gang {', '.join(d.gangs)})"
                                           for d in decision.domains))
+        if report.get("gangMechanism"):
+            print(f"gang mechanism on {decision.chosen}: {report['gangMechanism']}")
     else:
         print("chosen: none")
     print(f"summary: {decision.summary}")

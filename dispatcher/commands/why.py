@@ -172,7 +172,8 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
 
 def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
     """What a Dispatch says about where its workload is and why (pure): phase, the
-    ``Placed`` condition (reason, message, since), member, attempts, excluded, failure."""
+    ``Placed`` condition (reason, message, since), member, attempts, excluded, failure,
+    and the member gang mechanism the copy's gangs were joined to (None before a copy)."""
     from dispatcher.control.record import decision_of
 
     status = dispatch.get("status") or {}
@@ -192,6 +193,7 @@ def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
         "attempts": [dict(a) for a in status.get("attempts") or () if isinstance(a, Mapping)],
         "excluded": list(status.get("excluded") or ()),
         "failure": status.get("failure"),
+        "gangMechanism": (status.get("remote") or {}).get("gangMechanism"),
     }
 
 
@@ -267,6 +269,8 @@ def _print_report(report: dict[str, Any], *, output: str) -> None:
             print(f"  gave up: {summary['failure']}")
         elif summary["message"]:
             print(f"  {summary['message']}")
+        if summary.get("gangMechanism"):
+            print(f"  gangs held together on the member by: {summary['gangMechanism']}")
     known: Mapping[str, Any] = summary or {}
     for attempt in known.get("attempts") or ():
         print(f"  attempt {attempt.get('attempt')} on {attempt.get('cluster')}: "

@@ -10,7 +10,8 @@ workloads are parked, not queued), ``queue`` (the pending order: priority, turns
 namespaces, age; backfill bounded per namespace), ``priority`` (the annotation capped per
 namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set),
 ``record`` (the Dispatch object as a value, the body it is created with, its status
-patches), ``orphans`` (which of our copies the sweep deletes), ``hubstatus`` (the hub
+patches), ``orphans`` (which of our copies the sweep deletes), ``gangsched`` (what a copy
+carries so the member binds each gang all or nothing), ``hubstatus`` (the hub
 status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
 (the Pods a copy's templates are dry-run as on a member, and the acceptances remembered),
 ``topology`` (the required node affinity that keeps a copy's gangs in the topology domains
@@ -27,7 +28,8 @@ that the hub does not say: the version last mirrored, foreign sightings, a membe
 refusal), ``actions`` (the writes of each action, through a ``writer`` ``Writer``: the
 real one is ``writes`` on the hub and ``submit`` on the members, with ``copies`` for what a
 copy carries and whose a member object is, and
-``namespaces`` for the member namespace, never weaker than the hub's), ``controller``
+``namespaces`` for the member namespace, never weaker than the hub's, and ``gangwrites``
+for the gang objects created with a copy), ``controller``
 (wiring, queue rounds, reservation expiry, orphan sweep), ``catalog`` (the swappable live
 catalog) fed by ``definitions`` (hub definition objects and their status), ``leader``
 (Lease election), ``events`` (Kubernetes Events), ``observe`` (logs, metrics, health

@@ -177,6 +177,7 @@ async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome
                    "genericStatus": copy.generic, "statuses": list(copy.statuses)})
     if copy.generic in _UP:
         status["remote"]["startedAt"] = records.format_time(snap.now)
+    status["remote"]["gangMechanism"] = copy.gang_mechanism  # what the copy was joined to
     await w.patch_record(uid, status)
     created = records.parse_time(workload.get("metadata", {}).get("creationTimestamp"))
     latency = max(snap.now - created, 0.0) if created else None

@@ -136,6 +136,8 @@ class Copy:
     resource_version: str = ""
     written_generation: int = 0
     seen_at: float = 0.0
+    gang_mechanism: str = "none"
+    """The member gang mechanism its gangs were joined to (``control.gangsched``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

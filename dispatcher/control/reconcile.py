@@ -28,6 +28,7 @@ from dispatcher.control.copies import written_generation
 from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
+from dispatcher.control.gangsched import mechanism_of
 from dispatcher.control.hubhold import unheld_reason
 from dispatcher.control.hubstatus import hub_status
 from dispatcher.control.memory import StepMemory
@@ -130,7 +131,7 @@ class Reconciler:
             return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
-                        seen_at=found.seen_at)
+                        seen_at=found.seen_at, gang_mechanism=mechanism_of(found.obj))
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
         key = kind_key(str(workload.get("apiVersion")), str(workload.get("kind")))

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from dispatcher.control import dryrun
+from dispatcher.control import dryrun, gangsched, gangwrites
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import (
@@ -36,6 +36,7 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.control.topology import Domains
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
+from dispatcher.kube.gangapis import COSCHEDULING, NONE, POD_GROUP, WORKLOAD, Mechanism
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import PODS, ResourceRef
 from dispatcher.placement.model import GangDomain
@@ -44,7 +45,9 @@ from dispatcher.workloads.bounded import (
     EvaluationUnavailable,
     ObjectQuarantined,
 )
+from dispatcher.workloads.demand import Gang
 from dispatcher.workloads.errors import WorkloadError
+from dispatcher.workloads.gangs import gang_components
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import PodTemplate, pod_templates
 from dispatcher.workloads.paths import in_process
@@ -93,10 +96,13 @@ class MemberWrites:
         if refused is not None:
             return Rejection.of(cluster, status=0, reason=PendingReason.POD_TEMPLATE_REFUSED,
                                 message=refused)
+        mechanism = await self._gang_mechanism(client, cluster)
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
         try:
             pins = await self._pins(uid, workload, domains)
-            body, templates = await self._off_loop(
-                workload, lambda w, d: self._copy_and_templates(w, d, pins))
+            body, templates, gang_plan = await self._off_loop(
+                workload, lambda w, d: self._copy_and_templates(
+                    w, d, pins=pins, mechanism=mechanism, gangs=gangs))
             pods = dryrun.dry_run_pods(templates, namespace=namespace)
         except EvaluationUnavailable:
             raise  # a busy host: the worker's back-off, not a verdict on the copy
@@ -113,12 +119,14 @@ class MemberWrites:
                                         f"({workload['apiVersion']})")
         try:
             created = await self._submit(client, ref, cluster=cluster, namespace=namespace,
-                                         body=body, pods=pods)
+                                         body=body, pods=pods, gang_plan=gang_plan, uid=uid)
         except Conflict:
             existing = await client.request("GET", ref.item(body["metadata"]["name"],
                                                             namespace))
             if owner_state(existing, hub_id=self.settings.hub_id,
                            hub_uid=uid) is CopyState.OURS:
+                if gangsched.mechanism_of(existing) == gang_plan.mechanism:
+                    await gangwrites.adopt_objects(client, gang_plan, existing)
                 self.copies.put(cluster, uid, await self.reading(existing))
                 return True
             self.memory.saw_foreign(cluster, uid)
@@ -126,19 +134,45 @@ class MemberWrites:
         except KubeError as exc:
             if not exc.permanent:
                 raise
+            await gangwrites.discard_objects(client, gang_plan, hub_id=self.settings.hub_id,
+                                             hub_uid=uid)
             return Rejection.of(cluster, status=exc.status, reason=exc.reason or
                                 type(exc).__name__, message=exc.detail)
         if isinstance(created, Rejection):
             return created
+        await gangwrites.adopt_objects(client, gang_plan, created)
+        if gang_plan.mechanism != NONE or gang_plan.skipped:
+            log.info("copy.gangs", uid=uid, member=cluster, mechanism=gang_plan.mechanism,
+                     member_mechanism=gang_plan.member_mechanism,
+                     gangs=[j.gang for j in gang_plan.joins],
+                     skipped=list(gang_plan.skipped)[:5])
         self.copies.put(cluster, uid, await self.reading(created))
         return True
 
+    async def _gang_mechanism(self, client: KubeClient, cluster: str) -> Mechanism:
+        """The member's gang mechanism (its MemberCluster's, ``fleet``), ``none`` when the
+        member does not serve its API right now (discovery, cached per client)."""
+        snapshot = self.fleet.snapshot(cluster)
+        mechanism = snapshot.gang_mechanism if snapshot is not None else NONE
+        if mechanism == NONE:
+            return NONE
+        gvk = POD_GROUP if mechanism == COSCHEDULING else WORKLOAD
+        return mechanism if await gangwrites.served(client, gvk) is not None else NONE
+
+    async def _gangs(self, uid: str, workload: Mapping[str, Any]) -> tuple[Gang, ...]:
+        """The resolved gangs of ``workload`` (none when it cannot be resolved: its copy
+        is refused anyway by ``refused_fields``)."""
+        resolution = await self._resolution(uid, workload)
+        return () if isinstance(resolution, str) else resolution.demand.gangs
+
     async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
                       namespace: str, body: Mapping[str, Any],
-                      pods: Sequence[Mapping[str, Any]]) -> Any:
+                      pods: Sequence[Mapping[str, Any]],
+                      gang_plan: gangsched.GangPlan | None = None, uid: str = "") -> Any:
         """The member namespace's Pod Security level checked against the hub namespace's
-        (``namespaces.MemberNamespaces``), the admission dry-run of the pods, then the
-        create; a missing namespace is created first when ``submit.createNamespaces``
+        (``namespaces.MemberNamespaces``), the admission dry-run of the pods, the gang
+        plan's objects (``gangwrites``: before the copy, so no pod waits for them), then
+        the create; a missing namespace is created first when ``submit.createNamespaces``
         allows it, with the hub namespace's level."""
         for last in (False, True):
             try:
@@ -147,6 +181,10 @@ class MemberWrites:
                 if refused is None:
                     refused = await self._admit(client, cluster=cluster,
                                                 namespace=namespace, pods=pods)
+                if refused is None and gang_plan is not None:
+                    refused = await gangwrites.create_objects(
+                        client, gang_plan, cluster=cluster, hub_id=self.settings.hub_id,
+                        hub_uid=uid)
                 if refused is not None:
                     return refused
                 return await client.request("POST", ref.collection(namespace), body=body)
@@ -214,10 +252,14 @@ class MemberWrites:
         self.copies.drop(cluster, uid)
         return deleted
 
-    async def copy_body(self, workload: Mapping[str, Any], *, pins: Domains | None = None
-                        ) -> dict[str, Any]:
-        """The member copy of ``workload`` (stamped, mutated, kept to ``pins``)."""
-        return await self._off_loop(workload, lambda w, d: self._copy_of(w, d, pins))
+    async def copy_body(self, workload: Mapping[str, Any], *, mechanism: Mechanism = NONE,
+                        uid: str = "", pins: Domains | None = None) -> dict[str, Any]:
+        """The member copy of ``workload`` (stamped, mutated, kept to ``pins``; its gangs
+        joined to ``mechanism``, as they were when the copy was created)."""
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
+        body, _ = await self._off_loop(workload, lambda w, d: self._joined(
+            w, d, pins=pins, mechanism=mechanism, gangs=gangs))
+        return body
 
     async def _pins(self, uid: str, workload: Mapping[str, Any],
                     domains: Sequence[GangDomain]) -> Domains | None:
@@ -241,13 +283,30 @@ class MemberWrites:
         return pins.apply(body, definition, locate=locate)
 
     def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None,
-                            pins: Domains | None = None
-                            ) -> tuple[dict[str, Any], list[PodTemplate]]:
-        body = self._copy_of(workload, definition, pins)
+                            *, pins: Domains | None = None, mechanism: Mechanism = NONE,
+                            gangs: Sequence[Gang] = ()
+                            ) -> tuple[dict[str, Any], list[PodTemplate], gangsched.GangPlan]:
+        body, gang_plan = self._joined(workload, definition, pins=pins, mechanism=mechanism,
+                                       gangs=gangs)
         if definition is None or not self.settings.admission_check:
-            return body, []
+            return body, [], gang_plan
         return body, pod_templates(body, definition, locate=self.live.evaluator.locator(
-            definition, subject=workload))
+            definition, subject=workload)), gang_plan
+
+    def _joined(self, workload: Mapping[str, Any], definition: Definition | None, *,
+                mechanism: Mechanism, gangs: Sequence[Gang], pins: Domains | None = None
+                ) -> tuple[dict[str, Any], gangsched.GangPlan]:
+        """The copy, kept to ``pins``, with its gangs joined to the member's mechanism
+        (``gangsched``)."""
+        body = self._copy_of(workload, definition, pins)
+        units = gang_components(definition, default_name=str(
+            workload["metadata"].get("name") or definition.root.name)) \
+            if definition is not None else {}
+        gang_plan = gangsched.plan(mechanism=mechanism, definition=definition, gangs=gangs,
+                                   units=units, copy=body, hub_id=self.settings.hub_id)
+        locate = self.live.evaluator.locator(definition, subject=workload) \
+            if definition is not None else in_process
+        return gangsched.join(body, definition, gang_plan, locate=locate), gang_plan
 
     async def _off_loop(self, workload: Mapping[str, Any],
                         build: Callable[[Mapping[str, Any], Definition | None], _T]) -> _T:
@@ -272,18 +331,24 @@ class MemberWrites:
         placing used serves when it is of this generation (no second evaluation); a spec
         changed since is resolved again. A workload that cannot be resolved now cannot be
         checked, and is refused with that reason."""
-        known = self.resolutions.get(uid, workload) if self.resolutions is not None else None
-        if isinstance(known, Resolution):
-            resolution = known
-        else:
-            try:
-                resolution = await self.live.evaluator.resolve_async(workload)
-            except WorkloadError as exc:
-                if isinstance(exc, DefinitionQuarantined):
-                    self.live.notify_quarantine()
-                return f"pod templates cannot be checked: {str(exc).splitlines()[0][:500]}"
+        resolution = await self._resolution(uid, workload)
+        if isinstance(resolution, str):
+            return resolution
         namespace = str(workload["metadata"].get("namespace") or "")
         return refusal(resolution.scheduling, namespace=namespace, policy=self._pod_fields)
+
+    async def _resolution(self, uid: str, workload: Mapping[str, Any]) -> Resolution | str:
+        """The current resolution of ``workload`` (the one placing used when it is of this
+        generation), or why there is none."""
+        known = self.resolutions.get(uid, workload) if self.resolutions is not None else None
+        if isinstance(known, Resolution):
+            return known
+        try:
+            return await self.live.evaluator.resolve_async(workload)
+        except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
+            return f"pod templates cannot be checked: {str(exc).splitlines()[0][:500]}"
 
     async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
                           domains: Sequence[GangDomain] = ()) -> CopyUpdate | None:
@@ -299,7 +364,8 @@ class MemberWrites:
         if refused is not None:
             return CopyUpdate(generation=int(workload["metadata"].get("generation") or 0),
                               changed=(), refused=refused)
-        wanted = await self.copy_body(workload, pins=await self._pins(uid, workload, domains))
+        wanted = await self.copy_body(workload, mechanism=gangsched.mechanism_of(found.obj),
+                                      uid=uid, pins=await self._pins(uid, workload, domains))
         patch: dict[str, Any] = {}
         spec = merge_diff(dict(found.obj.get("spec") or {}), dict(wanted.get("spec") or {}))
         if spec:

@@ -70,6 +70,18 @@ KCM_CONTROLLERS = ",".join([
     "*", "-cloud-node-lifecycle-controller", "-node-route-controller",
     "-service-lb-controller", "-node-ipam-controller"])
 
+# Gang scheduling on a real member through the Workload API (Kubernetes 1.35 alpha):
+# the apiserver serves scheduling.k8s.io/v1alpha1 Workloads (GenericWorkload gate and the
+# group; pkg/registry/scheduling/rest/storage_scheduling.go) and keeps pods' workloadRef
+# (dropped without the gate: pkg/api/pod/util.go dropDisabledWorkloadRef); kube-scheduler
+# adds the GangScheduling plugin to its default profile (GangScheduling gate, which needs
+# GenericWorkload: pkg/features/kube_features.go; pkg/scheduler/apis/config/v1/
+# default_plugins.go). The plugin acts only on pods with a workloadRef, so ordinary
+# scheduling is unchanged.
+GANG_GATES_APISERVER = "GenericWorkload=true"
+GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
+GANG_GATES_SCHEDULER = "GenericWorkload=true,GangScheduling=true"
+
 DEDICATED_CONTROLLERS = (
     "namespace-controller",  # a deleted namespace is emptied, then finalized
     "garbage-collector-controller",  # dependents of a deleted owner go (a Dispatch, ...)
@@ -409,6 +421,12 @@ class ControlPlanes:
             "--profiling=false",
             "--v=1",
         ]
+        if profile == REAL:
+            # The Workload API (Kubernetes 1.35 alpha) a real member's kube-scheduler
+            # gang-schedules by (kube/gangapis.py): served only with the gate and the
+            # group enabled; alpha, so off everywhere else.
+            argv += [f"--feature-gates={GANG_GATES_APISERVER}",
+                     f"--runtime-config={GANG_RUNTIME_CONFIG}"]
         if profile == LIGHT:
             # No ServiceAccount controller here; no node lifecycle controller to lift the
             # not-ready taint that TaintNodesByCondition would put on every new Node.
@@ -455,7 +473,7 @@ class ControlPlanes:
             str(bins.kube_scheduler), f"--kubeconfig={kubeconfig}",
             "--leader-elect=false", "--bind-address=127.0.0.1",
             f"--secure-port={scheduler_port}", f"--cert-dir={home / 'scheduler-certs'}",
-            "--profiling=false", "--v=1",
+            f"--feature-gates={GANG_GATES_SCHEDULER}", "--profiling=false", "--v=1",
         ]
         kwok = [
             str(bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={stages}",

@@ -36,8 +36,9 @@ from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
-from dispatcher.kube import errors, retry, watch
+from dispatcher.kube import errors, gangapis, retry, watch
 from dispatcher.kube.client import KubeClient
+from dispatcher.kube.gangapis import Mechanism
 from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
 
 __all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
@@ -98,6 +99,9 @@ class MemberConnection:
         self.resources: Mapping[GroupVersionKind, ResourceRef] = {}
         """The discovered resource of each served kind: discovered once, here, for everyone
         (the copy watches read it too)."""
+        self.gang_discovered: Mechanism | None = None
+        """The gang mechanism the member's served APIs point to (``kube.gangapis``); None
+        until discovered."""
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
@@ -137,6 +141,12 @@ class MemberConnection:
     @property
     def connected(self) -> bool:
         return self._client is not None
+
+    @property
+    def gang_mechanism(self) -> Mechanism:
+        """The gang mechanism copies are built for: ``spec.gangScheduling``, else (auto)
+        the discovered one."""
+        return gangapis.effective(self.spec.gang_scheduling, self.gang_discovered)
 
     def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """Discover these workload kinds from now on (the live catalog changed): at once,
@@ -281,9 +291,17 @@ class MemberConnection:
         return str(((obj or {}).get("metadata") or {}).get("uid") or "") or None
 
     async def _discover(self, client: KubeClient) -> None:
+        client.discovery.forget()
+        gang_apis = {gvk for gvk in (gangapis.WORKLOAD, gangapis.POD_GROUP)
+                     if await client.discovery.resource(gvk.api_version, gvk.kind) is not None}
+        gang = gangapis.discovered(gang_apis)
+        if gang != self.gang_discovered:
+            self.gang_discovered = gang
+            self._log.info("member.gang_mechanism", discovered=gang,
+                           spec=self.spec.gang_scheduling)
+            self._notify(Change.STATE)
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)
-        client.discovery.forget()
         found: dict[GroupVersionKind, ResourceRef] = {}
         for gvk in self._kinds:
             ref = await client.discovery.resource(gvk.api_version, gvk.kind)

@@ -14,6 +14,7 @@ from typing import Any
 from dispatcher.fleet.kubeconfigs import DEFAULT_KEY
 from dispatcher.fleet.settings import DEFAULT_SECRET_NAMESPACE, StaticMember
 from dispatcher.fleet.topology import TopologyLevel, parse_levels
+from dispatcher.kube.gangapis import AUTO, SETTINGS
 
 __all__ = ["MEMBER_LABEL", "MemberSpec", "SecretRef", "from_member_cluster", "from_static"]
 
@@ -45,6 +46,9 @@ class MemberSpec:
     allowed_namespaces: tuple[str, ...] = ()
     static: bool = False
     topology_levels: tuple[TopologyLevel, ...] = ()
+    gang_scheduling: str = AUTO
+    """``spec.gangScheduling``: a mechanism of ``kube.gangapis``, or ``auto`` (as the
+    member's served APIs say)."""
 
     def same_source(self, other: MemberSpec) -> bool:
         """Whether ``other`` connects the same way (no new connection needed)."""
@@ -71,6 +75,10 @@ def from_member_cluster(obj: Mapping[str, Any], *,
     labels = meta.get("labels") or {}
     levels = parse_levels(spec.get("topologyLevels"),
                           where=f"MemberCluster {name}: spec.topologyLevels")
+    gang = spec.get("gangScheduling") or AUTO
+    if gang not in SETTINGS:
+        raise ValueError(f"MemberCluster {name}: spec.gangScheduling {gang!r} is not one of "
+                         f"{', '.join(SETTINGS)}")
     return MemberSpec(
         name=str(name),
         secret=SecretRef(namespace=namespace,
@@ -80,6 +88,7 @@ def from_member_cluster(obj: Mapping[str, Any], *,
         cordoned=bool(spec.get("cordoned")),
         allowed_namespaces=tuple(str(n) for n in spec.get("allowedNamespaces") or ()),
         topology_levels=levels,
+        gang_scheduling=str(gang),
     )
 
 
@@ -88,4 +97,5 @@ def from_static(member: StaticMember) -> MemberSpec:
     return MemberSpec(name=member.name, path=member.kubeconfig, context=member.context,
                       labels=MappingProxyType(dict(member.labels)), cordoned=member.cordoned,
                       allowed_namespaces=member.allowed_namespaces, static=True,
-                      topology_levels=member.topology_levels)
+                      topology_levels=member.topology_levels,
+                      gang_scheduling=member.gang_scheduling)

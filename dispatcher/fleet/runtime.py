@@ -194,7 +194,8 @@ class Fleet:
             not_ready_reason="" if health.ready else f"{health.reason}: {health.message}",
             cordoned=conn.spec.cordoned, served_kinds=conn.served,
             allowed_namespaces=conn.spec.allowed_namespaces,
-            topology_levels=conn.spec.topology_levels or self._settings.topology_levels)
+            topology_levels=conn.spec.topology_levels or self._settings.topology_levels,
+            gang_mechanism=conn.gang_mechanism)
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""
@@ -450,7 +451,8 @@ class Fleet:
                 desired = statusmod.member_status(
                     health=self.health(name), capacity=conn.capacity if conn.synced else None,
                     version=conn.kubernetes_version, kinds=conn.served, previous=previous,
-                    now=now, insecure=conn.insecure_transport)
+                    now=now, insecure=conn.insecure_transport,
+                    gang=(conn.gang_mechanism, conn.gang_discovered))
             if not statusmod.needs_write(
                     desired, written=written[0] if written else None,
                     written_at=written[1] if written else None, now=now,

@@ -45,6 +45,8 @@ class StaticMember:
     """Namespaces hub workloads may be placed in (empty: any)."""
     topology_levels: tuple[TopologyLevel, ...] = ()
     """Its topology levels (``fleet.topology``; empty: the fleet's ``topology_levels``)."""
+    gang_scheduling: str = "auto"
+    """The gang mechanism of its scheduler (``kube.gangapis.SETTINGS``; auto: discovered)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.topology import TopologyLevel
+from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["MemberSnapshot"]
@@ -33,7 +34,8 @@ class MemberSnapshot:
     namespaces may be placed there, so a hub user cannot reach kube-system or another
     tenant's namespace on the member. ``topology_levels`` are the member's topology levels
     (``fleet.topology``: its own, else the fleet-wide default), which a gang's topology
-    request is resolved against.
+    request is resolved against. ``gang_mechanism`` is the gang admission its scheduler
+    honours (``kube.gangapis``: spec or discovered), which the copy is built for.
     """
 
     name: str
@@ -45,3 +47,4 @@ class MemberSnapshot:
     served_kinds: frozenset[GroupVersionKind] | None = None
     allowed_namespaces: tuple[str, ...] = ()
     topology_levels: tuple[TopologyLevel, ...] = ()
+    gang_mechanism: Mechanism = NONE

@@ -23,7 +23,7 @@ __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "for
            "member_status", "needs_write", "parse_time", "row"]
 
 BASE_COLUMNS = ("name", "ready", "nodes", "gpus", "free", "largest-block", "products",
-                "kinds", "last-seen")
+                "kinds", "gang", "last-seen")
 WIDE_COLUMNS = (*BASE_COLUMNS, "version", "reason")
 
 
@@ -90,8 +90,12 @@ def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: da
 def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
                   kinds: Iterable[GroupVersionKind] | None,
                   previous: Mapping[str, Any], now: datetime,
-                  insecure: str = "") -> dict[str, Any]:
+                  insecure: str = "", gang: tuple[str, str | None] | None = None
+                  ) -> dict[str, Any]:
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
+
+    ``gang`` is (the gang mechanism copies are built for, the one discovered or None):
+    ``status.gangScheduling {mechanism, discovered}``.
 
     ``capacity`` None (never synced) leaves the last written capacity in place, so a member
     that is down still shows its last known size, marked by ``Ready=False``.
@@ -108,6 +112,8 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
                                    for k in sorted(kinds, key=GroupVersionKind.sort_key)]
     if capacity is not None:
         status["capacity"] = capacity_status(capacity)
+    if gang is not None and gang[1] is not None:
+        status["gangScheduling"] = {"mechanism": gang[0], "discovered": gang[1]}
     return status
 
 
@@ -163,6 +169,7 @@ def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[An
         (obj.get("metadata") or {}).get("name"), ready_word, capacity.get("nodes"),
         gpus.get("allocatable"), gpus.get("free"), gpus.get("largestFreeBlock"),
         products or None, len(kinds) if "workloadKinds" in status else None,
+        (status.get("gangScheduling") or {}).get("mechanism"),
         _age(parse_time(str(status.get("lastSeen", ""))), now) if "lastSeen" in status
         else None,
     ]

@@ -19,7 +19,8 @@ from dispatcher.workloads.demand import Gang, PodShape
 from dispatcher.workloads.model import GANG_PER, Definition, Expr, GangGroup
 from dispatcher.workloads.podspec import PodNeeds
 
-__all__ = ["MAX_GANGS", "GangValues", "Member", "build_gangs", "subtree_leaves"]
+__all__ = ["MAX_GANGS", "GangValues", "Member", "build_gangs", "gang_components",
+           "subtree_leaves"]
 
 # a gangsPath may expand to at most this many units: a typo in a count must not build a
 # million-entry Dispatch status (LWS-style per-replica gangs are not capped: one per pod
@@ -82,6 +83,38 @@ def build_gangs(definition: Definition, members: Sequence[Member], *, default_na
             leftover.setdefault(member.component, []).append(member)
     gangs.extend(_gang(name, items) for name, items in leftover.items())
     return _drop_empty(gangs)
+
+
+def gang_components(definition: Definition, *, default_name: str) -> dict[str, tuple[str, ...]]:
+    """Gang name -> the pod-creating components whose pods are all in that gang, for the
+    gangs a definition's rules name without reading the object (``build_gangs``'s names).
+
+    Only whole-component gangs are listed: the gang of a definition without rules (named
+    ``default_name``, as ``build_gangs`` names it), the ``podGroup``, a ``podGroups`` entry
+    of one unit per workload (and the one-component gang of a component no entry names).
+    A gang per instance, per replica or per pod, one from a ``gangPerPath`` or a
+    ``gangsPath`` is not: its pods share a pod template with other units, so a field
+    written into the template cannot tell the units apart. A member gang mechanism
+    (``control.gangsched``) joins pods to their gang through these templates.
+    """
+    pods = tuple(c.name for c in definition.components if c.spec is not None)
+    rules = definition.gangs
+    if rules is None or not rules.groups:
+        return {default_name: pods} if rules is None or rules.form != "gangsPath" else {}
+    if rules.form == "podGroup":
+        group = rules.groups[0]
+        return {group.name: pods} if group.per_path is None else {}
+    owner = _assignments(definition)
+    out: dict[str, tuple[str, ...]] = {}
+    for group in rules.groups:
+        if group.per == "workload" and group.per_path is None:
+            mine = tuple(c for c in pods if owner.get(c) == group.name)
+            if mine:
+                out[group.name] = mine
+    for comp in pods:
+        if comp not in owner:
+            out.setdefault(comp, (comp,))
+    return out
 
 
 def _one(expr: Expr, values: GangValues, what: str) -> Any:

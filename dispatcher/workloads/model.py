@@ -237,6 +237,9 @@ class Definition:
     server_set_fields: frozenset[str] = frozenset()
     # copyDefinition.hubHold: how the kind is kept from running on a shared hub
     hold: Hold | None = None
+    # copyDefinition.memberGangs: the member gang mechanisms (kube/gangapis) whose pod
+    # fields this kind's controllers carry from the pod templates to the pods
+    member_gangs: tuple[str, ...] = ()
     document: dict[str, Any] = field(repr=False)
 
     @property

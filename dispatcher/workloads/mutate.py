@@ -36,6 +36,8 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "tolerations": (("spec", "tolerations"), ("tolerations",), "tolerationsPath"),
     "priorityClassName": (("spec", "priorityClassName"), ("priorityClassName",),
                           "priorityClassNamePath"),
+    # a whole object, replaced: the member gang a pod joins (kube/gangapis, Workload API)
+    "workloadRef": (("spec", "workloadRef"), ("workloadRef",), "workloadRefPath"),
 }
 _MERGED = ("labels", "annotations", "nodeSelector")
 
@@ -47,12 +49,14 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                 node_selector: Mapping[str, str] | None = None,
                 tolerations: Sequence[Toleration | Mapping[str, Any]] | None = None,
                 priority_class_name: str | None = None,
+                workload_ref: Mapping[str, str] | None = None,
                 components: Iterable[str] | None = None,
                 locate: Locator = in_process) -> dict[str, Any]:
     """A copy of ``obj`` with the given fields set on the pods of every instance.
 
     Maps (labels, annotations, nodeSelector) are merged over what the template has;
-    tolerations are appended unless already present; strings are replaced. ``components``
+    tolerations are appended unless already present; strings and ``workload_ref`` are
+    replaced. ``components``
     limits the change to those pod-creating components (all by default).
     """
     wanted: dict[str, Any] = {}
@@ -63,6 +67,8 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
             wanted[key] = dict(value) if isinstance(value, Mapping) else value
     if tolerations is not None:
         wanted["tolerations"] = [_toleration(t) for t in tolerations]
+    if workload_ref is not None:
+        wanted["workloadRef"] = dict(workload_ref)
     targets = _targets(definition, components)
     out: dict[str, Any] = plain_copy(dict(obj))
     if not wanted:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from dispatcher.kube.gangapis import MECHANISMS, NONE
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.demand import TopologyConstraint
 from dispatcher.workloads.errors import Issue
@@ -117,6 +118,8 @@ class DocReader(StatusReader):
         hold = self._hold(((spec or {}).get("copyDefinition") or {}).get("hubHold")
                           if isinstance((spec or {}).get("copyDefinition"), Mapping) else None,
                           "spec.copyDefinition.hubHold")
+        member_gangs = self._member_gangs((spec or {}).get("copyDefinition"),
+                                          "spec.copyDefinition.memberGangs")
         self._compile_checks()
         if self.issues:
             return None
@@ -136,7 +139,7 @@ class DocReader(StatusReader):
             full_batch=full_batch, server_set=server_set,
             server_set_fields=frozenset(
                 ".".join(parts) for e in server_set if (parts := parse_path(e.text.strip()))),
-            hold=hold, document=dict(doc))
+            hold=hold, member_gangs=member_gangs, document=dict(doc))
 
     # -- components ------------------------------------------------------------------------
 
@@ -250,7 +253,7 @@ class DocReader(StatusReader):
     def _server_set(self, value: Any, field: str) -> tuple[Expr, ...]:
         """``copyDefinition.serverSetPaths``: jq path expressions removed from a copy."""
         raw = self._mapping(value, field,
-                            allowed=frozenset({"serverSetPaths", "hubHold"})) or {}
+                            allowed=frozenset({"serverSetPaths", "hubHold", "memberGangs"})) or {}
         out = []
         for i, item in enumerate(self._list(raw.get("serverSetPaths"), f"{field}.serverSetPaths")):
             expr = self._expr(item, f"{field}.serverSetPaths[{i}]", section=None)
@@ -261,6 +264,20 @@ class DocReader(StatusReader):
                 self._issue(expr.field, f"not a path expression: {problem}")
             else:
                 out.append(expr)
+        return tuple(out)
+
+    def _member_gangs(self, value: Any, field: str) -> tuple[str, ...]:
+        """``copyDefinition.memberGangs``: the member gang mechanisms whose pod fields
+        (``workloadRef``, the pod-group label) this kind's controllers copy from its pod
+        templates to its pods; only those are written into a copy (docs/definitions.md)."""
+        raw = value.get("memberGangs") if isinstance(value, Mapping) else None
+        out: list[str] = []
+        for i, item in enumerate(self._list(raw, field)):
+            if item not in MECHANISMS or item == NONE:
+                self._issue(f"{field}[{i}]", f"must be one of "
+                            f"{', '.join(m for m in MECHANISMS if m != NONE)}, not {item!r}")
+            elif item not in out:
+                out.append(item)
         return tuple(out)
 
     def _hold(self, value: Any, field: str) -> Hold | None:

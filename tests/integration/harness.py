@@ -61,7 +61,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   create_namespaces: bool = True, namespace: str | None = None,
                   hub_kubeconfig: dict[str, Any] | None = None,
                   kubeconfigs: dict[str, str] | None = None,
-                  topology_levels: tuple[TopologyLevel, ...] = ()) -> AsyncIterator[Harness]:
+                  topology_levels: tuple[TopologyLevel, ...] = (),
+                  gangs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
     with ``changes`` to its ControlSettings (or a function of the namespace giving them,
     for settings that name it), stopped on exit.
@@ -73,7 +74,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     ``hub_kubeconfig`` (default: the admin; e.g. a token of the shipped RBAC) and a member
     through ``kubeconfigs[name]`` (default: its admin kubeconfig); the harness's own
     clients stay the admin ones. ``topology_levels``: the fleet-wide topology levels
-    (``fleet.topologyLevels``)."""
+    (``fleet.topologyLevels``). ``gangs`` sets a member's gang mechanism (name ->
+    ``gangScheduling``; default auto)."""
     namespace = namespace or f"ctl-{uuid.uuid4().hex[:8]}"
     others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
@@ -84,7 +86,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     catalog = catalog or Catalog.builtin()
     paths = {n: dev_fleet.cluster(n).kubeconfig for n in members} | (kubeconfigs or {})
-    statics = tuple(StaticMember(name=n, kubeconfig=paths[n])
+    statics = tuple(StaticMember(name=n, kubeconfig=paths[n],
+                                 gang_scheduling=(gangs or {}).get(n, "auto"))
                     for n in members) + tuple(
         StaticMember(name=alias, kubeconfig=dev_fleet.cluster(n).kubeconfig)
         for alias, n in (aliases or {}).items())

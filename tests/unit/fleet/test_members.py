@@ -60,3 +60,18 @@ def test_static_member() -> None:
                                             labels={"tier": "dev"}, cordoned=True))
     assert (spec.path, spec.context, spec.static, spec.secret) == ("/k", "c", True, None)
     assert dict(spec.labels) == {"tier": "dev"}
+
+
+def test_gang_scheduling_is_auto_unless_the_spec_says_so() -> None:
+    """``spec.gangScheduling`` names the member scheduler's gang mechanism; a change is
+    metadata (no reconnect); a value outside the list is refused (the CRD's enum, for a
+    MemberCluster written around it)."""
+    base = members.from_member_cluster(member_cluster())
+    assert base.gang_scheduling == "auto"
+    chosen = members.from_member_cluster(member_cluster(gangScheduling="none"))
+    assert chosen.gang_scheduling == "none" and base.same_source(chosen)
+    with pytest.raises(ValueError, match="gangScheduling"):
+        members.from_member_cluster(member_cluster(gangScheduling="volcano"))
+    static = members.from_static(StaticMember(name="dev", kubeconfig="/k",
+                                              gang_scheduling="workload-api"))
+    assert static.gang_scheduling == "workload-api"

@@ -115,15 +115,26 @@ def test_rows() -> None:
             "status": status.member_status(health=ready(), capacity=capacity(),
                                            version="v1.35.4",
                                            kinds={GroupVersionKind.of("ray.io/v1", "RayJob")},
-                                           previous={}, now=T0)}
+                                           previous={}, now=T0,
+                                           gang=("workload-api", "workload-api"))}
     assert status.row(full, now=now, wide=True) == [
-        "east", "True,Cordoned", 3, 20, 11, 6, f"{H100}:11/16,NVIDIA-L40S:0/4", 1, "42s",
-        "v1.35.4", "Connected"]
+        "east", "True,Cordoned", 3, 20, 11, 6, f"{H100}:11/16,NVIDIA-L40S:0/4", 1,
+        "workload-api", "42s", "v1.35.4", "Connected"]
     empty = {"metadata": {"name": "new"}, "spec": {}}
     assert status.row(empty, now=now) == ["new", "Unknown", None, None, None, None, None,
-                                          None, None]
-    assert len(status.BASE_COLUMNS) == 9
-    assert len(status.WIDE_COLUMNS) == 11
+                                          None, None, None]
+    assert len(status.BASE_COLUMNS) == 10
+    assert len(status.WIDE_COLUMNS) == 12
+
+
+def test_gang_scheduling_status_only_once_discovered() -> None:
+    """``status.gangScheduling`` says the mechanism in use and the discovered one; before
+    discovery answered it is left out (kept as last written)."""
+    given = {"health": ready(), "capacity": None, "version": None, "kinds": None,
+             "previous": {}, "now": T0}
+    assert "gangScheduling" not in status.member_status(**given, gang=("none", None))
+    assert status.member_status(**given, gang=("none", "workload-api"))[
+        "gangScheduling"] == {"mechanism": "none", "discovered": "workload-api"}
 
 
 def test_time_round_trip() -> None:

@@ -1,0 +1,251 @@
+"""Gangs the member cannot break: what a copy carries for its member's gang mechanism.
+
+kube-scheduler binds pod by pod. Between the dispatcher's decision and the last binding,
+pods submitted directly to the member can take part of the nodes: a gang half bound holds
+GPUs and does no work. A member whose scheduler honours a gang mechanism
+(``kube.gangapis``: the built-in Workload API, or scheduler-plugins coscheduling) binds a
+gang all or nothing when the copy says which pods form it. Pure, on plain data:
+
+- ``plan``: from the member's mechanism, the workload's resolved gangs, the definition's
+  whole-component gangs (``workloads.gangs.gang_components``) and its
+  ``copyDefinition.memberGangs`` (which mechanisms its controllers carry from template to
+  pod), the objects to create on the member (one ``Workload`` with a pod group per gang,
+  or one ``PodGroup`` per gang) and the pod templates to join to them, with the reason for
+  every gang left alone;
+- ``join``: the copy with those templates joined (``spec.workloadRef`` or the pod-group
+  label) and the mechanism stamped on it (``MECHANISM_ANNOTATION``, so an update of the
+  copy joins the same way, whatever the member reports later);
+- ``owned``: a planned object made a child of the created copy (ownerReference: the
+  member's garbage collector deletes it with the copy).
+
+The objects are created *before* the copy (``control/gangwrites.py``): a pod whose
+Workload is missing waits unschedulable forever, an object whose copy is missing only waits
+for it. Gangs of one pod, independent units and gangs sharing a pod template with other
+units are not joined (nothing to hold together, or no template to say it in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.control.copies import object_key
+from dispatcher.control.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
+from dispatcher.fleet.reservations import HUB_UID_LABEL
+from dispatcher.kube.gangapis import (
+    COSCHEDULING,
+    NONE,
+    POD_GROUP,
+    POD_GROUP_LABEL,
+    WORKLOAD,
+    WORKLOAD_API,
+    Mechanism,
+)
+from dispatcher.workloads.demand import Gang
+from dispatcher.workloads.model import Definition
+from dispatcher.workloads.mutate import mutate_pods
+from dispatcher.workloads.paths import Locator, in_process
+
+__all__ = ["GANG_OF_ANNOTATION", "MAX_POD_GROUPS", "MECHANISM_ANNOTATION", "GangPlan", "Join",
+           "join", "mechanism_of", "owned", "plan"]
+
+MECHANISM_ANNOTATION = "dispatcher.io/gang-mechanism"
+"""On a copy: the mechanism its templates were joined for (absent: none)."""
+GANG_OF_ANNOTATION = "dispatcher.io/gang-of"
+"""On a Workload or PodGroup: ``Kind.group/name`` of the copy whose gangs it holds."""
+MAX_POD_GROUPS = 8
+"""``scheduling/v1alpha1.WorkloadMaxPodGroups``: pod groups one Workload may hold."""
+_LABEL_MAX = 63
+_SUBDOMAIN_MAX = 253
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Join:
+    """The pod templates of ``components`` join one gang: through ``workload_ref``
+    (``spec.workloadRef``) or ``labels`` (the pod-group label)."""
+
+    gang: str
+    components: tuple[str, ...]
+    workload_ref: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GangPlan:
+    """What the copy carries for its member's gang mechanism.
+
+    ``mechanism`` is the one used (``none`` when no gang was joined, whatever the member
+    has); ``member_mechanism`` the member's; ``objects`` the Workload / PodGroups to create
+    (stamped, no owner yet); ``joins`` the templates to join; ``skipped`` one line per gang
+    left alone, for logs and ``dispatcher explain``.
+    """
+
+    mechanism: Mechanism
+    member_mechanism: Mechanism
+    objects: tuple[Mapping[str, Any], ...] = ()
+    joins: tuple[Join, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence[Gang],
+         units: Mapping[str, Sequence[str]], copy: Mapping[str, Any], hub_id: str
+         ) -> GangPlan:
+    """The plan for ``copy`` (the built member copy: its identity and stamps) on a member
+    with ``mechanism``; ``units`` is ``gang_components`` of the definition."""
+    if mechanism == NONE or definition is None:
+        return GangPlan(mechanism=NONE, member_mechanism=mechanism)
+    if mechanism not in definition.member_gangs:
+        carried = ", ".join(definition.member_gangs) or "none"
+        return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
+            f"{definition.kind}: its controllers do not carry {mechanism} from the pod "
+            f"templates to the pods (copyDefinition.memberGangs: {carried})",))
+    chosen: list[Gang] = []
+    skipped: list[str] = []
+    for gang in gangs:
+        if gang.independent or gang.min_pods < 2:
+            continue  # nothing to hold together
+        if gang.name not in units:
+            skipped.append(f"gang {gang.name}: shares its pod template with other units")
+            continue
+        if not _joinable(definition, units[gang.name], mechanism=mechanism):
+            skipped.append(f"gang {gang.name}: a component describes no whole pod template")
+            continue
+        chosen.append(gang)
+    if mechanism == WORKLOAD_API and len(chosen) > MAX_POD_GROUPS:
+        return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
+            f"{len(chosen)} gangs: a Workload holds at most {MAX_POD_GROUPS} pod groups",))
+    if not chosen:
+        return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=tuple(skipped))
+    if _overlap([units[g.name] for g in chosen]):
+        return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
+            "gangs share a pod-creating component",))
+    meta = copy.get("metadata") or {}
+    base = f"{str(copy.get('kind') or '').lower()}-{meta.get('name') or ''}"
+    stamps = _stamps(copy, hub_id=hub_id)
+    namespace = meta.get("namespace")
+    if mechanism == WORKLOAD_API:
+        name = _name(base, _SUBDOMAIN_MAX)
+        groups = {g.name: _name(g.name, _LABEL_MAX) for g in chosen}
+        workload = {
+            "apiVersion": WORKLOAD.api_version, "kind": WORKLOAD.kind,
+            "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
+                         **stamps},
+            "spec": {"controllerRef": _controller_ref(copy),
+                     "podGroups": [{"name": groups[g.name],
+                                    "policy": {"gang": {"minCount": g.min_pods}}}
+                                   for g in chosen]}}
+        joins = tuple(Join(gang=g.name, components=tuple(units[g.name]),
+                           workload_ref={"name": name, "podGroup": groups[g.name]})
+                      for g in chosen)
+        return GangPlan(mechanism=WORKLOAD_API, member_mechanism=mechanism,
+                        objects=(workload,), joins=joins, skipped=tuple(skipped))
+    assert mechanism == COSCHEDULING
+    objects = []
+    joins_list = []
+    for gang in chosen:
+        name = _name(f"{base}-{gang.name}", _LABEL_MAX)
+        objects.append({
+            "apiVersion": POD_GROUP.api_version, "kind": POD_GROUP.kind,
+            "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
+                         **stamps},
+            "spec": {"minMember": gang.min_pods}})
+        joins_list.append(Join(gang=gang.name, components=tuple(units[gang.name]),
+                               labels={POD_GROUP_LABEL: name}))
+    return GangPlan(mechanism=COSCHEDULING, member_mechanism=mechanism,
+                    objects=tuple(objects), joins=tuple(joins_list), skipped=tuple(skipped))
+
+
+def join(copy: Mapping[str, Any], definition: Definition | None, gang_plan: GangPlan, *,
+         locate: Locator = in_process) -> dict[str, Any]:
+    """``copy`` with the plan's templates joined and its mechanism stamped (a new dict;
+    a stamp the hub object carried is replaced). MutationError when a template cannot be
+    written through the definition."""
+    out = dict(copy)
+    meta = dict(out.get("metadata") or {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k != MECHANISM_ANNOTATION}
+    if gang_plan.joins:
+        annotations[MECHANISM_ANNOTATION] = gang_plan.mechanism
+    meta["annotations"] = annotations
+    out["metadata"] = meta
+    if definition is None:
+        return out
+    for each in gang_plan.joins:
+        out = mutate_pods(out, definition, components=each.components, labels=each.labels,
+                          workload_ref=each.workload_ref, locate=locate)
+    return out
+
+
+def mechanism_of(copy: Mapping[str, Any]) -> Mechanism:
+    """The mechanism a copy on a member was joined for (``MECHANISM_ANNOTATION``)."""
+    value = ((copy.get("metadata") or {}).get("annotations") or {}).get(MECHANISM_ANNOTATION)
+    return WORKLOAD_API if value == WORKLOAD_API else COSCHEDULING \
+        if value == COSCHEDULING else NONE
+
+
+def owned(created: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that makes a planned object a child of ``created`` (the copy as
+    the member returned it: its uid). Not a controller reference: the object is not the
+    copy's operator's to manage, only to be collected with the copy."""
+    meta = created.get("metadata") or {}
+    return {"metadata": {"ownerReferences": [{
+        "apiVersion": str(created.get("apiVersion") or ""), "kind": str(created.get("kind")),
+        "name": str(meta.get("name") or ""), "uid": str(meta.get("uid") or ""),
+        "blockOwnerDeletion": False}]}}
+
+
+def _joinable(definition: Definition, components: Sequence[str], *, mechanism: Mechanism
+              ) -> bool:
+    """Whether every component's pods can be joined through its pod template: a whole
+    template or pod spec (a fragmented one has no place for the field), with a metadata
+    path when the join is a label."""
+    for name in components:
+        comp = definition.component(name)
+        if comp is None or comp.spec is None or comp.spec.pattern == "fragmented":
+            return False
+        if comp.spec.pattern == "podspec" and comp.spec.metadata is None \
+                and mechanism == COSCHEDULING:
+            return False
+    return True
+
+
+def _overlap(groups: Sequence[Sequence[str]]) -> bool:
+    seen: set[str] = set()
+    for group in groups:
+        if seen & set(group):
+            return True
+        seen |= set(group)
+    return False
+
+
+def _stamps(copy: Mapping[str, Any], *, hub_id: str) -> dict[str, Any]:
+    """The copy's ownership stamps (origin, hub uid), and which copy it belongs to; never
+    the hub-object stamp, so ``copies.stamped`` never takes it for a copy."""
+    meta = copy.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    uid = str(annotations.get(HUB_UID_ANNOTATION) or labels.get(HUB_UID_LABEL) or "")
+    return {"labels": {ORIGIN_LABEL: hub_id, HUB_UID_LABEL: uid},
+            "annotations": {HUB_UID_ANNOTATION: uid, GANG_OF_ANNOTATION: object_key(copy)}}
+
+
+def _controller_ref(copy: Mapping[str, Any]) -> dict[str, str]:
+    group = str(copy.get("apiVersion") or "").rpartition("/")[0]
+    ref = {"kind": str(copy.get("kind") or ""),
+           "name": str((copy.get("metadata") or {}).get("name") or "")}
+    return {"apiGroup": group, **ref} if group else ref
+
+
+def _name(text: str, limit: int) -> str:
+    """``text`` as a DNS label / subdomain part: lower case, invalid runs as ``-``; too
+    long or changed, cut and suffixed with a hash of the original (deterministic: a
+    retried submit names the same object)."""
+    clean = _NOT_DNS.sub("-", text.lower()).strip("-") or "gang"
+    if clean == text and len(clean) <= limit:
+        return clean
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{clean[:limit - 9].rstrip('-')}-{digest}"
