@@ -98,7 +98,7 @@ async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
     await eventually(local_bound, what="the local Job's 2 pods bound", within=60.0)
     gang_ns = await _hub_namespace(h.hub)
     hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns), body=gang_jobset(name))
-    writes = h.controller.reconciler.members
+    writes = h.controller.reconciler.writes.members
     created = await writes.create_copy(hub_obj["metadata"]["uid"], cluster=MEMBER,
                                        workload=hub_obj)
     assert created is True, created
@@ -233,7 +233,7 @@ async def test_a_copy_the_member_refuses_leaves_no_gang_object_behind(
         name = "g" * 56
         hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns),
                                       body=gang_jobset(name))
-        refused = await h.controller.reconciler.members.create_copy(
+        refused = await h.controller.reconciler.writes.members.create_copy(
             hub_obj["metadata"]["uid"], cluster=MEMBER, workload=hub_obj)
         assert not isinstance(refused, bool) and "too long" in refused.message, refused
         member = h.members[MEMBER]

@@ -173,8 +173,12 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
     assert read[("", "pods")] == MEMBER_READ_VERBS and write[("", "pods")] == MEMBER_WRITE_VERBS
     # the bound namespace's own Pod Security labels, compared with the hub namespace's
     assert write[("", "namespaces")] == {"get"}
+    # the gang objects created with a copy (control/gangwrites): no list, no watch
+    gang_objects = {("scheduling.k8s.io", "workloads"), ("scheduling.x-k8s.io", "podgroups")}
+    for resource in gang_objects:
+        assert write.get(resource) == {"create", "get", "patch", "delete"}, resource
     assert set(read) - workloads - {("", "nodes"), ("", "pods")} == set()
-    assert set(write) - workloads - {("", "pods"), ("", "namespaces")} == set()
+    assert set(write) - workloads - gang_objects - {("", "pods"), ("", "namespaces")} == set()
     overlay = list(kustomized(DEPLOY / "member" / "cluster-wide"))
     create_ns = grants(one(overlay, "ClusterRole", "dispatcher-member-namespaces")["rules"])
     assert create_ns == {("", "namespaces"): {"create"}}
