@@ -18,6 +18,7 @@ between namespaces (``control.workers``), so B's figures should barely move whil
 2,000 wait their turn.
 
 Prints one JSON object per case: bench (``burst``), case, a_workloads, b_workloads,
+b_measured (in ``burst``, only B's workloads created before A's last copy landed count),
 b_dispatch_p50_s, b_dispatch_p99_s, b_mirror_p50_s, b_mirror_p99_s, a_landed_s (A's first
 create -> A's last copy seen; burst only), a_throughput_per_s, load_avg, machine. A few
 minutes on 2 cores; the dev fleet lives in a temporary directory and is removed afterwards.
@@ -134,11 +135,15 @@ async def run_case(state: FleetState, *, case: str, a_workloads: int,
     await asyncio.gather(*tasks, *patches, return_exceptions=True)
     for client in (hub, *members.values()):
         await client.close()
+    a_span = (max(a_landed.values()) - start) if a_landed else None
+    if a_landed:  # only B's workloads created while A's burst was still landing
+        last = max(a_landed.values())
+        b_sent = {n: t for n, t in b_sent.items() if t <= last}
+        patched = {n: t for n, t in patched.items() if n in b_sent}
     dispatch_p50, dispatch_p99 = figures(b_sent, b_landed)
     mirror_p50, mirror_p99 = figures(patched, mirrored)
-    a_span = (max(a_landed.values()) - start) if a_landed else None
     return {"bench": "burst", "case": case, "a_workloads": len(a_names),
-            "b_workloads": len(b_names),
+            "b_workloads": len(b_names), "b_measured": len(b_sent),
             "b_dispatch_p50_s": dispatch_p50, "b_dispatch_p99_s": dispatch_p99,
             "b_mirror_p50_s": mirror_p50, "b_mirror_p99_s": mirror_p99,
             "a_landed_s": round(a_span, 1) if a_span else None,
