@@ -96,47 +96,51 @@ async def test_a_hub_inferenceservice_is_served_by_kserve_on_a_real_member(
         await h.hub.request("POST", ISVCS.collection(h.namespace), body=inferenceservice(product))
         member = h.members[MEMBER]
         selector = "serving.kserve.io/inferenceservice=serve"
+        try:
 
-        async def mirrored_ready() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+            async def mirrored_ready() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+                record = await _record(h, "InferenceService", "serve")
+                if (record.get("status") or {}).get("genericStatus") != "running":
+                    return None
+                hub_obj = await h.hub.request("GET", ISVCS.item("serve", h.namespace))
+                copy = await member.request("GET", ISVCS.item("serve", h.namespace))
+                ready = condition(copy, "Ready")
+                if ready is None or ready["status"] != "True" or hub_obj.get("status") != copy[
+                        "status"]:
+                    return None
+                # Ready follows the Deployment's counts, which can run ahead of the pod's own
+                # phase: wait for both.
+                # A rollout's old pod still Running while it terminates is not the served one.
+                found = [p for p in await pods(member, h.namespace, selector)
+                         if not p["metadata"].get("deletionTimestamp")]
+                if not found or any(p["status"].get("phase") != "Running" for p in found):
+                    return None
+                return dict(copy), found
+
+            copy, made = await eventually(mirrored_ready,
+                                          what="the InferenceService Ready on the hub, its pod "
+                                               "Running", within=WITHIN_S)
+            status = copy["status"]
+            assert status["deploymentMode"] == "RawDeployment"
+            assert status["modelStatus"]["transitionStatus"] == "UpToDate"
+            assert condition(copy, "PredictorReady")["status"] == "True"  # type: ignore[index]
+            hub_uid = (await h.hub.request("GET", ISVCS.item("serve", h.namespace)))[
+                "metadata"]["uid"]
+            assert copy["metadata"]["labels"][HUB_UID_LABEL] == hub_uid
             record = await _record(h, "InferenceService", "serve")
-            if (record.get("status") or {}).get("genericStatus") != "running":
-                return None
-            hub_obj = await h.hub.request("GET", ISVCS.item("serve", h.namespace))
-            copy = await member.request("GET", ISVCS.item("serve", h.namespace))
-            ready = condition(copy, "Ready")
-            if ready is None or ready["status"] != "True" or hub_obj.get("status") != copy[
-                    "status"]:
-                return None
-            # Ready follows the Deployment's counts, which can run ahead of the pod's own
-            # phase: wait for both.
-            found = await pods(member, h.namespace, selector)
-            if not found or any(p["status"].get("phase") != "Running" for p in found):
-                return None
-            return dict(copy), found
-
-        copy, made = await eventually(mirrored_ready,
-                                      what="the InferenceService Ready on the hub, its pod "
-                                           "Running", within=WITHIN_S)
-        status = copy["status"]
-        assert status["deploymentMode"] == "RawDeployment"
-        assert status["modelStatus"]["transitionStatus"] == "UpToDate"
-        assert condition(copy, "PredictorReady")["status"] == "True"  # type: ignore[index]
-        hub_uid = (await h.hub.request("GET", ISVCS.item("serve", h.namespace)))[
-            "metadata"]["uid"]
-        assert copy["metadata"]["labels"][HUB_UID_LABEL] == hub_uid
-        record = await _record(h, "InferenceService", "serve")
-        assert record["status"]["demand"]["pods"] == len(made) == 1  # the catalog's count
-        (pod,) = made
-        assert pod["status"]["phase"] == "Running"
-        assert pod["spec"]["nodeName"] in nodes
-        assert pod["metadata"]["labels"]["component"] == "predictor"
-        main = next(c for c in pod["spec"]["containers"] if c["name"] == "kserve-container")
-        assert main["image"] == "kserve/huggingfaceserver:latest-gpu"  # from the runtime
-        assert main["resources"]["limits"][GPU_RESOURCE] == "1"
-        # KServe's pod webhook ran: the model would be fetched by its storage-initializer
-        assert [c["name"] for c in pod["spec"].get("initContainers", [])] == [
-            "storage-initializer"]
-        await _delete_everywhere(h, member, ISVCS, selector)
+            assert record["status"]["demand"]["pods"] == len(made) == 1  # the catalog's count
+            (pod,) = made
+            assert pod["status"]["phase"] == "Running"
+            assert pod["spec"]["nodeName"] in nodes
+            assert pod["metadata"]["labels"]["component"] == "predictor"
+            main = next(c for c in pod["spec"]["containers"] if c["name"] == "kserve-container")
+            assert main["image"] == "kserve/huggingfaceserver:latest-gpu"  # from the runtime
+            assert main["resources"]["limits"][GPU_RESOURCE] == "1"
+            # KServe's pod webhook ran: the model would be fetched by its storage-initializer
+            assert [c["name"] for c in pod["spec"].get("initContainers", [])] == [
+                "storage-initializer"]
+        finally:  # never leave the pods to the next test (they hold the node's GPUs)
+            await _delete_everywhere(h, member, ISVCS, selector)
 
 
 def knative_service(product: str) -> dict[str, Any]:
@@ -156,64 +160,68 @@ async def test_a_hub_knative_service_gets_its_revision_pods_on_a_real_member(
     product, nodes = product_nodes(fleet_spec)
     async with running(real_fleet) as h:
         await h.hub.request("POST", KSVCS.collection(h.namespace), body=knative_service(product))
-        member = h.members[MEMBER]
-        selector = "serving.knative.dev/service=serve"
+        try:
+            member = h.members[MEMBER]
+            selector = "serving.knative.dev/service=serve"
 
-        async def revision_pods() -> list[dict[str, Any]] | None:
-            found = await pods(member, h.namespace, selector)
-            up = [p for p in found if p["status"].get("phase") == "Running"]
-            return found if found and len(up) == len(found) else None
+            async def revision_pods() -> list[dict[str, Any]] | None:
+                found = [p for p in await pods(member, h.namespace, selector)
+                         if not p["metadata"].get("deletionTimestamp")]
+                up = [p for p in found if p["status"].get("phase") == "Running"]
+                return found if found and len(up) == len(found) else None
 
-        made = await eventually(revision_pods, what="the Revision's pods running",
-                                within=WITHIN_S)
-        (pod,) = made
-        assert pod["spec"]["nodeName"] in nodes
-        assert pod["metadata"]["labels"]["serving.knative.dev/revision"] == "serve-00001"
-        assert sorted(c["name"] for c in pod["spec"]["containers"]) == [
-            "queue-proxy", "user-container"]
-        user = next(c for c in pod["spec"]["containers"] if c["name"] == "user-container")
-        assert user["resources"]["limits"][GPU_RESOURCE] == "1"
-        deployment = await member.request("GET", DEPLOYMENTS.item("serve-00001-deployment",
-                                                                  h.namespace))
-        assert deployment["spec"]["replicas"] == 1
-        # Where Knative stops without its autoscaler: the Revision waits for its
-        # PodAutoscaler, which nothing here reconciles (no status at all). Its status can
-        # still say ResolvingDigests (the first pass) after the pods run, and Deploying
-        # before ContainerHealthy turns True: wait for both.
-        async def deploying_revision() -> dict[str, Any] | None:
-            found: dict[str, Any] = await member.request(
-                "GET", REVISIONS.item("serve-00001", h.namespace))
-            ready, healthy = condition(found, "Ready"), condition(found, "ContainerHealthy")
-            return found if ready is not None and ready.get("reason") == "Deploying" \
-                and healthy is not None and healthy["status"] == "True" else None
-
-        revision = await eventually(deploying_revision,
-                                    what="the Revision Deploying, its container healthy",
+            made = await eventually(revision_pods, what="the Revision's pods running",
                                     within=WITHIN_S)
-        deploying = condition(revision, "Ready")
-        assert deploying is not None and deploying["status"] == "Unknown"
-        assert condition(revision, "ContainerHealthy")["status"] == "True"  # type: ignore[index]
-        autoscaler = await member.request("GET", PODAUTOSCALERS.item("serve-00001", h.namespace))
-        assert not (autoscaler.get("status") or {}).get("conditions")
+            (pod,) = made
+            assert pod["spec"]["nodeName"] in nodes
+            assert pod["metadata"]["labels"]["serving.knative.dev/revision"] == "serve-00001"
+            assert sorted(c["name"] for c in pod["spec"]["containers"]) == [
+                "queue-proxy", "user-container"]
+            user = next(c for c in pod["spec"]["containers"] if c["name"] == "user-container")
+            assert user["resources"]["limits"][GPU_RESOURCE] == "1"
+            deployment = await member.request("GET", DEPLOYMENTS.item("serve-00001-deployment",
+                                                                      h.namespace))
+            assert deployment["spec"]["replicas"] == 1
+            # Where Knative stops without its autoscaler: the Revision waits for its
+            # PodAutoscaler, which nothing here reconciles (no status at all). Its status can
+            # still say ResolvingDigests (the first pass) after the pods run, and Deploying
+            # before ContainerHealthy turns True: wait for both.
+            async def deploying_revision() -> dict[str, Any] | None:
+                found: dict[str, Any] = await member.request(
+                    "GET", REVISIONS.item("serve-00001", h.namespace))
+                ready, healthy = condition(found, "Ready"), condition(found, "ContainerHealthy")
+                return found if ready is not None and ready.get("reason") == "Deploying" \
+                    and healthy is not None and healthy["status"] == "True" else None
 
-        async def mirrored() -> dict[str, Any] | None:
+            revision = await eventually(deploying_revision,
+                                        what="the Revision Deploying, its container healthy",
+                                        within=WITHIN_S)
+            deploying = condition(revision, "Ready")
+            assert deploying is not None and deploying["status"] == "Unknown"
+            assert condition(revision, "ContainerHealthy")["status"] == "True"  # type: ignore[index]
+            autoscaler = await member.request(
+                "GET", PODAUTOSCALERS.item("serve-00001", h.namespace))
+            assert not (autoscaler.get("status") or {}).get("conditions")
+
+            async def mirrored() -> dict[str, Any] | None:
+                record = await _record(h, "Service", "serve")
+                hub_obj = await h.hub.request("GET", KSVCS.item("serve", h.namespace))
+                copy = await member.request("GET", KSVCS.item("serve", h.namespace))
+                routes = condition(copy, "RoutesReady")
+                if ((record.get("status") or {}).get("genericStatus") != "initializing"
+                        or routes is None or hub_obj.get("status") != copy.get("status")):
+                    return None
+                return dict(copy)
+
+            copy = await eventually(mirrored, what="the hub Service initializing, mirrored",
+                                    within=WITHIN_S)
+            # Knative's own words for "no networking layer here"
+            ready = condition(copy, "Ready")
+            assert ready is not None and ready["status"] == "Unknown"
+            assert ready.get("reason") == "RevisionMissing"  # Configuration waits for the Revision
+            assert condition(copy, "RoutesReady")["status"] == "Unknown"  # type: ignore[index]
+            assert copy["status"]["latestCreatedRevisionName"] == "serve-00001"
             record = await _record(h, "Service", "serve")
-            hub_obj = await h.hub.request("GET", KSVCS.item("serve", h.namespace))
-            copy = await member.request("GET", KSVCS.item("serve", h.namespace))
-            routes = condition(copy, "RoutesReady")
-            if ((record.get("status") or {}).get("genericStatus") != "initializing"
-                    or routes is None or hub_obj.get("status") != copy.get("status")):
-                return None
-            return dict(copy)
-
-        copy = await eventually(mirrored, what="the hub Service initializing, mirrored",
-                                within=WITHIN_S)
-        # Knative's own words for "no networking layer here"
-        ready = condition(copy, "Ready")
-        assert ready is not None and ready["status"] == "Unknown"
-        assert ready.get("reason") == "RevisionMissing"  # Configuration waits for the Revision
-        assert condition(copy, "RoutesReady")["status"] == "Unknown"  # type: ignore[index]
-        assert copy["status"]["latestCreatedRevisionName"] == "serve-00001"
-        record = await _record(h, "Service", "serve")
-        assert record["status"]["demand"]["pods"] == 1
-        await _delete_everywhere(h, member, KSVCS, selector)
+            assert record["status"]["demand"]["pods"] == 1
+        finally:  # never leave the pods to the next test (they hold the node's GPUs)
+            await _delete_everywhere(h, member, KSVCS, selector)
