@@ -108,6 +108,10 @@ async def test_a_hub_inferenceservice_is_served_by_kserve_on_a_real_member(
                 if ready is None or ready["status"] != "True" or hub_obj.get("status") != copy[
                         "status"]:
                     return None
+                # Ready can come a status write before the model's transition says UpToDate.
+                if ((copy["status"].get("modelStatus") or {}).get("transitionStatus")
+                        != "UpToDate"):
+                    return None
                 # Ready follows the Deployment's counts, which can run ahead of the pod's own
                 # phase: wait for both.
                 # A rollout's old pod still Running while it terminates is not the served one.
