@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.workloads.demand import Demand, Gang, PodShape, Toleration
@@ -36,3 +39,23 @@ def demand(*gangs: Sequence[PodShape]) -> Demand:
         Gang(name=f"g{i}", pods=sum(s.count for s in shapes),
              min_pods=sum(s.count for s in shapes), pod_shapes=tuple(shapes))
         for i, shapes in enumerate(gangs)))
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def jobset_file(tmp_path: Path, *, replicas: int,
+                annotations: dict[str, str] | None = None) -> str:
+    """A JobSet manifest on disk (``replicas`` one-pod Jobs of 8 H100 GPUs) for the CLI."""
+    manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a", "annotations": annotations or {}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {
+            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+                "nodeSelector": {"nvidia.com/gpu.product": H100},
+                "containers": [{"name": "main", "image": "trainer",
+                                "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]},
+    }
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return str(path)

@@ -6,36 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dispatcher.cli import main
 from dispatcher.commands.explain import explain_demand, fleet_snapshots
 from dispatcher.fleet.fleetfile import load_fleet
 
-from .builders import demand, shape
+from .builders import demand, jobset_file, shape
 
 FLEET = Path(__file__).resolve().parents[3] / "clusters" / "local.yaml"
-H100 = "NVIDIA-H100-80GB-HBM3"
 
 
-def _jobset(tmp_path: Path, *, replicas: int, annotations: dict[str, str] | None = None) -> str:
-    manifest = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "train", "namespace": "team-a", "annotations": annotations or {}},
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {
-            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                "nodeSelector": {"nvidia.com/gpu.product": H100},
-                "containers": [{"name": "main", "image": "trainer",
-                                "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]},
-    }
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    return str(path)
 
 
 def test_table_names_the_choice_and_every_members_reason(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=3), "--fleet", str(FLEET)])
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=3), "--fleet", str(FLEET)])
     out = capsys.readouterr().out
     assert code == 0
     assert "chosen: member-1; nodes: member-1-h100-0 (8 GPUs, 1 pod(s))" in out
@@ -43,7 +28,7 @@ def test_table_names_the_choice_and_every_members_reason(
 
 
 def test_json_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=4), "--fleet", str(FLEET),
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=4), "--fleet", str(FLEET),
                  "--policy", "best-fit", "-o", "json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -57,7 +42,7 @@ def test_json_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_nothing_fits_exits_3_with_numeric_reason(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=5), "--fleet", str(FLEET)])
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=5), "--fleet", str(FLEET)])
     out = capsys.readouterr().out
     assert code == 3
     assert "room for 4 of 5 pods of 8 GPUs" in out
@@ -66,14 +51,14 @@ def test_nothing_fits_exits_3_with_numeric_reason(
 
 def test_unknown_pin_is_an_error_not_a_fallback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _jobset(tmp_path, replicas=1, annotations={"dispatcher.io/cluster": "member-9"})
+    path = jobset_file(tmp_path, replicas=1, annotations={"dispatcher.io/cluster": "member-9"})
     assert main(["explain", "-f", path, "--fleet", str(FLEET)]) == 1
     assert "pinned member 'member-9'" in capsys.readouterr().err
 
 
 def test_selector_annotation_applies(tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    path = _jobset(tmp_path, replicas=1,
+    path = jobset_file(tmp_path, replicas=1,
                    annotations={"dispatcher.io/cluster-selector": "region=eu-west"})
     assert main(["explain", "-f", path, "--fleet", str(FLEET), "-o", "json"]) == 3
     members = json.loads(capsys.readouterr().out)["decision"]["members"]
@@ -83,7 +68,7 @@ def test_selector_annotation_applies(tmp_path: Path,
 
 def test_fleet_is_required_until_live_mode_exists(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "-f", _jobset(tmp_path, replicas=1)]) == 1
+    assert main(["explain", "-f", jobset_file(tmp_path, replicas=1)]) == 1
     assert "--fleet" in capsys.readouterr().err
 
 

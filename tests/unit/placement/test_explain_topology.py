@@ -15,38 +15,23 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dispatcher.cli import main
 from dispatcher.fleet.fleetfile import load_fleet
 from dispatcher.sim.backend import Rules
 from dispatcher.sim.cores import CoreBackend
 
-from .builders import demand, shape
+from .builders import H100, demand, jobset_file, shape
 
 FLEET = Path(__file__).resolve().parents[3] / "clusters" / "local.yaml"
-H100 = "NVIDIA-H100-80GB-HBM3"
 TOPOLOGY = {"dispatcher.io/topology": "rack"}
 
 
-def _jobset(tmp_path: Path, *, replicas: int, annotations: dict[str, str]) -> str:
-    manifest = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "train", "namespace": "team-a", "annotations": annotations},
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas, "template": {
-            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                "nodeSelector": {"nvidia.com/gpu.product": H100},
-                "containers": [{"name": "main", "image": "trainer",
-                                "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]},
-    }
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    return str(path)
 
 
 def test_table_shows_each_members_racks_and_the_chosen_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=2, annotations=TOPOLOGY),
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=2, annotations=TOPOLOGY),
                  "--fleet", str(FLEET)])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -59,7 +44,7 @@ def test_table_shows_each_members_racks_and_the_chosen_one(
 
 def test_json_carries_domains_and_rooms(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=2, annotations=TOPOLOGY),
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=2, annotations=TOPOLOGY),
                  "--fleet", str(FLEET), "-o", "json"])
     decision = json.loads(capsys.readouterr().out)["decision"]
     assert code == 0
@@ -72,13 +57,13 @@ def test_json_carries_domains_and_rooms(tmp_path: Path,
 
 def test_no_rack_holds_it_although_the_member_could(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", "-f", _jobset(tmp_path, replicas=3, annotations=TOPOLOGY),
+    code = main(["explain", "-f", jobset_file(tmp_path, replicas=3, annotations=TOPOLOGY),
                  "--fleet", str(FLEET)])
     out = capsys.readouterr().out
     assert code == 3
     assert ("no rack holds gang train (3 pods, 24 GPUs): best rack r1 holds 2 of 3 pods "
             "(16 GPUs free there); then r2 2 of 3; 2 racks, 40 GPUs free on the member") in out
-    plain = main(["explain", "-f", _jobset(tmp_path, replicas=3, annotations={}),
+    plain = main(["explain", "-f", jobset_file(tmp_path, replicas=3, annotations={}),
                   "--fleet", str(FLEET)])
     assert plain == 0  # the same JobSet without the annotation fits member-1's 4 H100s
 
