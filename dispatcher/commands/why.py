@@ -123,7 +123,7 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
     (``members``) or why there is none (``membersError``)."""
     from dispatcher.commands import explain
     from dispatcher.control.observe import configure_logging
-    from dispatcher.control.record import dispatch_name
+    from dispatcher.control.record import dispatch_names
     from dispatcher.kube.errors import KubeError, NotFound
     from dispatcher.kube.resources import DISPATCHES
     from dispatcher.shell import live
@@ -134,10 +134,9 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
         obj = await live.hub_workload(hub, catalog, namespace=namespace, ref=ref)
         uid = str(obj.get("metadata", {}).get("uid", ""))
         dispatch = None
-        for qualified in (False, True):  # a same-named kind of another group took the name
+        for name in dispatch_names(obj):  # a same-named kind of another group took one
             try:
-                found = await hub.request("GET", DISPATCHES.item(
-                    dispatch_name(obj, qualified=qualified), namespace))
+                found = await hub.request("GET", DISPATCHES.item(name, namespace))
             except NotFound:
                 continue
             if ((found.get("spec") or {}).get("workload") or {}).get("uid") == uid:

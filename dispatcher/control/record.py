@@ -32,6 +32,7 @@ __all__ = [
     "demand_status",
     "dispatch_body",
     "dispatch_name",
+    "dispatch_names",
     "failed_status",
     "first_placement",
     "format_time",
@@ -186,6 +187,13 @@ def dispatch_name(workload: Mapping[str, Any], *, qualified: bool = False) -> st
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:10]
     return f"{full[:_NAME_LIMIT - 11].rstrip('-.')}-{digest}"
+
+
+def dispatch_names(workload: Mapping[str, Any]) -> tuple[str, str]:
+    """The names a workload's Dispatch may have, in the order they are tried: the plain one,
+    then the qualified one (taken when a same-named kind of another group holds the plain
+    one)."""
+    return dispatch_name(workload), dispatch_name(workload, qualified=True)
 
 
 def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "dedicated",

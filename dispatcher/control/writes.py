@@ -76,8 +76,7 @@ class Writes:
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
                             placed: Mapping[str, Any] | None = None) -> bool:
         namespace = str(workload["metadata"].get("namespace") or "default")
-        for qualified in (False, True):
-            name = records.dispatch_name(workload, qualified=qualified)
+        for name in records.dispatch_names(workload):
             body = records.dispatch_body(workload=workload, name=name,
                                          hub_mode=self.hub_mode, placed=placed)
             try:
