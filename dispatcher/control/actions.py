@@ -17,7 +17,7 @@ from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import Action, ActionKind, Snapshot
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.control.placing import Placement
-from dispatcher.control.writer import AGAIN, DONE, Outcome, Writer, later
+from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, Writer, later
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.workloads.model import GenericStatus
@@ -40,12 +40,16 @@ _UP = _PODS_UP | {GenericStatus.DEGRADED}
 
 async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Outcome:
     """Run ``action`` for workload ``uid``."""
-    workload = snap.workload
-    assert workload is not None
     kind = action.kind
-    if kind is ActionKind.ADD_FINALIZER:
-        await w.add_finalizer(uid, workload)
-        return AGAIN
+    if kind is ActionKind.DELETE_COPY:  # the hub object may be gone already
+        assert action.member is not None
+        deleted = await w.delete_copy(uid, cluster=action.member,
+                                      workload=snap.workload or {})
+        log.info("copy.deleted", uid=uid, member=action.member, deleted=deleted)
+        return later(0.5)
+    if kind is ActionKind.RELEASE_FINALIZER:
+        return await _release_finalizer(w, uid, snap)
+    assert snap.workload is not None
     if kind is ActionKind.CREATE_RECORD:
         assert action.placement is not None
         return await _create_record(w, uid, snap, action.placement)
@@ -71,13 +75,6 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
         if action.rejection is not None:
             return await _rejected(w, uid, snap, action, action.rejection)
         return await _requeue(w, uid, snap, action)
-    if kind is ActionKind.DELETE_COPY:
-        assert action.member is not None
-        deleted = await w.delete_copy(uid, cluster=action.member, workload=workload)
-        log.info("copy.deleted", uid=uid, member=action.member, deleted=deleted)
-        return later(0.5)
-    if kind is ActionKind.RELEASE_FINALIZER:
-        return await _release_finalizer(w, uid, snap)
     raise AssertionError(f"unhandled action {kind}")
 
 
@@ -97,9 +94,14 @@ async def _create_record(w: Writer, uid: str, snap: Snapshot, placement: Placeme
         if placed is not None:
             w.release(uid)
         raise
-    if placed is not None or not created:
-        if not created:
-            w.release(uid)  # a namesake's record was there: decide again on what is
+    if created is not Created.CREATED:
+        w.release(uid)  # nothing of the decision was written: decide again on what is
+        if created is Created.BLOCKED:  # a deleted namesake's copy is still going
+            log.info("workload.blocked", uid=uid, reason="a deleted namesake's record waits "
+                                                       "for its copy to go")
+            return later(1.0)
+        return AGAIN
+    if placed is not None:
         return AGAIN
     return await _record_pending(w, uid, snap, placement)
 
@@ -357,11 +359,14 @@ async def _requeue(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outco
 
 
 async def _release_finalizer(w: Writer, uid: str, snap: Snapshot) -> Outcome:
-    workload = snap.workload
-    assert workload is not None
     w.forget(uid)
     # The end of the workload's life here (its copy, if any, is gone): one line, in the
     # trace format ``dispatcher simulate --trace`` replays.
-    log.info(EVENT_DELETED, uid=uid, namespace=workload["metadata"].get("namespace"),
-             name=workload["metadata"].get("name"))
-    return DONE if await w.remove_finalizer(uid, workload) else AGAIN
+    if snap.workload is not None:
+        meta = snap.workload["metadata"]
+        namespace, name = meta.get("namespace"), meta.get("name")
+    else:
+        assert snap.record is not None
+        namespace, name = snap.record.namespace, snap.record.workload_ref[2]
+    log.info(EVENT_DELETED, uid=uid, namespace=namespace, name=name)
+    return DONE if await w.remove_finalizer(uid, snap.workload) else AGAIN

@@ -9,18 +9,25 @@ the action carries the ``Placement`` (queue step, reservation) the shell applies
 first write. Nothing here does I/O or reads a clock, so every branch is a table row in the
 unit tests.
 
+The finalizer is the record's (``names.FINALIZER``, set on its create): the hub object is
+never written to hold it, so its delete returns at once and the record waits for the copy
+to go. A record being deleted while its workload lives (a user, a namespace emptying) stays
+in use until the workload goes, as a PVC in use does.
+
 Branch order (first match wins):
 
 ==  =============================================  ==========================================
 #   when                                           action
 ==  =============================================  ==========================================
-1   hub object gone                                NOTHING (ownerRef GC + orphan sweep)
-2   being deleted, copy ours on a reachable member DELETE_COPY
-3   being deleted, member unreachable, not lost    WAIT (recheck when it may count as lost)
-    long enough
-4   being deleted, otherwise                       RELEASE_FINALIZER (if still held)
-5   no finalizer, a controller owns it, no record  NOTHING (its owner's pod, Job, ...: never ours)
-5a  no finalizer                                   ADD_FINALIZER
+1   hub object not cached, no record, or the hub   NOTHING (a watch's label selector may
+    has not said it is gone (``workload_gone``)    hide a live one: never guessed)
+2   gone or being deleted, copy ours on a          DELETE_COPY
+    reachable member
+3   gone or being deleted, member unreachable,     WAIT (recheck when it may count as lost)
+    not lost long enough
+4   gone or being deleted, otherwise               RELEASE_FINALIZER (the record's, and a
+                                                   legacy one on the hub object), else NOTHING
+5   no record, a controller owns it                NOTHING (its owner's pod, Job, ...: never ours)
 6   no Dispatch record, no placement input yet     PLACE (shell resolves, reads the views)
 6a  no Dispatch record                             CREATE_RECORD (with the Placement: its
                                                    decision rides on the create; Pending
@@ -98,7 +105,6 @@ class ActionKind(StrEnum):
     WAIT = "wait"
     DELETE_COPY = "delete-copy"
     RELEASE_FINALIZER = "release-finalizer"
-    ADD_FINALIZER = "add-finalizer"
     CREATE_RECORD = "create-record"
     PLACE = "place"
     RECORD_PLACEMENT = "record-placement"
@@ -174,6 +180,9 @@ class Snapshot:
     placing: PlacementInput | None = None  # what placing reads (asked for by PLACE)
     rules: Rules = Rules()
     refusal: Rejection | None = None  # the member refused the copy (``StepMemory``)
+    workload_gone: bool = False
+    """The hub says the (uncached) workload is gone: its record is being deleted, or a read
+    found no object of its name and uid. An uncached one is never taken for gone else."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,8 +206,10 @@ def not_started(generic: str | None) -> bool:
     return (generic or "") in _NOT_STARTED
 
 
-def _deleting(snap: Snapshot, workload: Mapping[str, Any]) -> Action:
-    record, meta = snap.record, workload.get("metadata") or {}
+def _deleting(snap: Snapshot, workload: Mapping[str, Any] | None) -> Action:
+    """The hub object is gone (``workload`` None) or being deleted: its copy goes, then the
+    finalizers it held (the record's; a legacy one on the hub object)."""
+    record = snap.record
     cluster = record.cluster if record else None
     if cluster and snap.copy.state is CopyState.OURS and snap.health.reachable:
         return Action(kind=ActionKind.DELETE_COPY, member=cluster,
@@ -213,7 +224,9 @@ def _deleting(snap: Snapshot, workload: Mapping[str, Any]) -> Action:
     if cluster and snap.copy.state is CopyState.UNKNOWN and snap.health.reachable:
         return Action(kind=ActionKind.WAIT, member=cluster,
                       reason=f"copy on {cluster} not listed yet")
-    if FINALIZER in (meta.get("finalizers") or ()):
+    legacy = workload is not None and FINALIZER in (
+        (workload.get("metadata") or {}).get("finalizers") or ())
+    if record is not None or legacy:
         return Action(kind=ActionKind.RELEASE_FINALIZER, member=cluster,
                       reason="no copy left on a reachable member")
     return Action(kind=ActionKind.NOTHING, reason="deleted")
@@ -334,17 +347,17 @@ def decide(snap: Snapshot) -> Action:
     """The next action for one hub workload (branch table in the module docstring)."""
     workload, record = snap.workload, snap.record
     if workload is None:
-        return Action(kind=ActionKind.NOTHING, reason="hub object gone")
+        if record is None or not snap.workload_gone:
+            return Action(kind=ActionKind.NOTHING, reason="hub object not cached")
+        return _deleting(snap, None)
     meta = workload.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return _deleting(snap, workload)
-    if FINALIZER not in (meta.get("finalizers") or ()):
-        owner = controller_owner(workload)
-        if owner is not None and record is None:  # never taken: its owner's, not ours
-            return Action(kind=ActionKind.NOTHING,
-                          reason=f"owned by {owner}: part of its owner's workload")
-        return Action(kind=ActionKind.ADD_FINALIZER, reason="new workload")
     if record is None:
+        owner = controller_owner(workload)
+        if owner is not None and FINALIZER not in (meta.get("finalizers") or ()):
+            return Action(kind=ActionKind.NOTHING,  # never taken: its owner's, not ours
+                          reason=f"owned by {owner}: part of its owner's workload")
         if snap.placing is None:
             return Action(kind=ActionKind.PLACE, reason="new workload")
         placement = place(snap.placing)

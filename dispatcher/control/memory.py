@@ -2,7 +2,8 @@
 
 ``decide`` reads a snapshot; part of it is nowhere on the hub: which copy resourceVersion
 the hub status was last mirrored from, that a foreign object held a workload's name on a
-member a moment ago, that a member refused a workload's copy. The writers note these here
+member a moment ago, that a member refused a workload's copy, that a read found an
+uncached workload gone from the hub. The writers note these here
 and ``Reconciler.snapshot`` reads them, so nothing the decision depends on hides inside a
 writer. In memory only: after a restart each is found again the way it was found first
 (a re-mirror, a conflict on create, a refusal on the next submit).
@@ -30,6 +31,7 @@ class StepMemory:
     _mirrored: dict[str, str] = field(default_factory=dict)
     _foreign: dict[tuple[str, str], float] = field(default_factory=dict)
     _refusals: dict[str, Rejection] = field(default_factory=dict)
+    _gone: set[str] = field(default_factory=set)
 
     def mirrored(self, uid: str, copy_resource_version: str) -> None:
         """The hub status now equals the copy's at that resourceVersion."""
@@ -66,9 +68,18 @@ class StepMemory:
         """The retreat from the refusing member is written."""
         self._refusals.pop(uid, None)
 
+    def found_gone(self, uid: str) -> None:
+        """A read of the hub found no object of the workload's name and uid."""
+        self._gone.add(uid)
+
+    def gone(self, uid: str) -> bool:
+        """The hub said the workload is gone (``found_gone``)."""
+        return uid in self._gone
+
     def forget(self, uid: str) -> None:
         """The hub object is gone: drop everything about it."""
         self._mirrored.pop(uid, None)
         self._refusals.pop(uid, None)
+        self._gone.discard(uid)
         for key in [k for k in self._foreign if k[1] == uid]:
             del self._foreign[key]

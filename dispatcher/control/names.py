@@ -32,6 +32,9 @@ HUB_GENERATION_ANNOTATION = "dispatcher.io/hub-generation"
 # ``Kind.group/name`` of the hub object: a copy is the object whose own kind, group and
 # name are these (a child an operator created from it, with inherited stamps, is not)
 HUB_OBJECT_ANNOTATION = "dispatcher.io/hub-object"
+# On every Dispatch from its create: the record outlives its hub object until the copy is
+# gone. Controllers before 2026-12 put it on the hub workload itself (one more write per
+# dispatch); such a workload is still released when it is deleted.
 FINALIZER = "dispatcher.io/dispatch"
 
 

@@ -108,14 +108,27 @@ class Reconciler:
         workload = item.obj if item is not None else None
         snap = Snapshot(now=self.clock(), workload=workload, record=record,
                         placing=placing, rules=self.settings.rules,
-                        refusal=self.memory.refusal(uid))
+                        refusal=self.memory.refusal(uid),
+                        workload_gone=workload is None and record is not None
+                        and (record.deleting or self.memory.gone(uid)))
         cluster = record.cluster if record is not None else None
-        if cluster is None or workload is None:
+        if cluster is None or (workload is None and not snap.workload_gone):
             return snap
         health = self.fleet.health(cluster)
-        return replace(snap, health=health,
-                       copy=self._copy(cluster, uid, workload) if health.reachable
-                       else Copy(state=CopyState.UNKNOWN))
+        copy = Copy(state=CopyState.UNKNOWN)
+        assert record is not None
+        if health.reachable:
+            copy = self._copy(cluster, uid, workload) if workload is not None \
+                else self._leftover(cluster, uid, record)
+        return replace(snap, health=health, copy=copy)
+
+    def _leftover(self, cluster: str, uid: str, record: records.DispatchRecord) -> Copy:
+        """The copy of a workload gone from the hub: only whether it is there matters."""
+        if self.copies.get(cluster, uid) is not None:
+            return Copy(state=CopyState.OURS)
+        api_version, kind, _ = record.workload_ref
+        synced = (cluster, kind_key(api_version, kind)) in self.copies.synced
+        return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
 
     def _copy(self, cluster: str, uid: str, workload: Mapping[str, Any]) -> Copy:
         found = self.copies.get(cluster, uid)
@@ -198,6 +211,7 @@ class Reconciler:
 
     async def _reconcile(self, uid: str) -> float | None:
         placing: PlacementInput | None = None
+        await self._confirm_gone(uid)
         for _ in range(MAX_STEPS):
             snap = self.snapshot(uid, placing)
             started = time.perf_counter()
@@ -239,8 +253,19 @@ class Reconciler:
             self.queue.remove(entry.uid)
         self.metrics.pending.set(len(self.queue))
 
+    async def _confirm_gone(self, uid: str) -> None:
+        """A record whose workload is not cached: ask the hub whether it is gone (a
+        watch's label selector hides a live one that lost its label). Its record being
+        deleted says so without a read (garbage collection of its owner)."""
+        raw = self.cache.record(uid)
+        if raw is None or self.cache.workload(uid) is not None or self.memory.gone(uid):
+            return
+        record = records.read(raw)
+        if not record.deleting and await self.writes.workload_gone(record):
+            self.memory.found_gone(uid)
+
     def _idle(self, uid: str, snap: Snapshot, action: Action) -> float | None:
-        if snap.workload is None:
+        if snap.workload is None and action.kind is ActionKind.NOTHING:
             self.writes.drop(uid)
             return None
         delay = action.recheck_after

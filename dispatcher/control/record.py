@@ -3,6 +3,9 @@
 The Dispatch object (``dispatcher.io/v1alpha1``, one per hub workload, owned by it) is the
 controller's durable memory: the decision and reservation are written here *before* the
 member is touched, so a restarted controller finds every decision and never places twice.
+It carries the finalizer (``names.FINALIZER``) from its create on: once the hub object is
+gone, the record stays until the copy is removed (the Kueue and Karmada pattern: the hub
+workload itself is never written to hold it).
 The first decision rides on the create (``spec.decision``, with ``spec.demand``: a CRD
 ignores ``status`` on create) and is copied into ``status`` by the ``Submitted`` write;
 later ones (after a requeue) are status patches. ``decision_of`` says which one holds.
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.control.names import PendingReason, Phase
+from dispatcher.control.names import FINALIZER, PendingReason, Phase
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.placement.model import Decision, GangDomain
 from dispatcher.workloads.demand import Demand
@@ -76,6 +79,9 @@ class DispatchRecord:
     name: str
     namespace: str
     workload_uid: str
+    workload_ref: tuple[str, str, str] = ("", "", "")  # its apiVersion, kind, name
+    deleting: bool = False  # the record itself is being deleted (GC of its owner, a user)
+    held: bool = False  # it carries our finalizer (an older controller's records do not)
     phase: str = ""
     cluster: str | None = None
     attempt: int = 0
@@ -125,6 +131,7 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    ref = spec.get("workload") or {}
     decision = decision_of(obj)
     unsettled = None
     if decision is spec.get("decision"):
@@ -147,7 +154,11 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
     remote = status.get("remote") or {}
     return DispatchRecord(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
-        workload_uid=str((spec.get("workload") or {}).get("uid", "")),
+        workload_uid=str(ref.get("uid", "")),
+        workload_ref=(str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
+                      str(ref.get("name", ""))),
+        deleting=bool(meta.get("deletionTimestamp")),
+        held=FINALIZER in (meta.get("finalizers") or ()),
         phase=str(status.get("phase") or ""),
         cluster=decision.get("cluster") or None,
         attempt=int(decision.get("attempt") or len(status.get("attempts") or ())),
@@ -199,7 +210,8 @@ def dispatch_names(workload: Mapping[str, Any]) -> tuple[str, str]:
 def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "dedicated",
                   placed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A new Dispatch for ``workload``: same namespace, owned by it (garbage-collected with
-    it), saying which hub topology it was dispatched under (``kubectl get dispatches -o
+    it) and holding our finalizer (it outlives the hub object until the copy is gone),
+    saying which hub topology it was dispatched under (``kubectl get dispatches -o
     wide``); ``placed`` (``first_placement``) is the decision made before the create, so
     the create is also the crash-safety write."""
     meta = workload["metadata"]
@@ -208,6 +220,7 @@ def dispatch_body(*, workload: Mapping[str, Any], name: str, hub_mode: str = "de
     return {
         "apiVersion": API_VERSION, "kind": "Dispatch",
         "metadata": {"name": name, "namespace": meta.get("namespace") or "default",
+                     "finalizers": [FINALIZER],
                      "ownerReferences": [{**ref, "controller": True,
                                           "blockOwnerDeletion": False}]},
         "spec": {"workload": ref, "hubMode": hub_mode, **(placed or {})},

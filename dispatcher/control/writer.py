@@ -1,7 +1,7 @@
 """What an action may do to the world, and what it tells the loop afterwards.
 
 ``control.actions`` executes one ``decide`` action through a ``Writer`` — the writes of the
-control loop by what they mean (add the finalizer, create the record, create the copy, ...),
+control loop by what they mean (create the record, create the copy, release the record, ...),
 each keeping the caches current — and answers with an ``Outcome``: decide again now, look
 again after some seconds, or done for now. The worker (``control.workers``) schedules; the
 actions never see the reconciler, the caches or a client. ``control.writes.Writes`` is the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dispatcher.control.copies import Rejection
@@ -20,9 +21,18 @@ from dispatcher.control.observe import Metrics
 from dispatcher.fleet.reservations import Reservation
 
 if TYPE_CHECKING:
+    from dispatcher.control.record import DispatchRecord
     from dispatcher.control.submit import CopyUpdate
 
-__all__ = ["AGAIN", "DONE", "Outcome", "Writer", "later"]
+__all__ = ["AGAIN", "DONE", "Created", "Outcome", "Writer", "later"]
+
+
+class Created(StrEnum):
+    """What creating a Dispatch found."""
+
+    CREATED = "created"
+    EXISTS = "exists"  # ours was there (now cached), or a stale namesake's was deleted
+    BLOCKED = "blocked"  # a deleted namesake's record still waits for its copy to go
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,14 +58,15 @@ class Writer(Protocol):
     metrics: Metrics
     memory: StepMemory  # what the snapshot reads of our last steps
 
-    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
-        """Hold the hub object until its copy is gone (a conflict re-reads it)."""
-
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> bool:
-        """Create its Dispatch, with ``placed`` in its spec (``record.first_placement``);
-        False when a record was there already (ours: cached; a deleted namesake's:
-        deleted), so nothing of ``placed`` was written."""
+                            placed: Mapping[str, Any] | None = None) -> Created:
+        """Create its Dispatch, holding our finalizer, with ``placed`` in its spec
+        (``record.first_placement``); anything but CREATED means nothing of ``placed``
+        was written."""
+
+    async def workload_gone(self, record: DispatchRecord) -> bool:
+        """Read the hub: True when no object of the record's workload name and uid is
+        there (an uncached one may only be hidden from a filtered watch)."""
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         """Merge-patch the Dispatch status (conditions merged by type)."""
@@ -75,8 +86,9 @@ class Writer(Protocol):
                           ) -> bool:
         """Delete the copy if it is ours; True when one was deleted."""
 
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
-        """Let the hub object go and delete its Dispatch; False on a write conflict."""
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
+        """Delete the Dispatch and release its finalizer (and a legacy one on the hub
+        object, if it still exists); False on a write conflict (the object re-read)."""
 
     def demand_patch(self, uid: str) -> dict[str, Any]:
         """``status.demand``/``status.definition`` of the resolved workload, or {}."""

@@ -16,11 +16,13 @@ from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
+from dispatcher.control.record import DispatchRecord
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.submit import CopyUpdate, MemberWrites
+from dispatcher.control.writer import Created
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import GangDomain
 
@@ -60,21 +62,8 @@ class Writes:
 
     # -- hub ------------------------------------------------------------------------------
 
-    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
-        item = self.cache.workload(uid)
-        assert item is not None
-        meta = workload["metadata"]
-        try:
-            await self._patch_workload(uid, {"metadata": {
-                "finalizers": [*(meta.get("finalizers") or ()), FINALIZER],
-                "resourceVersion": meta["resourceVersion"]}})
-        except Conflict:
-            fresh = await self.hub.request("GET", item.ref.item(meta["name"],
-                                                                meta.get("namespace")))
-            self.cache.put(item.ref, fresh, force=True)
-
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> bool:
+                            placed: Mapping[str, Any] | None = None) -> Created:
         namespace = str(workload["metadata"].get("namespace") or "default")
         for name in records.dispatch_names(workload):
             body = records.dispatch_body(workload=workload, name=name,
@@ -87,17 +76,34 @@ class Writes:
                 held = (existing.get("spec") or {}).get("workload") or {}
                 if held.get("uid") == uid:
                     self.cache.put_record(existing, force=True)
-                    return False
+                    return Created.EXISTS
                 if not _same_kind(held, workload):
                     continue  # a same-named kind of another group holds it: never touched
                 # A record of an earlier object of this kind and name: its owner is gone.
-                with contextlib.suppress(NotFound, Conflict):
-                    await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
-                                           body=_delete_options(existing["metadata"]["uid"]))
-                return False
+                # Ours (with the finalizer) goes once its copy has; an older one at once.
+                meta = existing["metadata"]
+                if not meta.get("deletionTimestamp"):
+                    with contextlib.suppress(NotFound, Conflict):
+                        await self.hub.request("DELETE", DISPATCHES.item(name, namespace),
+                                               body=_delete_options(meta["uid"]))
+                return Created.BLOCKED if FINALIZER in (meta.get("finalizers") or ()) \
+                    else Created.EXISTS
             self.cache.put_record(created, force=True)
+            return Created.CREATED
+        return Created.EXISTS
+
+    async def workload_gone(self, record: DispatchRecord) -> bool:
+        api_version, kind, name = record.workload_ref
+        try:
+            ref = await self.hub.discovery.resource(api_version, kind)
+            if ref is None:
+                return False  # not served (yet): never guess
+            found = await self.hub.request("GET", ref.item(name, record.namespace))
+        except NotFound:
             return True
-        return False
+        except KubeError:
+            return False
+        return str((found.get("metadata") or {}).get("uid")) != record.workload_uid
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)
@@ -118,25 +124,52 @@ class Writes:
             return False
         return True
 
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
-        meta = workload["metadata"]
-        try:
-            await self._patch_workload(uid, {"metadata": {
-                "finalizers": [f for f in meta.get("finalizers") or () if f != FINALIZER],
-                "resourceVersion": meta["resourceVersion"]}})
-        except NotFound:
-            self.cache.drop(uid)
-        except Conflict:
-            return False
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
+        if workload is not None and FINALIZER in (workload["metadata"].get("finalizers") or ()):
+            meta = workload["metadata"]  # held by a controller before 2026-12
+            try:
+                await self._patch_workload(uid, {"metadata": {
+                    "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
+                    "resourceVersion": meta["resourceVersion"]}})
+            except NotFound:
+                self.cache.drop(uid)
+            except Conflict:
+                return False
         raw = self.cache.record(uid)
-        if raw is not None:  # owned by the workload, so GC would do it; do not wait for it
-            record_meta = raw["metadata"]
-            with contextlib.suppress(NotFound, Conflict):
-                await self.hub.request(
-                    "DELETE", DISPATCHES.item(record_meta["name"], record_meta["namespace"]),
-                    body=_delete_options(record_meta["uid"]))
-            self.cache.drop_record(raw)
+        if raw is None:
+            return True
+        try:
+            await self._release_record(raw)
+        except Conflict:
+            meta = raw["metadata"]
+            with contextlib.suppress(NotFound):
+                self.cache.put_record(await self.hub.request(
+                    "GET", DISPATCHES.item(meta["name"], meta["namespace"])), force=True)
+            return False
+        self.cache.drop_record(raw)
         return True
+
+    async def _release_record(self, raw: Mapping[str, Any]) -> None:
+        """Delete the Dispatch (unless it is being deleted already: its owner's garbage
+        collection) and then take our finalizer off it: it goes."""
+        meta = raw["metadata"]
+        item = DISPATCHES.item(meta["name"], meta["namespace"])
+        current: Mapping[str, Any] = raw
+        try:
+            if not meta.get("deletionTimestamp"):
+                try:
+                    current = await self.hub.request("DELETE", item,
+                                                     body=_delete_options(meta["uid"]))
+                except Conflict:
+                    return  # the uid precondition: another object has the name now
+            current_meta = current.get("metadata") or {}
+            finalizers = current_meta.get("finalizers") or ()
+            if current.get("kind") == "Dispatch" and FINALIZER in finalizers:
+                await self.hub.request("PATCH", item, content_type=JSON_MERGE_PATCH, body={
+                    "metadata": {"finalizers": [f for f in finalizers if f != FINALIZER],
+                                 "resourceVersion": current_meta["resourceVersion"]}})
+        except NotFound:
+            return
 
     async def _patch_workload(self, uid: str, body: Mapping[str, Any], *,
                               subresource: str = "") -> None:

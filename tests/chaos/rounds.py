@@ -11,7 +11,8 @@ waits, up to ``BOUND_S``, for the invariants, and measures how long they took:
 - no loss: every live workload has a Dispatch with a decision and its copy on a member;
 - no duplicate: exactly one copy per workload over all members (listed by origin label);
 - agreement: the copy is on the member the Dispatch names, stamped with the hub uid;
-- deletions: a deleted hub workload is gone (finalizer released) with no copy anywhere;
+- deletions: a deleted hub workload and its Dispatch are gone (the Dispatch's finalizer
+  released) with no copy anywhere;
 - status: a member copy's status is mirrored to the hub object, and the Dispatch shows the
   generic status the definition reads from the copy;
 - no leaked reservation: after cleanup (on the real fleet: once the members' garbage
@@ -222,15 +223,18 @@ async def check_workload(env: ChaosEnv, t: Tracked, namespace: str, *,
     """What is wrong with ``t`` right now (empty: converged)."""
     copies = await copies_of(env, t, namespace)
     hub_obj = await retry(lambda: _get(env.hub, t.ref.item(t.name, namespace)))
+    dispatch_name = f"{t.sample.kind.lower()}-{t.name}"
+    record = await retry(lambda: _get(env.hub, DISPATCHES.item(dispatch_name, namespace)))
     if t.deleted:
         out = [f"{t.name}: deleted on the hub but a copy is still on {m}" for m, _ in copies]
         if hub_obj is not None and hub_obj["metadata"]["uid"] == t.uid:
-            out.append(f"{t.name}: deleted but still on the hub (finalizer not released)")
+            out.append(f"{t.name}: deleted but still on the hub (a finalizer not released)")
+        if record is not None and record["spec"]["workload"]["uid"] == t.uid:
+            out.append(f"{t.name}: deleted but its Dispatch is still there (its finalizer "
+                       f"not released)")
         return out
     if hub_obj is None:
         return [f"LOST {t.name}: the hub object is gone"]
-    dispatch_name = f"{t.sample.kind.lower()}-{t.name}"
-    record = await retry(lambda: _get(env.hub, DISPATCHES.item(dispatch_name, namespace)))
     if record is None:
         return [f"LOST {t.name}: no Dispatch"]
     status = record.get("status") or {}

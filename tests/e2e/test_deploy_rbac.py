@@ -14,7 +14,8 @@ kubeconfigs as config-file members), both with the namespaced identity and
 controller creates the namespace on the member itself). A JobSet pinned to
 one member is dispatched (Dispatch record, stamped copy), its member status is mirrored to
 the hub, a spec change on the hub reaches the copy, and deleting it on the hub removes the
-copy and the finalizer; `kubectl get memberclusters` and `kubectl get dispatches -A` show
+copy and then the Dispatch (its finalizer released); `kubectl get memberclusters` and
+`kubectl get dispatches -A` show
 what the controller wrote (readiness, nodes, GPUs; workload, kind, GPUs, member, status).
 The controller's log carries no Forbidden answer at any step, so the shipped RBAC is
 enough; the very tokens it runs with are refused Secrets outside dispatcher-system on the
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "dispatcher-system"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
+DISPATCHES_PATH = "/apis/dispatcher.io/v1alpha1"
 TIMEOUT_S = 40.0
 HUB_ID = f"e2e-rbac-{uuid.uuid4().hex[:6]}"
 
@@ -348,9 +350,12 @@ def test_dispatch_mirror_delete_with_least_privilege(installed: dict[str, Any]) 
 
     def deleted() -> bool:
         return (get_or_none(hub, f"{JOBSETS}/namespaces/{namespace}/jobsets/train") is None
-                and get_or_none(member, copy_path) is None)
+                and get_or_none(member, copy_path) is None
+                and get_or_none(hub, f"{DISPATCHES_PATH}/namespaces/{namespace}"
+                                     f"/dispatches/jobset-train") is None)
 
-    eventually(deleted, what="the copy and the hub object (finalizer released) gone")
+    eventually(deleted, what="the hub object, the copy and the Dispatch (its finalizer "
+                             "released) gone")
 
     controller: Controller = installed["controller"]
     assert controller.proc.poll() is None

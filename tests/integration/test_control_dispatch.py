@@ -2,8 +2,11 @@
 
 Covers, each against the dev fleet's hub and two members: a JobSet lands on the member
 placement ranks first (most free GPUs) with the Dispatch written first and the copy
-stamped; member status mirrored to the hub object; hub deletion removes the copy and the
-finalizer; a foreign same-named object is a Conflict and is left alone; a workload that
+stamped, the Dispatch holding the finalizer and the hub object not written; member status
+mirrored to the hub object; hub deletion is at once, then the copy goes and then the
+Dispatch (its finalizer released); a workload re-created under a deleted one's name waits
+for the old copy and is dispatched; a Dispatch deleted while its workload lives stays in
+use; a foreign same-named object is a Conflict and is left alone; a workload that
 no member could ever run stays Pending (Unplaceable) with the reason and is dispatched
 when a node with room is added; the sweep deletes an orphan copy. Each test uses its own
 namespace and the module its own hub id, so other suites sharing the fleet are never
@@ -96,8 +99,10 @@ async def test_jobset_lands_on_the_member_placement_ranks_first(harness: Harness
     assert record["metadata"]["ownerReferences"][0]["uid"] == uid
     assert record["status"]["decision"]["cluster"] == expected
     assert record["status"]["demand"]["gpus"] == 8
+    assert record["metadata"]["finalizers"] == [FINALIZER]
     hub_obj = await h.hub.request("GET", JOBSETS.item("train", h.namespace))
-    assert FINALIZER in hub_obj["metadata"]["finalizers"]
+    assert FINALIZER not in (hub_obj["metadata"].get("finalizers") or ())  # never written
+    assert hub_obj["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
 
 async def test_member_status_is_mirrored_to_the_hub(harness: Harness) -> None:
@@ -151,15 +156,16 @@ async def test_hub_spec_change_is_written_to_the_copy(harness: Harness) -> None:
     assert after["spec"]["replicatedJobs"] == before["spec"]["replicatedJobs"]
 
 
-async def test_deleting_on_the_hub_deletes_the_copy_then_the_finalizer(
+async def test_deleting_on_the_hub_deletes_the_copy_then_the_record(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
                         body=jobset("gone", h.namespace, replicas=1, gpus=1))
     (member, _), = (await eventually(lambda: copies_of(h, "gone"), what="the copy")).items()
     path = JOBSETS.item("gone", h.namespace)
-    # Every client's writes of this object, in the order they happened: a DELETE once
-    # answered, a hub PATCH that drops our finalizer once sent (a conflict may repeat it).
+    record_path = DISPATCHES.item("jobset-gone", h.namespace)
+    # Every client's writes of these objects, in the order they happened: a DELETE once
+    # answered, a PATCH of the Dispatch that drops our finalizer once sent.
     writes: list[str] = []
     send = KubeClient.request
 
@@ -167,24 +173,83 @@ async def test_deleting_on_the_hub_deletes_the_copy_then_the_finalizer(
         body = kwargs.get("body")
         finalizers = (body.get("metadata") or {}).get("finalizers") \
             if isinstance(body, dict) else None
-        if (client.name, method, target) == ("hub", "PATCH", path) \
+        if (client.name, method, target) == ("hub", "PATCH", record_path) \
                 and finalizers is not None and FINALIZER not in finalizers:
-            writes.append("hub: finalizer removal")
+            writes.append("hub: record finalizer removal")
         answer = await send(client, method, target, **kwargs)
-        if method == "DELETE" and target == path:
-            writes.append(f"{client.name}: deleted")
+        if method == "DELETE" and target in (path, record_path):
+            writes.append(f"{client.name}: deleted {target.rsplit('/', 2)[-2]}")
         return answer
 
     monkeypatch.setattr(KubeClient, "request", recording)
     await h.hub.request("DELETE", path)
+    assert await get_or_none(h.hub, path) is None  # nothing holds the hub object
 
     async def all_gone() -> bool:
-        hub_obj = await get_or_none(h.hub, path)
-        return hub_obj is None and not await copies_of(h, "gone")
+        return await get_or_none(h.hub, record_path) is None \
+            and not await copies_of(h, "gone")
 
-    await eventually(all_gone, what="copy and hub object deleted")
-    assert writes[:2] == ["hub: deleted", f"{member}: deleted"], writes
-    assert set(writes[2:]) == {"hub: finalizer removal"}, writes
+    await eventually(all_gone, what="copy and Dispatch deleted")
+    assert writes[:2] == ["hub: deleted jobsets", f"{member}: deleted jobsets"], writes
+    # The Dispatch is deleted by the hub's garbage collector or by us, then released.
+    assert writes[-1] == "hub: record finalizer removal", writes
+    assert set(writes[2:-1]) <= {"hub: deleted dispatches"}, writes
+
+
+async def test_a_namesake_created_right_after_a_delete_waits_for_the_old_copy(
+        harness: Harness) -> None:
+    h = harness
+    path = JOBSETS.item("again", h.namespace)
+    first = await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                                body=jobset("again", h.namespace, replicas=1, gpus=1))
+    await eventually(lambda: copies_of(h, "again"), what="the first copy")
+    await h.hub.request("DELETE", path)
+    second = await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                                 body=jobset("again", h.namespace, replicas=1, gpus=1))
+    uid = second["metadata"]["uid"]
+    assert uid != first["metadata"]["uid"]
+
+    async def landed() -> Any:
+        copies = await copies_of(h, "again")
+        found = [c for c in copies.values()
+                 if c["metadata"]["annotations"].get(HUB_UID_ANNOTATION) == uid]
+        return found[0] if len(copies) == 1 and found else None
+
+    await eventually(landed, what="the second workload's copy, and only it")
+
+    async def submitted() -> Any:
+        record = await get_or_none(h.hub, DISPATCHES.item("jobset-again", h.namespace))
+        ok = record is not None and record["spec"]["workload"]["uid"] == uid \
+            and (record.get("status") or {}).get("phase") not in (None, "", "Placed")
+        return record if ok else None
+
+    record = await eventually(submitted, what="the second workload's Dispatch, submitted")
+    assert record["status"]["phase"] != "Conflict"
+
+
+async def test_a_dispatch_deleted_while_its_workload_lives_stays_in_use(
+        harness: Harness) -> None:
+    h = harness
+    await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                        body=jobset("kept", h.namespace, replicas=1, gpus=1))
+    copies = await eventually(lambda: copies_of(h, "kept"), what="the copy")
+    record_path = DISPATCHES.item("jobset-kept", h.namespace)
+    await h.hub.request("DELETE", record_path)
+
+    async def terminating() -> Any:
+        record = await get_or_none(h.hub, record_path)
+        return record if record and record["metadata"].get("deletionTimestamp") else None
+
+    record = await eventually(terminating, what="the Dispatch marked for deletion")
+    assert record["metadata"]["finalizers"] == [FINALIZER]
+    assert list(await copies_of(h, "kept")) == list(copies)  # the copy is left running
+    await h.hub.request("DELETE", JOBSETS.item("kept", h.namespace))
+
+    async def all_gone() -> bool:
+        return await get_or_none(h.hub, record_path) is None \
+            and not await copies_of(h, "kept")
+
+    await eventually(all_gone, what="the copy and the Dispatch gone with the workload")
 
 
 async def test_foreign_object_is_a_conflict_and_left_alone(harness: Harness) -> None:

@@ -33,9 +33,10 @@ BUILTIN_PLURALS = {("batch", "Job"): "jobs", ("batch", "CronJob"): "cronjobs",
                    ("apps", "StatefulSet"): "statefulsets", ("", "Pod"): "pods"}
 
 # What the controller's requests need (grep dispatcher/control and dispatcher/fleet):
-# hub workloads are watched, read after a conflict and merge-patched (finalizer), their
-# status merge-patched (mirroring); member copies are created, watched, read, merge-patched
-# (hub spec changes) and deleted.
+# hub workloads are watched, read (a conflict; a record whose workload left the cache) and
+# merge-patched (a legacy finalizer removed), their status merge-patched (mirroring);
+# Dispatches are created with our finalizer and merge-patched to take it off; member copies
+# are created, watched, read, merge-patched (hub spec changes) and deleted.
 HUB_WORKLOAD_VERBS = {"get", "list", "watch", "patch"}
 HUB_STATUS_VERBS = {"patch"}
 MEMBER_WORKLOAD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
@@ -131,7 +132,8 @@ def test_hub_role_grants_each_catalog_kind_exactly_what_the_controller_uses() ->
         ("run.ai", "kartas"), ("run.ai", "kartas/status"), ("", "namespaces")]} == {
         ("dispatcher.io", "memberclusters"): {"list", "watch"},
         ("dispatcher.io", "memberclusters/status"): {"patch"},
-        ("dispatcher.io", "dispatches"): {"get", "list", "watch", "create", "delete"},
+        ("dispatcher.io", "dispatches"): {"get", "list", "watch", "create", "patch",
+                                          "delete"},
         ("dispatcher.io", "dispatches/status"): {"patch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("", "events"): {"create"},

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from dispatcher.control.names import FINALIZER
 from dispatcher.control.record import dispatch_body, dispatch_name
 from dispatcher.devfleet.controlplane import DEDICATED_CONTROLLERS, FleetState
 from dispatcher.devfleet.rest import ApiError, Rest
@@ -134,9 +135,22 @@ def test_dedicated_hub_runs_only_the_hub_controllers(dev_fleet: FleetState, hub:
     assert hub.get("/api/v1/nodes")["items"] == []
 
 
+def release(rest: Rest, path: str) -> None:
+    """Take the finalizers off the object at ``path`` (what the controller does once the
+    copy is gone)."""
+    rest.request("PATCH", path, {"metadata": {"finalizers": None}},
+                 content_type="application/merge-patch+json")
+
+
+def terminating(rest: Rest, path: str) -> dict[str, Any] | None:
+    current = get_or_none(rest, path)
+    return current if current and current["metadata"].get("deletionTimestamp") else None
+
+
 def test_deleting_a_namespace_on_the_hub_empties_and_removes_it(hub: Rest) -> None:
     """The namespace controller deletes what the namespace holds (a Job, a Dispatch, a
-    ConfigMap) and then removes the namespace's finalizer: the namespace goes."""
+    ConfigMap); the Dispatch's finalizer holds it (and the namespace) until released;
+    then the namespace's own finalizer is removed: the namespace goes."""
     ns = make_namespace(hub)
     eventually(lambda: get_or_none(hub, f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
                what="the ServiceAccount controller's default account in the new namespace")
@@ -146,6 +160,11 @@ def test_deleting_a_namespace_on_the_hub_empties_and_removes_it(hub: Rest) -> No
     hub.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}})
     hub.request("DELETE", f"/api/v1/namespaces/{ns}")
+    record = f"{DISPATCHES.format(ns=ns)}/{dispatch_name(created)}"
+    eventually(partial(terminating, hub, record), what="the Dispatch marked for deletion")
+    eventually(partial(gone, hub, f"{JOBS.format(ns=ns)}/intent"), what="the Job deleted")
+    assert hub.get(f"/api/v1/namespaces/{ns}")["status"]["phase"] == "Terminating"
+    release(hub, record)
     eventually(lambda: get_or_none(hub, f"/api/v1/namespaces/{ns}") is None,
                what=f"namespace {ns} finalized and gone")
     for path in (f"{JOBS.format(ns=ns)}/intent",
@@ -156,9 +175,10 @@ def test_deleting_a_namespace_on_the_hub_empties_and_removes_it(hub: Rest) -> No
 
 def test_garbage_collector_deletes_a_dispatch_whose_job_is_deleted(
         hub: Rest, namespace: str) -> None:
-    """A Dispatch owned by a hub Job goes when the Job is deleted with background
-    propagation (what kubectl does); a plain DELETE of a batch/v1 Job orphans it instead
-    (that API version's default policy): the Dispatch stays without its ownerReference."""
+    """A Dispatch owned by a hub Job is deleted when the Job is deleted with background
+    propagation (what kubectl does), and goes once its finalizer is released; a plain
+    DELETE of a batch/v1 Job orphans it instead (that API version's default policy): the
+    Dispatch stays without its ownerReference."""
     jobs, dispatches = JOBS.format(ns=namespace), DISPATCHES.format(ns=namespace)
     for name, propagation in (("background", "Background"), ("plain", None)):
         created = hub.request("POST", jobs, job(name))
@@ -170,12 +190,17 @@ def test_garbage_collector_deletes_a_dispatch_whose_job_is_deleted(
         hub.request("DELETE", f"{jobs}/{name}", options)
         eventually(partial(gone, hub, f"{jobs}/{name}"), what=f"job {name} gone")
         if propagation:
+            held = eventually(partial(terminating, hub, record),
+                              what="the Dispatch of the deleted Job marked for deletion")
+            assert held["metadata"]["finalizers"] == [FINALIZER]
+            release(hub, record)
             eventually(partial(gone, hub, record),
                        what="the Dispatch of the deleted Job garbage-collected")
         else:
             orphan = eventually(partial(unowned, hub, record),
                                 what="the Dispatch orphaned (ownerReferences removed)")
             assert orphan["spec"]["workload"]["uid"] == created["metadata"]["uid"]
+            release(hub, record)
 
 
 def gone(rest: Rest, path: str) -> bool:

@@ -27,11 +27,11 @@ from dispatcher.control.decide import (
     decide,
 )
 from dispatcher.control.memory import StepMemory
-from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.names import Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.control.record import DispatchRecord
 from dispatcher.control.submit import CopyUpdate
-from dispatcher.control.writer import AGAIN, DONE, Outcome, later
+from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, later
 from tests.unit.control import placing_builders as pb
 
 NOW = pb.NOW
@@ -42,7 +42,7 @@ class FakeWriter:
 
     def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
                  update: CopyUpdate | None = None, finalizer_conflict: bool = False,
-                 record_created: bool = True) -> None:
+                 record_created: Created = Created.CREATED) -> None:
         self.metrics = Metrics.create()
         self.memory = StepMemory(clock=lambda: NOW)
         self.calls: list[tuple[str, Any]] = []
@@ -54,13 +54,14 @@ class FakeWriter:
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
 
-    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
-        self.calls.append(("add_finalizer", uid))
-
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> bool:
+                            placed: Mapping[str, Any] | None = None) -> Created:
         self.calls.append(("create_record", placed))
         return self._record_created
+
+    async def workload_gone(self, record: DispatchRecord) -> bool:
+        self.calls.append(("workload_gone", record.workload_uid))
+        return True
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_record", status))
@@ -84,7 +85,7 @@ class FakeWriter:
         self.calls.append(("delete_copy", cluster))
         return True
 
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
         self.calls.append(("remove_finalizer", uid))
         return not self._finalizer_conflict
 
@@ -111,8 +112,7 @@ class FakeWriter:
 def workload(*, deleting: bool = False, status: dict[str, Any] | None = None,
              generation: int = 1) -> dict[str, Any]:
     obj = pb.job(gpus=8, parallelism=2)
-    obj["metadata"].update(finalizers=[FINALIZER], resourceVersion="7",
-                           generation=generation)
+    obj["metadata"].update(resourceVersion="7", generation=generation)
     if deleting:
         obj["metadata"]["deletionTimestamp"] = "2026-11-30T11:00:00Z"
     if status is not None:
@@ -166,11 +166,20 @@ def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write
 
 
 def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None:
-    w = FakeWriter(record_created=False)
+    w = FakeWriter(record_created=Created.EXISTS)
     snap = Snapshot(now=NOW, workload=workload(), record=None,
                     placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
+    assert w.names() == ["create_record", "release"]
+
+
+def test_a_new_workload_waits_while_a_deleted_namesakes_record_holds_its_name() -> None:
+    w = FakeWriter(record_created=Created.BLOCKED)
+    snap = Snapshot(now=NOW, workload=workload(), record=None,
+                    placing=pb.given(workload(), fleet=pb.members()))
+    action, outcome = run(w, snap)
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == later(1.0)
     assert w.names() == ["create_record", "release"]
 
 
@@ -356,3 +365,15 @@ def test_deletion_deletes_the_copy_then_releases_the_finalizer() -> None:
     _, outcome = run(FakeWriter(finalizer_conflict=True),
                      replace(deleting, copy=Copy(state=CopyState.ABSENT)))
     assert outcome == AGAIN  # the object changed meanwhile: decide again on the new one
+
+
+def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
+    w = FakeWriter()
+    gone = Snapshot(now=NOW, workload=None, record=RUNNING, copy=OURS, workload_gone=True)
+    action, outcome = run(w, gone)
+    assert action.kind is ActionKind.DELETE_COPY and outcome == later(0.5)
+    assert w.names() == ["delete_copy"]
+    w.calls.clear()
+    action, outcome = run(w, replace(gone, copy=Copy(state=CopyState.ABSENT)))
+    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == DONE
+    assert w.names() == ["forget", "remove_finalizer"]

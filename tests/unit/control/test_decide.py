@@ -31,13 +31,13 @@ from tests.unit.control import placing_builders as pb
 NOW = 1_000_000.0
 
 
-def workload(*, finalizer: bool = True, deleting: bool = False,
+def workload(*, finalizer: bool = False, deleting: bool = False,
              status: dict[str, Any] | None = None, owned: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "train", "namespace": "team-a", "uid": "u1"}
     if owned:  # a controller's child (an Argo Workflow's JobSet, a DaemonSet's pod)
         meta["ownerReferences"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
                                     "name": "wf", "uid": "w1", "controller": True}]
-    if finalizer:
+    if finalizer:  # held by a controller before 2026-12 (today the record holds it)
         meta["finalizers"] = [FINALIZER]
     if deleting:
         meta["deletionTimestamp"] = "2026-11-29T20:00:00Z"
@@ -85,17 +85,37 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("deleting, copy not listed", Snapshot(now=NOW, workload=workload(deleting=True),
                                            record=PLACED), ActionKind.WAIT),
     ("deleting, never placed", Snapshot(now=NOW, workload=workload(deleting=True),
-                                        record=None), ActionKind.RELEASE_FINALIZER),
-    ("deleting, finalizer gone", Snapshot(now=NOW, workload=workload(deleting=True,
-                                                                     finalizer=False),
-                                          record=None), ActionKind.NOTHING),
-    ("new", Snapshot(now=NOW, workload=workload(finalizer=False), record=None),
-     ActionKind.ADD_FINALIZER),
-    ("new, a controller owns it", Snapshot(now=NOW, workload=workload(finalizer=False,
-                                                                      owned=True),
+                                        record=record()), ActionKind.RELEASE_FINALIZER),
+    ("deleting, legacy finalizer, no record", Snapshot(
+        now=NOW, workload=workload(deleting=True, finalizer=True), record=None),
+     ActionKind.RELEASE_FINALIZER),
+    ("deleting, nothing held", Snapshot(now=NOW, workload=workload(deleting=True),
+                                        record=None), ActionKind.NOTHING),
+    ("gone, the hub says so, copy ours", Snapshot(now=NOW, workload=None, record=PLACED,
+                                                  copy=OURS, workload_gone=True),
+     ActionKind.DELETE_COPY),
+    ("gone, the hub says so, member just lost", Snapshot(
+        now=NOW, workload=None, record=PLACED, health=LOST_NOW, workload_gone=True),
+     ActionKind.WAIT),
+    ("gone, the hub says so, copy absent", Snapshot(
+        now=NOW, workload=None, record=PLACED, copy=Copy(state=CopyState.ABSENT),
+        workload_gone=True), ActionKind.RELEASE_FINALIZER),
+    ("gone, the hub says so, copy not listed", Snapshot(
+        now=NOW, workload=None, record=PLACED, workload_gone=True), ActionKind.WAIT),
+    ("gone, the hub says so, never placed", Snapshot(
+        now=NOW, workload=None, record=record(phase=Phase.PENDING), workload_gone=True),
+     ActionKind.RELEASE_FINALIZER),
+    ("gone, no record", Snapshot(now=NOW, workload=None, record=None, workload_gone=True),
+     ActionKind.NOTHING),
+    ("new", Snapshot(now=NOW, workload=workload(), record=None), ActionKind.PLACE),
+    ("new, a controller owns it", Snapshot(now=NOW, workload=workload(owned=True),
                                            record=None), ActionKind.NOTHING),
-    ("taken before it got an owner", Snapshot(now=NOW, workload=workload(owned=True),
+    ("taken before it got an owner", Snapshot(now=NOW, workload=workload(owned=True,
+                                                                         finalizer=True),
                                               record=None), ActionKind.PLACE),
+    ("record being deleted, workload alive: still in use", Snapshot(
+        now=NOW, workload=workload(), record=replace(PLACED, deleting=True), copy=OURS),
+     ActionKind.ADOPT),
     ("no record, no decision", Snapshot(now=NOW, workload=workload(), record=None),
      ActionKind.PLACE),
     ("no record, fits", Snapshot(now=NOW, workload=workload(), record=None,

@@ -2,12 +2,13 @@
 a stub fleet view and an injected writer that records each write and keeps the caches as
 the real one does (from the answers of the API). No Kubernetes, no clock but a fixed one.
 
-Covered: a new workload's whole first dispatch (finalizer, the record created with its
-decision and reservation, wait for the copy watch, submit, adopt with the first decision
+Covered: a new workload's whole first dispatch (the record created with its decision,
+reservation and finalizer, wait for the copy watch, submit, adopt with the first decision
 settled into status); a member's refusal (released at once, then requeued without that
 member and placed on another, or failed when no one else could take it); a workload
 nothing fits (record then Pending, once); a deleted workload (copy deleted, then the
-finalizer released).
+record's finalizer released), also once it is gone from the hub (the hub asked first,
+unless its record is being deleted) and while a namesake's record still waits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import CopyUpdate
+from dispatcher.control.writer import Created
 from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations, Reservation
 from dispatcher.kube.patches import apply_merge
 from dispatcher.kube.resources import ResourceRef
@@ -76,6 +78,8 @@ class WorldWriter:
         self.memory = StepMemory(clock=lambda: NOW)
         self.calls: list[tuple[str, Any]] = []
         self.refuse = refuse
+        self.blocked = False  # create_record finds a deleted namesake's record
+        self.gone = True  # what workload_gone answers
         self._rv = 10
 
     def names(self) -> list[str]:
@@ -90,19 +94,20 @@ class WorldWriter:
         assert item is not None
         return item.obj
 
-    async def add_finalizer(self, uid: str, workload: Mapping[str, Any]) -> None:
-        self.calls.append(("add_finalizer", uid))
-        self.hub.put(JOBS, apply_merge(workload, {"metadata": {
-            "finalizers": [FINALIZER], "resourceVersion": self._next_rv()}}))
-
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> bool:
+                            placed: Mapping[str, Any] | None = None) -> Created:
         self.calls.append(("create_record", placed))
+        if self.blocked:
+            return Created.BLOCKED
         body = records.dispatch_body(workload=workload, name=records.dispatch_name(workload),
                                      placed=placed)
         body["metadata"].update(uid="rec-1", resourceVersion=self._next_rv())
         self.hub.put_record(body, force=True)
-        return True
+        return Created.CREATED
+
+    async def workload_gone(self, record: records.DispatchRecord) -> bool:
+        self.calls.append(("workload_gone", record.workload_uid))
+        return self.gone
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_record", status))
@@ -142,9 +147,11 @@ class WorldWriter:
         self.copies.drop(cluster, uid)
         return True
 
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any]) -> bool:
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
         self.calls.append(("remove_finalizer", uid))
-        self.hub.drop(uid)
+        raw = self.hub.record(uid)
+        assert raw is not None and FINALIZER in raw["metadata"]["finalizers"]
+        self.hub.drop_record(raw)
         return True
 
     def demand_patch(self, uid: str) -> dict[str, Any]:
@@ -207,8 +214,8 @@ def test_a_first_dispatch_writes_the_decision_with_the_record_then_submits_and_a
     reconciler, w = world()
     # The copy watch of the chosen member has not listed yet: wait after the record.
     assert reconcile(reconciler) == 5.0
-    assert w.names() == ["add_finalizer", "create_record"]
-    placed = w.calls[1][1]
+    assert w.names() == ["create_record"]
+    placed = w.calls[0][1]
     assert placed["decision"]["cluster"] == "a" and placed["decision"]["attempt"] == 1
     reservation = reconciler.fleet.reservations("a")
     assert reservation is not None and UID in reservation
@@ -232,12 +239,12 @@ def test_a_refused_copy_is_requeued_without_that_member_and_placed_again() -> No
     list_copies(reconciler, "a")
     # c's copy watch has not listed: the new decision waits for it.
     assert reconcile(reconciler) == 5.0
-    assert w.names() == ["add_finalizer", "create_record", "hold", "create_copy", "release",
+    assert w.names() == ["create_record", "hold", "create_copy", "release",
                          "patch_record", "event", "patch_record"]
-    requeued, placed = w.calls[5][1], w.calls[7][1]
+    requeued, placed = w.calls[4][1], w.calls[6][1]
     assert requeued["phase"] == "Pending" and requeued["excluded"] == ["a"]
     assert {c["type"]: c["reason"] for c in requeued["conditions"]}["Submitted"] == "Rejected"
-    assert w.calls[6][1] == "Rejected"
+    assert w.calls[5][1] == "Rejected"
     assert placed["phase"] == "Placed" and placed["decision"]["cluster"] == "c"
     assert placed["decision"]["attempt"] == 2
     assert w.memory.refusal(UID) is None
@@ -250,9 +257,9 @@ def test_a_refused_copy_fails_when_no_other_member_could_take_it() -> None:
     reconciler, w = world(refuse=refusal)  # b takes only team-b
     list_copies(reconciler, "a")
     assert reconcile(reconciler) is None
-    assert w.names() == ["add_finalizer", "create_record", "hold", "create_copy", "release",
+    assert w.names() == ["create_record", "hold", "create_copy", "release",
                          "patch_record", "event"]
-    failed = w.calls[5][1]
+    failed = w.calls[4][1]
     assert failed["phase"] == "Failed" and "no other member" in failed["failure"]
 
 
@@ -277,14 +284,14 @@ def test_a_requeued_workload_that_fits_nowhere_never_returns_to_its_first_member
 def test_a_workload_that_fits_nowhere_gets_its_record_and_pending_once() -> None:
     reconciler, w = world(gpus=64)
     reconcile(reconciler)
-    assert w.names() == ["add_finalizer", "create_record", "patch_record", "event"]
-    assert w.calls[1][1] is None  # no decision to carry
+    assert w.names() == ["create_record", "patch_record", "event"]
+    assert w.calls[0][1] is None  # no decision to carry
     w.calls.clear()
     reconcile(reconciler)
     assert w.names() == []  # the same reason: nothing written again
 
 
-def test_a_deleted_workload_loses_its_copy_then_its_finalizer() -> None:
+def test_a_deleted_workload_loses_its_copy_then_its_records_finalizer() -> None:
     reconciler, w = world()
     list_copies(reconciler, "a")
     reconcile(reconciler)
@@ -298,4 +305,62 @@ def test_a_deleted_workload_loses_its_copy_then_its_finalizer() -> None:
     w.calls.clear()
     assert reconcile(reconciler) is None
     assert w.names() == ["release", "remove_finalizer"]
-    assert reconciler.cache.workload(UID) is None
+    assert reconciler.cache.record(UID) is None
+
+
+def dispatched_then_gone(*, record_deleting: bool = False) -> tuple[Reconciler, WorldWriter]:
+    """A workload dispatched to ``a`` whose hub object then left the cache (its watch said
+    DELETED, or a label selector stopped matching it)."""
+    reconciler, w = world()
+    list_copies(reconciler, "a")
+    reconcile(reconciler)
+    assert reconciler.copies.get("a", UID) is not None
+    reconciler.cache.drop(UID)
+    if record_deleting:
+        raw = reconciler.cache.record(UID)
+        assert raw is not None
+        reconciler.cache.put_record(apply_merge(raw, {"metadata": {
+            "deletionTimestamp": "2026-11-30T11:00:00Z", "resourceVersion": "98"}}))
+    w.calls.clear()
+    return reconciler, w
+
+
+def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
+    reconciler, w = dispatched_then_gone()
+    assert reconcile(reconciler) == 0.5
+    assert w.names() == ["workload_gone", "delete_copy"]
+    w.calls.clear()
+    assert reconcile(reconciler) is None
+    assert w.names() == ["release", "remove_finalizer"]
+    assert reconciler.cache.record(UID) is None
+
+
+def test_an_uncached_workload_the_hub_still_has_keeps_its_copy() -> None:
+    """A watch's label selector no longer matching is not a deletion: nothing is written."""
+    reconciler, w = dispatched_then_gone()
+    w.gone = False
+    assert reconcile(reconciler) is None
+    assert w.names() == ["workload_gone", "release"]  # forgotten here, not deleted there
+    assert reconciler.copies.get("a", UID) is not None
+    assert reconciler.cache.record(UID) is not None
+
+
+def test_a_record_being_deleted_says_its_workload_is_gone_without_a_read() -> None:
+    reconciler, w = dispatched_then_gone(record_deleting=True)
+    w.gone = False  # would keep the copy, if it were asked
+    assert reconcile(reconciler) == 0.5
+    assert w.names() == ["delete_copy"]
+
+
+def test_a_new_workload_waits_while_a_deleted_namesakes_record_holds_the_name() -> None:
+    reconciler, w = world()
+    w.blocked = True
+    list_copies(reconciler, "a")
+    assert reconcile(reconciler) == 1.0
+    assert w.names() == ["create_record", "release"]
+    held = reconciler.fleet.reservations("a")
+    assert held is not None and UID not in held
+    w.blocked = False
+    w.calls.clear()
+    reconcile(reconciler)
+    assert w.names()[:2] == ["create_record", "hold"]
