@@ -1,21 +1,26 @@
-"""Asyncio helpers shared by the fleet and control shells: guarded tasks and a change pulse.
+"""Asyncio helpers shared by the fleet and control shells: guarded tasks, a change pulse
+and single-flight calls.
 
 Every long-running coroutine starts through ``guarded``, which names the task and logs an
 unexpected exit or crash (a background task that dies silently is the classic controller
 bug; Kopf's ``aiotasks.create_guarded_task`` is the model). ``Pulse`` lets any number of
-waiters sleep until something changed, coalescing bursts of watch events.
+waiters sleep until something changed, coalescing bursts of watch events. ``SingleFlight``
+runs one call per key at a time and gives its answer to everyone who asked meanwhile (Go's
+``singleflight.Group``): a burst of copies into a new member namespace creates it once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 import structlog
 
-__all__ = ["Pulse", "cancel_all", "guarded", "on_crash", "wait_any"]
+__all__ = ["Pulse", "SingleFlight", "cancel_all", "guarded", "on_crash", "wait_any"]
+
+_T = TypeVar("_T")
 
 log = structlog.get_logger("dispatcher.tasks")
 
@@ -141,3 +146,23 @@ async def wait_any(waits: Iterable[tuple[Pulse, int]], *, timeout: float) -> Non
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class SingleFlight(Generic[_T]):
+    """One call per key in flight; callers that ask while it runs await the same answer
+    (or its exception). A caller cancelled while waiting leaves the call running for the
+    others; nothing is cached once it is done."""
+
+    def __init__(self) -> None:
+        self._flights: dict[Hashable, asyncio.Future[_T]] = {}
+
+    async def do(self, key: Hashable, call: Callable[[], Awaitable[_T]]) -> _T:
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = asyncio.ensure_future(call())
+            self._flights[key] = flight
+            flight.add_done_callback(lambda _: self._flights.pop(key, None))
+        return await asyncio.shield(flight)
+
+    def __len__(self) -> int:
+        return len(self._flights)

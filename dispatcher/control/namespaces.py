@@ -16,8 +16,9 @@ before the admission dry-run:
   identity may lack ``get`` on namespaces, as before this check). A member namespace the
   identity cannot read is a rejection too: unverified is not verified.
 
-A namespace found strong enough is not read again for ``ttl_s`` (a burst asks once per
-member and namespace); the price, as for ``admission.AdmittedPods``: a namespace
+A namespace found strong enough is not read again for ``ttl_s``, and a check or create
+already in flight for a member and namespace is joined, not repeated (a burst asks, and
+creates, once per member and namespace); the price, as for ``admission.AdmittedPods``: a namespace
 weakened, or a hub namespace tightened, is seen up to ``ttl_s`` late. A refusal is logged
 once, as the ``workload.rejected`` line of every rejection; a namespace created here is
 logged ``namespace.created`` with its enforce level.
@@ -31,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from dispatcher.aiotasks import SingleFlight
 from dispatcher.control.copies import Rejection
 from dispatcher.control.settings import ControlSettings
 from dispatcher.kube import podsecurity
@@ -60,6 +62,8 @@ class MemberNamespaces:
         self.ttl_s = ttl_s
         self.size = size
         self._until: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._checks: SingleFlight[Rejection | None] = SingleFlight()
+        self._creates: SingleFlight[Rejection | None] = SingleFlight()
 
     @property
     def checking(self) -> bool:
@@ -74,6 +78,11 @@ class MemberNamespaces:
         caller to create it or refuse."""
         if not self.checking or self._verified(cluster, namespace):
             return None
+        return await self._checks.do((cluster, namespace), lambda: self._check(
+            client, cluster=cluster, namespace=namespace))
+
+    async def _check(self, client: KubeClient, *, cluster: str, namespace: str
+                     ) -> Rejection | None:
         try:
             found = await client.request("GET", NAMESPACES.item(namespace))
         except Forbidden as exc:
@@ -107,6 +116,13 @@ class MemberNamespaces:
         never below the floor; a Rejection (nothing created) when the hub namespace cannot
         be read. One created meanwhile by someone else is left as it is (``check`` judges
         it on the next attempt)."""
+        if self._verified(cluster, namespace):
+            return None  # created (or found strong enough) a moment ago
+        return await self._creates.do((cluster, namespace), lambda: self._create(
+            client, cluster=cluster, namespace=namespace))
+
+    async def _create(self, client: KubeClient, *, cluster: str, namespace: str
+                      ) -> Rejection | None:
         hub = await self._hub_labels(cluster, namespace)
         if isinstance(hub, Rejection):
             return hub

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 import pytest
 from structlog.testing import capture_logs
 
-from dispatcher.aiotasks import Pulse, cancel_all, guarded, on_crash
+from dispatcher.aiotasks import Pulse, SingleFlight, cancel_all, guarded, on_crash
 
 
 async def test_guarded_logs_crash_and_exit() -> None:
@@ -151,3 +152,59 @@ async def test_cancel_all_waits_for_its_tasks_even_when_cancelled_again() -> Non
         await cancel_all([task], again_after=0.01)
     assert task.cancelled()
     assert children and all(c.done() for c in children)
+
+
+async def test_single_flight_runs_one_call_per_key_and_answers_everyone() -> None:
+    flights: SingleFlight[int] = SingleFlight()
+    calls: list[str] = []
+    release = asyncio.Event()
+
+    async def call(key: str) -> int:
+        calls.append(key)
+        await release.wait()
+        return len(calls)
+
+    waiting = [asyncio.ensure_future(flights.do(k, functools.partial(call, k)))
+               for k in ("ns-a", "ns-a", "ns-a", "ns-b")]
+    for _ in range(3):  # the callers ask, then the calls start
+        await asyncio.sleep(0)
+    assert calls == ["ns-a", "ns-b"] and len(flights) == 2
+    release.set()
+    assert await asyncio.gather(*waiting) == [2, 2, 2, 2]
+    assert len(flights) == 0
+    assert await flights.do("ns-a", lambda: call("ns-a")) == 3  # nothing cached once done
+
+
+async def test_single_flight_gives_its_error_to_every_caller() -> None:
+    flights: SingleFlight[None] = SingleFlight()
+    started = asyncio.Event()
+
+    async def failing() -> None:
+        started.set()
+        await asyncio.sleep(0)
+        raise ValueError("refused")
+
+    first = asyncio.ensure_future(flights.do("k", failing))
+    await started.wait()
+    second = asyncio.ensure_future(flights.do("k", failing))
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert [type(r) for r in results] == [ValueError, ValueError]
+
+
+async def test_a_cancelled_caller_leaves_the_call_running_for_the_others() -> None:
+    flights: SingleFlight[str] = SingleFlight()
+    release = asyncio.Event()
+
+    async def call() -> str:
+        await release.wait()
+        return "done"
+
+    leader = asyncio.ensure_future(flights.do("k", call))
+    follower = asyncio.ensure_future(flights.do("k", call))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(flights) == 1
+    leader.cancel()
+    await asyncio.gather(leader, return_exceptions=True)
+    release.set()
+    assert await follower == "done"
