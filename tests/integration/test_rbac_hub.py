@@ -30,6 +30,7 @@ from dispatcher.fleet import identity
 from dispatcher.kube import errors
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import DISPATCHES, MEMBER_CLUSTERS, NAMESPACES
+from tests.integration.harness import get_or_none
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +114,7 @@ ALLOWED = [
     ("create", "dispatcher.io", "dispatches", "", "team-a", ""),
     ("get", "dispatcher.io", "dispatches", "", "team-a", "jobset-train"),
     ("delete", "dispatcher.io", "dispatches", "", "team-a", "jobset-train"),
+    ("patch", "dispatcher.io", "dispatches", "", "team-a", "jobset-train"),  # its finalizer
     ("patch", "dispatcher.io", "dispatches", "status", "team-a", "jobset-train"),
     ("list", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
     ("watch", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
@@ -211,11 +213,22 @@ async def test_real_calls_with_the_token(controller: KubeClient, admin: KubeClie
         "PATCH", DISPATCHES.item("probe", namespace, "status"), content_type=JSON_MERGE_PATCH,
         body={"status": {"phase": "Pending"}})
     assert patched["status"]["phase"] == "Pending"
-    with pytest.raises(errors.Forbidden):
-        await controller.request("PATCH", DISPATCHES.item("probe", namespace),
-                                 content_type=JSON_MERGE_PATCH,
-                                 body={"metadata": {"labels": {"x": "y"}}})
+    # The Dispatch itself may be patched (its finalizer comes off once the copy is gone),
+    # but its first decision stays what it was (the CRD's CEL rule, whoever asks).
     await controller.request("DELETE", DISPATCHES.item("probe", namespace))
+    decided = {**body, "metadata": {"name": "decided", "finalizers": ["dispatcher.io/dispatch"]},
+               "spec": {**body["spec"], "decision": {"cluster": "member-1", "attempt": 1}}}
+    await controller.request("POST", DISPATCHES.collection(namespace), body=decided)
+    with pytest.raises(errors.Invalid):
+        await controller.request("PATCH", DISPATCHES.item("decided", namespace),
+                                 content_type=JSON_MERGE_PATCH,
+                                 body={"spec": {"decision": {"cluster": "member-2"}}})
+    await controller.request("DELETE", DISPATCHES.item("decided", namespace))
+    released = await controller.request(
+        "PATCH", DISPATCHES.item("decided", namespace), content_type=JSON_MERGE_PATCH,
+        body={"metadata": {"finalizers": None}})
+    assert not released["metadata"].get("finalizers")
+    assert await get_or_none(controller, DISPATCHES.item("decided", namespace)) is None
     with pytest.raises(errors.Forbidden):
         await controller.request("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
                                  f"{namespace}/jobsets", body={
