@@ -169,7 +169,7 @@ class DefinitionWatcher:
             fields = {"object": f"{key[0]}/{key[1]}", "generation": verdict.observed_generation,
                       "reason": verdict.reason, "message": verdict.message[:500]}
             if verdict.serves is not None:
-                fields["kind"] = f"{verdict.serves[0]} {verdict.serves[1]}"
+                fields["kind"] = f"{verdict.serves.api_version} {verdict.serves.kind}"
             if verdict.accepted:
                 log.info("definition.applied", overrides=verdict.overrides or None, **fields)
             else:
@@ -178,8 +178,8 @@ class DefinitionWatcher:
         for key in old.keys() - after.verdicts.keys():
             serves = old[key].serves
             if serves is None and key in kept:  # broken last, but its last good served one
-                serves = (kept[key].api_version, kept[key].kind)
-            kind = f"{serves[0]} {serves[1]}" if serves is not None else None
+                serves = kept[key].gvk
+            kind = f"{serves.api_version} {serves.kind}" if serves is not None else None
             source = after.sources.get(serves) if serves is not None else None
             log.info("definition.removed", object=f"{key[0]}/{key[1]}", kind=kind,
                      now=source or "not dispatched")

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import DefinitionError
 from dispatcher.workloads.model import Definition
@@ -32,7 +33,6 @@ FORMATS = {"ResourceInterface": "optimization.nvidia.com/v1alpha1", "Karta": "ru
 _SHORT = {"ResourceInterface": "ri", "Karta": "karta"}
 
 Key = tuple[str, str]  # (object kind: ResourceInterface or Karta, object name)
-KindKey = tuple[str, str]  # (apiVersion, kind) of the described workloads
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,12 @@ class Verdict:
     reason: str  # Accepted, Invalid, Conflict or Quarantined
     message: str
     observed_generation: int
-    serves: KindKey | None  # the kind it describes (None when it cannot be read)
+    serves: GroupVersionKind | None  # the kind it describes (None when it cannot be read)
     overrides: str  # "built-in", "config" or "" (what it replaces for its kind)
 
     def status(self) -> dict[str, Any]:
         """The object's ``status`` (conditions without times: the shell adds them)."""
-        serves = ({"apiVersion": self.serves[0], "kind": self.serves[1]}
+        serves = ({"apiVersion": self.serves.api_version, "kind": self.serves.kind}
                   if self.serves is not None else None)
         return {"observedGeneration": self.observed_generation, "serves": serves,
                 "servesKind": serves["kind"] if serves else None,
@@ -82,7 +82,7 @@ class Effective:
     verdicts: dict[Key, Verdict]
     accepted: dict[Key, Definition] = field(default_factory=dict)
     """Each hub object's accepted definition: the next merge's last good version."""
-    sources: dict[KindKey, str] = field(default_factory=dict)
+    sources: dict[GroupVersionKind, str] = field(default_factory=dict)
     """Where each kind's definition comes from: "built-in", "config" or "<Kind>/<name>"."""
 
 
@@ -118,12 +118,12 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
     recognised by identity and count as built-in); ``quarantined`` maps definition names
     to the bound they broke (``Evaluator.quarantined()``)."""
     builtin_ids = {id(d) for d in builtin.definitions}
-    base: dict[KindKey, tuple[Definition, str]] = {}
+    base: dict[GroupVersionKind, tuple[Definition, str]] = {}
     for definition in (*builtin.definitions, *config.definitions):
         source = "built-in" if id(definition) in builtin_ids else "config"
-        base[(definition.api_version, definition.kind)] = (definition, source)
+        base[definition.gvk] = (definition, source)
 
-    claims: dict[KindKey, list[HubDefinition]] = {}
+    claims: dict[GroupVersionKind, list[HubDefinition]] = {}
     for obj in objects:
         if obj.definition is not None:
             claims.setdefault(_kind(obj.definition), []).append(obj)
@@ -145,7 +145,7 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
         if rivals:
             names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
             verdicts[obj.key] = Verdict(
-                False, "Conflict", f"{kind[0]} {kind[1]} is also described by {names}; "
+                False, "Conflict", f"{kind.api_version} {kind.kind} is also described by {names}; "
                 f"one definition per kind: delete all but one", obj.generation, kind,
                 overrides)
             continue
@@ -158,7 +158,7 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
         accepted[obj.key] = definition
         replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
             if overrides else ""
-        verdicts[obj.key] = Verdict(True, "Accepted", f"serves {kind[0]} {kind[1]}"
+        verdicts[obj.key] = Verdict(True, "Accepted", f"serves {kind.api_version} {kind.kind}"
                                     f"{replaced}", obj.generation, kind, overrides)
 
     effective = {k: d for k, (d, _) in base.items()}
@@ -181,5 +181,5 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
                      accepted={**held, **accepted}, sources=sources)
 
 
-def _kind(definition: Definition) -> KindKey:
-    return (definition.api_version, definition.kind)
+def _kind(definition: Definition) -> GroupVersionKind:
+    return definition.gvk
