@@ -8,7 +8,8 @@ Modules, in data-flow order:
 - loading: ``definitions`` (files) and ``reader`` (one document into a ``Definition`` of
   ``model``, on ``recorder`` and ``statusdef``; ``pathshape`` checks a ``serverSetPaths``
   entry is a path, ``holds`` reads ``copyDefinition.hubHold``); ``catalog`` (definitions by
-  kind) and ``livecatalog`` (built-in, config-file and hub definitions merged, with verdicts)
+  kind) and ``hubdefinitions`` (the hub's definition objects linted and merged with the
+  built-in and config-file ones, an ``Acceptance`` each)
 - jq: ``jqrun`` (bounded, batched libjq, or ``jqlite`` in Python for the common subset:
   ``jqnodes``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
   ``jqpool`` (worker processes with rlimits), ``fairshare`` (whose turn, by namespace) and

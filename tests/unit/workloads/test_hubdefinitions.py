@@ -9,7 +9,7 @@ import yaml
 
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.livecatalog import HubDefinition, lint, merge
+from dispatcher.workloads.hubdefinitions import HubDefinition, lint, merge
 
 ROOT = Path(__file__).resolve().parents[3]
 

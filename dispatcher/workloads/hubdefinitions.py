@@ -1,8 +1,10 @@
-"""The live catalog: built-in, config-file and hub definitions merged into one, with verdicts.
+"""Definition objects on the hub: linted, merged with the built-in and config-file ones.
+
+The live catalog (``control/catalog.LiveCatalog``) is swapped to the result of ``merge``.
 
 Pure: plain data in (the built-in catalog, the config files' catalog, the definition
 objects read on the hub, already linted), plain data out (the effective ``Catalog`` and
-one ``Verdict`` per hub object, which the controller writes as the object's status).
+one ``Acceptance`` per hub object, which the controller writes as the object's status).
 
 Precedence, one definition per kind: a hub object > a config file > the built-in catalog.
 Why this order: the hub object is what the operator changes at run time (``kubectl
@@ -25,7 +27,7 @@ from dispatcher.workloads.errors import DefinitionError
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.reader import DocReader
 
-__all__ = ["FORMATS", "Effective", "HubDefinition", "Verdict", "lint", "merge"]
+__all__ = ["FORMATS", "Acceptance", "Effective", "HubDefinition", "lint", "merge"]
 
 FORMATS = {"ResourceInterface": "optimization.nvidia.com/v1alpha1", "Karta": "run.ai/v1alpha1"}
 """The hub definition kinds and their apiVersions (the two upstream formats)."""
@@ -51,8 +53,8 @@ class HubDefinition:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """What the controller says about one hub object (its status)."""
+class Acceptance:
+    """Whether one hub definition object is accepted, and why (its status)."""
 
     accepted: bool
     reason: str  # Accepted, Invalid, Conflict or Quarantined
@@ -79,7 +81,7 @@ class Effective:
     """The merge's result: the catalog to use now, and what to tell each hub object."""
 
     catalog: Catalog
-    verdicts: dict[Key, Verdict]
+    verdicts: dict[Key, Acceptance]
     accepted: dict[Key, Definition] = field(default_factory=dict)
     """Each hub object's accepted definition: the next merge's last good version."""
     sources: dict[GroupVersionKind, str] = field(default_factory=dict)
@@ -128,14 +130,14 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
         if obj.definition is not None:
             claims.setdefault(_kind(obj.definition), []).append(obj)
 
-    verdicts: dict[Key, Verdict] = {}
+    verdicts: dict[Key, Acceptance] = {}
     accepted: dict[Key, Definition] = {}
     for obj in sorted(objects, key=lambda o: o.key):
         found = obj.definition
         if found is None:
             kept = "; its last accepted version stays in use" if obj.key in last_good \
                 else ""
-            verdicts[obj.key] = Verdict(False, "Invalid", f"{obj.problem}{kept}",
+            verdicts[obj.key] = Acceptance(False, "Invalid", f"{obj.problem}{kept}",
                                         obj.generation, None, "")
             continue
         definition = found
@@ -144,21 +146,21 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
         rivals = [o for o in claims[kind] if o.key != obj.key]
         if rivals:
             names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
-            verdicts[obj.key] = Verdict(
+            verdicts[obj.key] = Acceptance(
                 False, "Conflict", f"{kind.api_version} {kind.kind} is also described by {names}; "
                 f"one definition per kind: delete all but one", obj.generation, kind,
                 overrides)
             continue
         bound = quarantined.get(definition.name)
         if bound is not None:
-            verdicts[obj.key] = Verdict(
+            verdicts[obj.key] = Acceptance(
                 False, "Quarantined", f"evaluation broke its bounds ({bound}); not used "
                 f"until the object changes", obj.generation, kind, overrides)
             continue
         accepted[obj.key] = definition
         replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
             if overrides else ""
-        verdicts[obj.key] = Verdict(True, "Accepted", f"serves {kind.api_version} {kind.kind}"
+        verdicts[obj.key] = Acceptance(True, "Accepted", f"serves {kind.api_version} {kind.kind}"
                                     f"{replaced}", obj.generation, kind, overrides)
 
     effective = {k: d for k, (d, _) in base.items()}
