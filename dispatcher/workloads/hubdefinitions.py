@@ -133,35 +133,10 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
     verdicts: dict[Key, Acceptance] = {}
     accepted: dict[Key, Definition] = {}
     for obj in sorted(objects, key=lambda o: o.key):
-        found = obj.definition
-        if found is None:
-            kept = "; its last accepted version stays in use" if obj.key in last_good \
-                else ""
-            verdicts[obj.key] = Acceptance(False, "Invalid", f"{obj.problem}{kept}",
-                                        obj.generation, None, "")
-            continue
-        definition = found
-        kind = _kind(definition)
-        overrides = base[kind][1] if kind in base else ""
-        rivals = [o for o in claims[kind] if o.key != obj.key]
-        if rivals:
-            names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
-            verdicts[obj.key] = Acceptance(
-                False, "Conflict", f"{kind.api_version} {kind.kind} is also described by {names}; "
-                f"one definition per kind: delete all but one", obj.generation, kind,
-                overrides)
-            continue
-        bound = quarantined.get(definition.name)
-        if bound is not None:
-            verdicts[obj.key] = Acceptance(
-                False, "Quarantined", f"evaluation broke its bounds ({bound}); not used "
-                f"until the object changes", obj.generation, kind, overrides)
-            continue
-        accepted[obj.key] = definition
-        replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
-            if overrides else ""
-        verdicts[obj.key] = Acceptance(True, "Accepted", f"serves {kind.api_version} {kind.kind}"
-                                    f"{replaced}", obj.generation, kind, overrides)
+        verdicts[obj.key] = _judge(obj, base=base, claims=claims, last_good=last_good,
+                                   quarantined=quarantined)
+        if verdicts[obj.key].accepted and obj.definition is not None:
+            accepted[obj.key] = obj.definition
 
     effective = {k: d for k, (d, _) in base.items()}
     sources = {k: s for k, (_, s) in base.items()}
@@ -181,6 +156,35 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
     held = {k: d for k, d in last_good.items() if k in present and k not in accepted}
     return Effective(catalog=Catalog(effective.values()), verdicts=verdicts,
                      accepted={**held, **accepted}, sources=sources)
+
+
+def _judge(obj: HubDefinition, *, base: Mapping[GroupVersionKind, tuple[Definition, str]],
+           claims: Mapping[GroupVersionKind, Sequence[HubDefinition]],
+           last_good: Mapping[Key, Definition], quarantined: Mapping[str, str]
+           ) -> Acceptance:
+    """One hub object's verdict: invalid, in conflict, quarantined or accepted."""
+    definition = obj.definition
+    if definition is None:
+        kept = "; its last accepted version stays in use" if obj.key in last_good else ""
+        return Acceptance(False, "Invalid", f"{obj.problem}{kept}", obj.generation, None, "")
+    kind = _kind(definition)
+    overrides = base[kind][1] if kind in base else ""
+    rivals = [o for o in claims[kind] if o.key != obj.key]
+    if rivals:
+        names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
+        return Acceptance(
+            False, "Conflict", f"{kind.api_version} {kind.kind} is also described by "
+            f"{names}; one definition per kind: delete all but one", obj.generation, kind,
+            overrides)
+    bound = quarantined.get(definition.name)
+    if bound is not None:
+        return Acceptance(
+            False, "Quarantined", f"evaluation broke its bounds ({bound}); not used "
+            f"until the object changes", obj.generation, kind, overrides)
+    replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
+        if overrides else ""
+    return Acceptance(True, "Accepted", f"serves {kind.api_version} {kind.kind}{replaced}",
+                      obj.generation, kind, overrides)
 
 
 def _kind(definition: Definition) -> GroupVersionKind:
