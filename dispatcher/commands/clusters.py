@@ -68,6 +68,18 @@ def register(subparsers: Any) -> None:
         "add", help="register a member (creates or updates its Secret and MemberCluster)",
         description="Register a member cluster on the hub from a kubeconfig file.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_flags(add)
+    _hub_flags(add)
+    add.set_defaults(run=_add)
+    remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
+                            description="Unregister a member cluster.")
+    remove.add_argument("name", metavar="NAME")
+    _hub_flags(remove)
+    remove.set_defaults(run=_remove)
+
+
+def _add_flags(add: argparse.ArgumentParser) -> None:
+    """The flags of ``clusters add`` (in ``--help`` order): the member, the identity, TLS."""
     add.add_argument("name", metavar="NAME", help="member name (a DNS label)")
     add.add_argument("--kubeconfig", type=Path, required=True,
                      help="kubeconfig file with access to the member")
@@ -77,6 +89,16 @@ def register(subparsers: Any) -> None:
                      help="label for cluster selectors (repeatable)")
     add.add_argument("--cordon", action="store_true",
                      help="register cordoned: no new dispatches until uncordoned")
+    _identity_flags(add)
+    add.add_argument("--allow-insecure-tls", action="store_true",
+                     help="store a kubeconfig that reaches the member unverified "
+                          "(insecure-skip-tls-verify or an http:// server) instead of refusing "
+                          "it; the controller still refuses it unless its config sets "
+                          "fleet.allowInsecureTLS: true")
+
+
+def _identity_flags(add: argparse.ArgumentParser) -> None:
+    """``clusters add --create-identity`` and where the identity may write."""
     add.add_argument("--create-identity", action="store_true",
                      help="--kubeconfig is an admin's: apply deploy/member/ on the member with "
                           "it, mint a token for that ServiceAccount and register only that; "
@@ -109,18 +131,6 @@ def register(subparsers: Any) -> None:
                           "TokenRequest (expires, works without a token controller), or the "
                           "Secret when it fills within seconds, else a TokenRequest "
                           "(default: %(default)s)")
-    add.add_argument("--allow-insecure-tls", action="store_true",
-                     help="store a kubeconfig that reaches the member unverified "
-                          "(insecure-skip-tls-verify or an http:// server) instead of refusing "
-                          "it; the controller still refuses it unless its config sets "
-                          "fleet.allowInsecureTLS: true")
-    _hub_flags(add)
-    add.set_defaults(run=_add)
-    remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
-                            description="Unregister a member cluster.")
-    remove.add_argument("name", metavar="NAME")
-    _hub_flags(remove)
-    remove.set_defaults(run=_remove)
 
 
 def _hub_flags(parser: argparse.ArgumentParser) -> None:
@@ -240,19 +250,7 @@ def _namespaces(items: list[str]) -> list[str]:
 
 
 def _add(args: argparse.Namespace) -> int:
-    import yaml
-
-    from dispatcher.fleet import identity, registration
-    from dispatcher.fleet.kubeconfigs import (
-        INSECURE,
-        PLAIN_HTTP,
-        KubeconfigProblem,
-        credential_plugin,
-        file_reference,
-        flatten,
-        transport_risk,
-    )
-    from dispatcher.kube.errors import KubeError
+    from dispatcher.fleet import identity
 
     try:
         namespaces = identity.check_namespaces(_namespaces(args.namespaces))
@@ -263,6 +261,31 @@ def _add(args: argparse.Namespace) -> int:
     if not args.create_identity and (args.cluster_wide or args.create_namespaces):
         return _fail("--cluster-wide and --create-namespaces only apply with "
                      "--create-identity", 2)
+    read = _read_kubeconfig(args)
+    if isinstance(read, int):
+        return read
+    labels, kubeconfig = read
+    if args.create_identity:
+        minted = _mint(args, kubeconfig, namespaces)
+        if isinstance(minted, int):
+            return minted
+        kubeconfig = minted
+    return _store(args, kubeconfig, labels=labels, namespaces=namespaces)
+
+
+def _read_kubeconfig(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]] | int:
+    """The labels and the flattened kubeconfig of ``clusters add``, or the exit code when
+    they cannot be used (an unverified transport is refused unless allowed)."""
+    import yaml
+
+    from dispatcher.fleet.kubeconfigs import (
+        INSECURE,
+        PLAIN_HTTP,
+        KubeconfigProblem,
+        flatten,
+        transport_risk,
+    )
+
     try:
         labels = _parse_labels(args.label)
         source = yaml.safe_load(args.kubeconfig.read_text())
@@ -287,42 +310,60 @@ def _add(args: argparse.Namespace) -> int:
         print(INSECURE_WARNING.format(
             name=args.name, risk=INSECURE[risk],
             clear=" and read its credentials" if risk == PLAIN_HTTP else ""), file=sys.stderr)
-    if args.create_identity:
-        if args.cluster_wide:
-            allowed = (f"Placement is restricted to {', '.join(namespaces)} "
-                       "(allowedNamespaces); the token is not." if namespaces else
-                       "No allowedNamespaces: any hub namespace but kube-* is placed there.")
-            print(CLUSTER_WIDE_WARNING.format(
-                name=args.name, allowed=allowed,
-                create=", and create namespaces" if args.create_namespaces else ""),
-                file=sys.stderr)
-        try:
-            hub_labels = asyncio.run(_hub_namespace_labels(args, namespaces))
-        except (KubeError, OSError) as exc:
-            return _fail(f"cannot read the hub namespaces, whose Pod Security level the member "
-                         f"namespaces must carry: {exc}")
-        try:
-            minted = asyncio.run(identity.create_identity(
-                kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
-                create_namespaces=args.create_namespaces, token_source=args.token_source,
-                hub_labels=hub_labels, pod_security_floor=args.pod_security_floor,
-                member=args.name))
-        except (identity.IdentityError, KubeError, OSError) as exc:
-            return _fail(f"cannot create the member identity: {exc}")
-        for made in minted.created_namespaces:
-            print(_created_line(made, member=args.name, from_hub=made.name in hub_labels,
-                                floor=args.pod_security_floor))
-        kubeconfig = minted.kubeconfig
-        print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
-              f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
-                                          else ""))
-        scope = ("every namespace (cluster-wide)" if minted.cluster_wide
-                 else ", ".join(minted.namespaces))
-        print(f"writes in: {scope}")
-        for removed in minted.removed:
-            print(f"{removed} removed (not part of this install)")
-        for warning in minted.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+    return labels, kubeconfig
+
+
+def _mint(args: argparse.Namespace, kubeconfig: dict[str, Any], namespaces: tuple[str, ...]
+          ) -> dict[str, Any] | int:
+    """``--create-identity``: the member identity applied with the admin ``kubeconfig``;
+    the kubeconfig of its token, or the exit code."""
+    from dispatcher.fleet import identity
+    from dispatcher.kube.errors import KubeError
+
+    if args.cluster_wide:
+        allowed = (f"Placement is restricted to {', '.join(namespaces)} "
+                   "(allowedNamespaces); the token is not." if namespaces else
+                   "No allowedNamespaces: any hub namespace but kube-* is placed there.")
+        print(CLUSTER_WIDE_WARNING.format(
+            name=args.name, allowed=allowed,
+            create=", and create namespaces" if args.create_namespaces else ""),
+            file=sys.stderr)
+    try:
+        hub_labels = asyncio.run(_hub_namespace_labels(args, namespaces))
+    except (KubeError, OSError) as exc:
+        return _fail(f"cannot read the hub namespaces, whose Pod Security level the member "
+                     f"namespaces must carry: {exc}")
+    try:
+        minted = asyncio.run(identity.create_identity(
+            kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
+            create_namespaces=args.create_namespaces, token_source=args.token_source,
+            hub_labels=hub_labels, pod_security_floor=args.pod_security_floor,
+            member=args.name))
+    except (identity.IdentityError, KubeError, OSError) as exc:
+        return _fail(f"cannot create the member identity: {exc}")
+    for made in minted.created_namespaces:
+        print(_created_line(made, member=args.name, from_hub=made.name in hub_labels,
+                            floor=args.pod_security_floor))
+    print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
+          f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
+                                      else ""))
+    scope = ("every namespace (cluster-wide)" if minted.cluster_wide
+             else ", ".join(minted.namespaces))
+    print(f"writes in: {scope}")
+    for removed in minted.removed:
+        print(f"{removed} removed (not part of this install)")
+    for warning in minted.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return minted.kubeconfig
+
+
+def _store(args: argparse.Namespace, kubeconfig: dict[str, Any], *, labels: dict[str, str],
+           namespaces: tuple[str, ...]) -> int:
+    """The member's Secret and MemberCluster on the hub, once the kubeconfig is one the
+    controller would read."""
+    from dispatcher.fleet import registration
+    from dispatcher.fleet.kubeconfigs import credential_plugin, file_reference
+    from dispatcher.kube.errors import KubeError
 
     # What the controller refuses to read from a Secret, refused before it is stored.
     plugin = credential_plugin(kubeconfig)
