@@ -6,7 +6,8 @@ bounded evaluation of untrusted definitions (worker processes, a CPU-aware deadl
 Modules, in data-flow order:
 
 - loading: ``definitions`` (files) and ``reader`` (one document into a ``Definition`` of
-  ``model``, on ``recorder`` and ``statusdef``; ``pathshape`` checks a ``serverSetPaths``
+  ``model``, on ``recorder``, ``statusdef``, ``gangdef`` (gang scheduling) and
+  ``copydef`` (``copyDefinition``); ``pathshape`` checks a ``serverSetPaths``
   entry is a path, ``holds`` reads ``copyDefinition.hubHold``); ``catalog`` (definitions by
   kind) and ``hubdefinitions`` (the hub's definition objects linted and merged with the
   built-in and config-file ones, an ``Acceptance`` each)
