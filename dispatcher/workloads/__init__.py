@@ -16,7 +16,9 @@ Modules, in data-flow order:
   ``jqnodes``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
   ``jqpool`` (worker processes with rlimits), ``fairshare`` (whose turn, by namespace) and
   ``quarantine`` (who answers for a broken bound)
-- resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``),
+- resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``), on
+  ``batchvalues`` (one batch's results as typed values) and ``instances`` (a component's
+  instance ids and pod specs),
   ``podspec``/``quantity`` (one pod's needs), ``podfields`` (its scheduling fields),
   ``template`` (can a pod template be a Pod?), ``location`` (the JSON location of what a
   path names, for error messages), ``demand`` (the boundary types placement
