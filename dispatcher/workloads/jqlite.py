@@ -5,7 +5,8 @@ A definition's paths are mostly plain (``.spec.replicas // 1``,
 ``select``, ``map``, comparisons, string interpolation). Handing libjq the object as JSON
 text, letting it parse and evaluate, and converting the results back costs more than walking
 the dict already in memory. ``compile_program`` parses an expression of that subset (jq's
-grammar and precedence) into the closures of ``jqnodes``, over the value semantics of
+grammar and precedence) into the closures of ``jqnodes`` and ``jqpaths``, over the value
+semantics of
 ``jqvalues``; anything outside it (``reduce``, regexes, floats, division, ``try``/``catch``,
 ...) compiles to None and the whole batch stays with libjq.
 
@@ -29,7 +30,6 @@ from dispatcher.workloads.jqnodes import (
     Program,
     Run,
     Step,
-    attempt,
     binary,
     bind,
     call,
@@ -37,17 +37,20 @@ from dispatcher.workloads.jqnodes import (
     conditional,
     const,
     construct,
-    field_node,
-    field_step,
     interpolate,
     is_single,
-    one_key,
-    optional,
     pipe,
     run_each,
     run_one,
     run_programs,
     single,
+)
+from dispatcher.workloads.jqpaths import (
+    attempt,
+    field_node,
+    field_step,
+    one_key,
+    optional,
     slice_step,
     then_field,
     then_index,
