@@ -12,8 +12,8 @@ Modules, in data-flow order:
   kind) and ``hubdefinitions`` (the hub's definition objects linted and merged with the
   built-in and config-file ones, an ``Acceptance`` each)
 - jq: ``jqcheck`` (what an expression may be, checked at load), ``jqrun`` (bounded, batched
-  libjq, or ``jqlite`` in Python for the common subset: ``jqnodes``, ``jqpaths``,
-  ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
+  libjq, or ``jqlite`` in Python for the common subset: ``jqtokens``, ``jqnodes``,
+  ``jqpaths``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
   ``jqpool`` (worker processes with rlimits), ``fairshare`` (whose turn, by namespace) and
   ``quarantine`` (who answers for a broken bound)
 - resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``), on
