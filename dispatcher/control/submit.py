@@ -96,21 +96,11 @@ class MemberWrites:
         if refused is not None:
             return Rejection.of(cluster, status=0, reason=PendingReason.POD_TEMPLATE_REFUSED,
                                 message=refused)
-        mechanism = await self._gang_mechanism(client, cluster)
-        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
-        try:
-            pins = await self._pins(uid, workload, domains)
-            body, templates, gang_plan = await self._off_loop(
-                workload, lambda w, d: self._copy_and_templates(
-                    w, d, pins=pins, mechanism=mechanism, gangs=gangs))
-            pods = dryrun.dry_run_pods(templates, namespace=namespace)
-        except EvaluationUnavailable:
-            raise  # a busy host: the worker's back-off, not a verdict on the copy
-        except WorkloadError as exc:
-            if isinstance(exc, DefinitionQuarantined):
-                self.live.notify_quarantine()
-            reason = "Quarantined" if isinstance(exc, ObjectQuarantined) else "CopyInvalid"
-            return Rejection.of(cluster, status=0, reason=reason, message=str(exc))
+        built = await self._built(uid, workload, client=client, cluster=cluster,
+                                  namespace=namespace, domains=domains)
+        if isinstance(built, Rejection):
+            return built
+        body, pods, gang_plan = built
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
         if ref is None:
@@ -148,6 +138,29 @@ class MemberWrites:
                      skipped=list(gang_plan.skipped)[:5])
         self.copies.put(cluster, uid, await self.reading(created))
         return True
+
+    async def _built(self, uid: str, workload: Mapping[str, Any], *, client: KubeClient,
+                     cluster: str, namespace: str, domains: Sequence[GangDomain]
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]], gangsched.GangPlan] \
+            | Rejection:
+        """The copy's body, the pods to dry-run and the gang plan for ``cluster``, or the
+        ``Rejection`` when the copy cannot be built (a busy evaluator raises instead)."""
+        mechanism = await self._gang_mechanism(client, cluster)
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
+        try:
+            pins = await self._pins(uid, workload, domains)
+            body, templates, gang_plan = await self._off_loop(
+                workload, lambda w, d: self._copy_and_templates(
+                    w, d, pins=pins, mechanism=mechanism, gangs=gangs))
+            pods = dryrun.dry_run_pods(templates, namespace=namespace)
+        except EvaluationUnavailable:
+            raise  # a busy host: the worker's back-off, not a verdict on the copy
+        except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
+            reason = "Quarantined" if isinstance(exc, ObjectQuarantined) else "CopyInvalid"
+            return Rejection.of(cluster, status=0, reason=reason, message=str(exc))
+        return body, pods, gang_plan
 
     async def _gang_mechanism(self, client: KubeClient, cluster: str) -> Mechanism:
         """The member's gang mechanism (its MemberCluster's, ``fleet``), ``none`` when the
