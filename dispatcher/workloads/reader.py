@@ -76,14 +76,7 @@ class DocReader(StatusReader, GangReader, CopyReader):
                                  allowed=_COMPONENT)
         if raw_root is None:
             return None
-        name = self._string(meta.get("name"), "metadata.name")
-        root_kind = raw_root.get("kind")
-        if not name and isinstance(root_kind, Mapping) and isinstance(root_kind.get("kind"), str):
-            name = root_kind["kind"].lower()
-        self.name = name or f"#{self.index}"
-        self.issues = [Issue(source=i.source, definition=self.name, field=i.field,
-                             message=i.message) for i in self.issues]
-
+        self._name(meta, raw_root)
         components = self._components(raw_root, structure)
         status = self._status(raw_root.get("statusDefinition"),
                               "spec.structureDefinition.rootComponent.statusDefinition",
@@ -113,6 +106,17 @@ class DocReader(StatusReader, GangReader, CopyReader):
             server_set_fields=frozenset(
                 ".".join(parts) for e in server_set if (parts := parse_path(e.text.strip()))),
             hold=hold, member_gangs=member_gangs, document=dict(doc))
+
+    def _name(self, meta: Mapping[str, Any], raw_root: Mapping[str, Any]) -> None:
+        """``metadata.name``, else the root kind in lower case, else ``#index``; the issues
+        recorded so far are given the name."""
+        name = self._string(meta.get("name"), "metadata.name")
+        root_kind = raw_root.get("kind")
+        if not name and isinstance(root_kind, Mapping) and isinstance(root_kind.get("kind"), str):
+            name = root_kind["kind"].lower()
+        self.name = name or f"#{self.index}"
+        self.issues = [Issue(source=i.source, definition=self.name, field=i.field,
+                             message=i.message) for i in self.issues]
 
     def _components(self, raw_root: Mapping[str, Any], structure: Mapping[str, Any]
                     ) -> list[Component]:
