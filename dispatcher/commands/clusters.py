@@ -317,7 +317,7 @@ def _mint(args: argparse.Namespace, kubeconfig: dict[str, Any], namespaces: tupl
           ) -> dict[str, Any] | int:
     """``--create-identity``: the member identity applied with the admin ``kubeconfig``;
     the kubeconfig of its token, or the exit code."""
-    from dispatcher.fleet import identity
+    from dispatcher.fleet import identity, minting
     from dispatcher.kube.errors import KubeError
 
     if args.cluster_wide:
@@ -334,7 +334,7 @@ def _mint(args: argparse.Namespace, kubeconfig: dict[str, Any], namespaces: tupl
         return _fail(f"cannot read the hub namespaces, whose Pod Security level the member "
                      f"namespaces must carry: {exc}")
     try:
-        minted = asyncio.run(identity.create_identity(
+        minted = asyncio.run(minting.create_identity(
             kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
             create_namespaces=args.create_namespaces, token_source=args.token_source,
             hub_labels=hub_labels, pod_security_floor=args.pod_security_floor,
