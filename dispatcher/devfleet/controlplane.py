@@ -37,7 +37,17 @@ from typing import Any
 import yaml
 
 from dispatcher.devfleet import operators
-from dispatcher.devfleet.binaries import Binaries, kwok_stages
+from dispatcher.devfleet.binaries import Binaries
+from dispatcher.devfleet.components import (
+    JOB_SECONDS,
+    KCM_CONTROLLERS,
+    KWOK_NODE_ANNOTATION,
+    apiserver_argv,
+    kcm_argv,
+    kwok_argv,
+    render_stages,
+    scheduler_argv,
+)
 from dispatcher.devfleet.etcd import compact_etcd, start_etcd
 from dispatcher.devfleet.processes import (
     free_port,
@@ -52,33 +62,12 @@ from dispatcher.devfleet.readiness import wait_components, wait_ready
 from dispatcher.devfleet.state import DEDICATED, LIGHT, REAL, ClusterInfo, FleetState, ProcessInfo
 from dispatcher.kube import pki
 
-__all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KWOK_NODE_ANNOTATION", "LIGHT",
+__all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KCM_CONTROLLERS",
+           "KWOK_NODE_ANNOTATION", "LIGHT",
            "REAL", "ClusterInfo", "ControlPlanes", "FleetState", "ProcessInfo", "compact_etcd",
            "free_port", "is_alive", "probe", "render_stages", "stop_process"]
 
 START_TIMEOUT_S = 120.0
-KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
-"""The annotation that hands a Node of a real member to its kwok (key, value)."""
-JOB_SECONDS = 5.0
-"""Default run time of a Job's pod on a real member (kwok's pod-complete stage)."""
-
-# kube-controller-manager controllers of a real cluster: every default one except those that
-# need a cloud provider or allocate node CIDRs (no CNI here; kwok assigns pod IPs itself).
-KCM_CONTROLLERS = ",".join([
-    "*", "-cloud-node-lifecycle-controller", "-node-route-controller",
-    "-service-lb-controller", "-node-ipam-controller"])
-
-# Gang scheduling on a real member through the Workload API (Kubernetes 1.35 alpha):
-# the apiserver serves scheduling.k8s.io/v1alpha1 Workloads (GenericWorkload gate and the
-# group; pkg/registry/scheduling/rest/storage_scheduling.go) and keeps pods' workloadRef
-# (dropped without the gate: pkg/api/pod/util.go dropDisabledWorkloadRef); kube-scheduler
-# adds the GangScheduling plugin to its default profile (GangScheduling gate, which needs
-# GenericWorkload: pkg/features/kube_features.go; pkg/scheduler/apis/config/v1/
-# default_plugins.go). The plugin acts only on pods with a workloadRef, so ordinary
-# scheduling is unchanged.
-GANG_GATES_APISERVER = "GenericWorkload=true"
-GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
-GANG_GATES_SCHEDULER = "GenericWorkload=true,GangScheduling=true"
 
 DEDICATED_CONTROLLERS = (
     "namespace-controller",  # a deleted namespace is emptied, then finalized
@@ -238,36 +227,8 @@ class ControlPlanes:
         port = free_port()
         server = f"https://127.0.0.1:{port}"
         prefix = f"/{name}-{uuid.uuid4().hex[:8]}/registry"
-        argv = [
-            str(self.binaries.kube_apiserver),
-            f"--etcd-servers={etcd_url}", f"--etcd-prefix={prefix}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={home / 'serving.crt'}",
-            f"--tls-private-key-file={home / 'serving.key'}",
-            f"--cert-dir={home}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={home / 'sa.key'}",
-            f"--service-account-signing-key-file={home / 'sa.key'}",
-            f"--token-auth-file={home / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
-            "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
-            "--enable-priority-and-fairness=false",
-            "--profiling=false",
-            "--v=1",
-        ]
-        if profile == REAL:
-            # The Workload API (Kubernetes 1.35 alpha) a real member's kube-scheduler
-            # gang-schedules by (kube/gangapis.py): served only with the gate and the
-            # group enabled; alpha, so off everywhere else.
-            argv += [f"--feature-gates={GANG_GATES_APISERVER}",
-                     f"--runtime-config={GANG_RUNTIME_CONFIG}"]
-        if profile == LIGHT:
-            # No ServiceAccount controller here; no node lifecycle controller to lift the
-            # not-ready taint that TaintNodesByCondition would put on every new Node.
-            argv.append("--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
+        argv = apiserver_argv(self.binaries.kube_apiserver, home, etcd_url=etcd_url,
+                              prefix=prefix, port=port, profile=profile)
         process = spawn(argv, home / "apiserver.log", role="kube-apiserver",
                         health=f"{server}/readyz")
         kubeconfig = home / "kubeconfig"
@@ -286,14 +247,8 @@ class ControlPlanes:
         shows which controllers run (``job-controller`` only where the Job controller does)."""
         home = self.root / cluster.name
         port = free_port()
-        argv = [
-            str(self.binaries.kube_controller_manager), f"--kubeconfig={cluster.kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", f"--cert-dir={home / 'kcm-certs'}",
-            f"--service-account-private-key-file={home / 'sa.key'}",
-            "--use-service-account-credentials=true", f"--root-ca-file={ca_path}",
-            f"--controllers={controllers}", "--profiling=false", "--v=1",
-        ]
+        argv = kcm_argv(self.binaries.kube_controller_manager, home, kubeconfig=cluster.kubeconfig,
+                        port=port, ca_path=ca_path, controllers=controllers)
         return spawn(argv, home / "kube-controller-manager.log", role="kube-controller-manager",
                      health=f"https://127.0.0.1:{port}/healthz")
 
@@ -305,19 +260,9 @@ class ControlPlanes:
         stages = home / "kwok-stages.yaml"
         stages.write_text(render_stages(job_seconds=self.job_seconds))
         scheduler_port, kwok_port = free_port(), free_port()
-        key, value = KWOK_NODE_ANNOTATION
-        scheduler = [
-            str(bins.kube_scheduler), f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={scheduler_port}", f"--cert-dir={home / 'scheduler-certs'}",
-            f"--feature-gates={GANG_GATES_SCHEDULER}", "--profiling=false", "--v=1",
-        ]
-        kwok = [
-            str(bins.kwok), f"--kubeconfig={kubeconfig}", f"--config={stages}",
-            f"--manage-nodes-with-annotation-selector={key}={value}",
-            f"--server-address=127.0.0.1:{kwok_port}", "--node-lease-duration-seconds=40",
-            "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
-        ]
+        scheduler = scheduler_argv(bins.kube_scheduler, home, kubeconfig=kubeconfig,
+                                   port=scheduler_port)
+        kwok = kwok_argv(bins.kwok, kubeconfig=kubeconfig, stages=stages, port=kwok_port)
         return [
             self._start_kcm(cluster, ca_path=ca_path, controllers=KCM_CONTROLLERS),
             spawn(scheduler, home / "kube-scheduler.log", role="kube-scheduler",
@@ -427,15 +372,3 @@ class ControlPlanes:
         if state is None:
             raise RuntimeError(f"no dev fleet runs in {self.root} (run 'dispatcher dev up')")
         return state
-
-
-def render_stages(*, job_seconds: float = JOB_SECONDS) -> str:
-    """The kwok stages of a real member, with pods of Jobs running ``job_seconds`` (+20%
-    jitter) unless a pod's annotations say otherwise (see the stage file)."""
-    docs = [d for d in yaml.safe_load_all(kwok_stages().read_text()) if d]
-    for doc in docs:
-        if doc["metadata"]["name"] == "pod-complete":
-            delay = doc["spec"]["delay"]
-            delay["durationMilliseconds"] = int(job_seconds * 1000)
-            delay["jitterDurationMilliseconds"] = int(job_seconds * 1200)
-    return yaml.safe_dump_all(docs, sort_keys=False)
