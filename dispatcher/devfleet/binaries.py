@@ -95,7 +95,7 @@ OPERATORS: tuple[OperatorBuild, ...] = (
     OperatorBuild(name="mpi-operator", module="github.com/kubeflow/mpi-operator",
                   package="example.invalid/dispatcher/local/mpi-operator/cmd/mpi-operator",
                   crds=("manifests/base/kubeflow.org_mpijobs.yaml",)),
-    # KServe's manager (RawDeployment mode: see operators._kserve); every CRD of v0.15.2
+    # KServe's manager (RawDeployment mode: see servingoperators._kserve); every CRD of v0.15.2
     # (no LLMInferenceService at that version), its config and model-server runtimes.
     OperatorBuild(name="kserve", module="github.com/kserve/kserve",
                   package="github.com/kserve/kserve/cmd/manager",
