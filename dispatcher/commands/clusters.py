@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from dispatcher.fleet.membernamespaces import MemberNamespace
+from dispatcher.commands import clustersadd
+from dispatcher.commands.hubaccess import fail, hub_client, hub_flags
 
 __all__ = ["list_members", "register"]
 
@@ -59,7 +58,7 @@ def register(subparsers: Any) -> None:
                     "with their readiness, GPU capacity and served workload kinds; register "
                     "or remove members.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _hub_flags(parser)
+    hub_flags(parser)
     parser.add_argument("-o", "--output", choices=FORMATS, default="table",
                         help="output format (default: %(default)s)")
     parser.set_defaults(run=_list)
@@ -68,96 +67,14 @@ def register(subparsers: Any) -> None:
         "add", help="register a member (creates or updates its Secret and MemberCluster)",
         description="Register a member cluster on the hub from a kubeconfig file.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add.add_argument("name", metavar="NAME", help="member name (a DNS label)")
-    add.add_argument("--kubeconfig", type=Path, required=True,
-                     help="kubeconfig file with access to the member")
-    add.add_argument("--context", default=None,
-                     help="context to use from it (default: its current-context)")
-    add.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                     help="label for cluster selectors (repeatable)")
-    add.add_argument("--cordon", action="store_true",
-                     help="register cordoned: no new dispatches until uncordoned")
-    add.add_argument("--create-identity", action="store_true",
-                     help="--kubeconfig is an admin's: apply deploy/member/ on the member with "
-                          "it, mint a token for that ServiceAccount and register only that; "
-                          "needs --namespace or --cluster-wide")
-    add.add_argument("--namespace", "--namespaces", dest="namespaces", action="append",
-                     default=[], metavar="NS[,NS...]",
-                     help="a namespace hub workloads may run in on this member (repeatable or "
-                          "comma-separated; never kube-*): set as the MemberCluster's "
-                          "allowedNamespaces and, with --create-identity, the only namespaces "
-                          "the identity may write in (one RoleBinding each)")
-    add.add_argument("--cluster-wide", action="store_true",
-                     help="with --create-identity, OPT-IN: let the identity write in every "
-                          "namespace of the member, kube-system included "
-                          "(deploy/member/cluster-wide/); combine with --namespace to still "
-                          "restrict placement")
-    add.add_argument("--create-namespaces", action="store_true",
-                     help="with --create-identity: with --namespace, create the missing "
-                          "listed namespaces on the member now (admin kubeconfig), with "
-                          "their hub namespace's Pod Security labels; with "
-                          "--cluster-wide, let the identity create namespaces itself (for "
-                          "config submit.createNamespaces: true)")
-    add.add_argument("--pod-security-floor", choices=("privileged", "baseline", "restricted"),
-                     default="baseline",
-                     help="with --create-namespaces: the weakest Pod Security level of a "
-                          "namespace created on the member; it gets its hub namespace's "
-                          "pod-security.kubernetes.io labels, never below this (default: "
-                          "%(default)s, as the config's submit.podSecurityFloor)")
-    add.add_argument("--token-source", choices=("auto", "secret", "request"), default="auto",
-                     help="with --create-identity: the token Secret (long-lived), a "
-                          "TokenRequest (expires, works without a token controller), or the "
-                          "Secret when it fills within seconds, else a TokenRequest "
-                          "(default: %(default)s)")
-    add.add_argument("--allow-insecure-tls", action="store_true",
-                     help="store a kubeconfig that reaches the member unverified "
-                          "(insecure-skip-tls-verify or an http:// server) instead of refusing "
-                          "it; the controller still refuses it unless its config sets "
-                          "fleet.allowInsecureTLS: true")
-    _hub_flags(add)
-    add.set_defaults(run=_add)
+    clustersadd.add_flags(add)
+    hub_flags(add)
+    add.set_defaults(run=clustersadd.run)
     remove = sub.add_parser("remove", help="delete a member's MemberCluster and its Secret",
                             description="Unregister a member cluster.")
     remove.add_argument("name", metavar="NAME")
-    _hub_flags(remove)
+    hub_flags(remove)
     remove.set_defaults(run=_remove)
-
-
-def _hub_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hub-kubeconfig", type=Path, default=argparse.SUPPRESS,
-                        help="kubeconfig of the hub (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--hub-context", default=argparse.SUPPRESS,
-                        help="context in the hub kubeconfig (default: current)")
-
-
-def _hub_kubeconfig(args: argparse.Namespace) -> Path:
-    path: Path | None = getattr(args, "hub_kubeconfig", None)
-    if path is not None:
-        return path
-    env = os.environ.get("KUBECONFIG", "")
-    first = next((p for p in env.split(os.pathsep) if p), "")
-    return Path(first) if first else Path.home() / ".kube" / "config"
-
-
-async def _hub(args: argparse.Namespace) -> Any:
-    import yaml
-
-    from dispatcher.kube.client import KubeClient, KubeconfigError
-
-    path = _hub_kubeconfig(args)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        raise KubeconfigError(f"hub kubeconfig {path} is not valid YAML") from None
-    if not isinstance(config, dict):
-        raise KubeconfigError(f"hub kubeconfig {path} is not a kubeconfig")
-    return await KubeClient.from_kubeconfig(config, name="hub",
-                                            context=getattr(args, "hub_context", None))
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
 
 
 def list_members(*, kubeconfig: Path, context: str | None, output: str) -> int:
@@ -178,7 +95,7 @@ def _list(args: argparse.Namespace) -> int:
     from dispatcher.output import emit, table
 
     async def fetch() -> tuple[list[dict[str, Any]], str]:
-        async with await _hub(args) as hub:
+        async with await hub_client(args) as hub:
             listed = await watch.list_objects(hub, MEMBER_CLUSTERS)
             try:
                 lease = await hub.request("GET", LEASES.item("dispatcher", "dispatcher-system"))
@@ -191,7 +108,7 @@ def _list(args: argparse.Namespace) -> int:
     try:
         objects, mode = asyncio.run(fetch())
     except (KubeError, OSError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.output not in ("json", "yaml"):
         print(f"hub mode: {mode or 'unknown (no controller Lease dispatcher-system/dispatcher)'}",
               file=sys.stderr)
@@ -209,191 +126,19 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_labels(items: list[str]) -> dict[str, str]:
-    labels = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--label {item!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
-
-
-INSECURE_WARNING = """\
-warning: --allow-insecure-tls: the kubeconfig of {name} {risk}.
-  Anyone on the network path can impersonate the member{clear}. The controller refuses this
-  member unless its config sets fleet.allowInsecureTLS: true; then its MemberCluster shows
-  TLSVerified=False."""
-
-CLUSTER_WIDE_WARNING = """\
-warning: --cluster-wide: the member identity of {name} may create, patch and delete workloads
-  (Deployments, Jobs, Pods, ... every catalog kind) in EVERY namespace of the member,
-  kube-system included{create}. Anyone who can submit a workload on the hub, or who obtains the
-  token from the hub Secret, can then run pods on {name} in any namespace as far as its
-  admission allows. {allowed}
-  Prefer --namespace NS (one RoleBinding per namespace). See
-  deploy/member/cluster-wide/kustomization.yaml."""
-
-
-def _namespaces(items: list[str]) -> list[str]:
-    return [n.strip() for item in items for n in item.split(",") if n.strip()]
-
-
-def _add(args: argparse.Namespace) -> int:
-    import yaml
-
-    from dispatcher.fleet import identity, registration
-    from dispatcher.fleet.kubeconfigs import (
-        INSECURE,
-        PLAIN_HTTP,
-        KubeconfigProblem,
-        credential_plugin,
-        file_reference,
-        flatten,
-        transport_risk,
-    )
-    from dispatcher.kube.errors import KubeError
-
-    try:
-        namespaces = identity.check_namespaces(_namespaces(args.namespaces))
-    except identity.IdentityError as exc:
-        return _fail(str(exc), 2)
-    if args.create_identity and not namespaces and not args.cluster_wide:
-        return _fail(f"--create-identity: {identity.CHOOSE}", 2)
-    if not args.create_identity and (args.cluster_wide or args.create_namespaces):
-        return _fail("--cluster-wide and --create-namespaces only apply with "
-                     "--create-identity", 2)
-    try:
-        labels = _parse_labels(args.label)
-        source = yaml.safe_load(args.kubeconfig.read_text())
-        if not isinstance(source, dict):
-            return _fail(f"{args.kubeconfig} is not a kubeconfig", 2)
-        kubeconfig = flatten(source, context=args.context,
-                             base_dir=args.kubeconfig.resolve().parent)
-        # Before anything is contacted: with --create-identity the admin credentials would
-        # cross this transport too, and the minted kubeconfig keeps the same server.
-        risk = transport_risk(kubeconfig)
-    except (ValueError, OSError, yaml.YAMLError, KubeconfigProblem) as exc:
-        # YAML errors can quote lines of the file: print only their kind.
-        text = "kubeconfig is not valid YAML" if isinstance(exc, yaml.YAMLError) else str(exc)
-        return _fail(text, 2)
-    if risk and not args.allow_insecure_tls:
-        fix = ("use the member's https:// address" if risk == PLAIN_HTTP
-               else "give it the member's CA (certificate-authority-data)")
-        return _fail(f"the kubeconfig {INSECURE[risk]}: {fix}, or store it anyway with "
-                     "--allow-insecure-tls (the controller also needs "
-                     "fleet.allowInsecureTLS: true)", 2)
-    if risk:
-        print(INSECURE_WARNING.format(
-            name=args.name, risk=INSECURE[risk],
-            clear=" and read its credentials" if risk == PLAIN_HTTP else ""), file=sys.stderr)
-    if args.create_identity:
-        if args.cluster_wide:
-            allowed = (f"Placement is restricted to {', '.join(namespaces)} "
-                       "(allowedNamespaces); the token is not." if namespaces else
-                       "No allowedNamespaces: any hub namespace but kube-* is placed there.")
-            print(CLUSTER_WIDE_WARNING.format(
-                name=args.name, allowed=allowed,
-                create=", and create namespaces" if args.create_namespaces else ""),
-                file=sys.stderr)
-        try:
-            hub_labels = asyncio.run(_hub_namespace_labels(args, namespaces))
-        except (KubeError, OSError) as exc:
-            return _fail(f"cannot read the hub namespaces, whose Pod Security level the member "
-                         f"namespaces must carry: {exc}")
-        try:
-            minted = asyncio.run(identity.create_identity(
-                kubeconfig, namespaces=namespaces, cluster_wide=args.cluster_wide,
-                create_namespaces=args.create_namespaces, token_source=args.token_source,
-                hub_labels=hub_labels, pod_security_floor=args.pod_security_floor,
-                member=args.name))
-        except (identity.IdentityError, KubeError, OSError) as exc:
-            return _fail(f"cannot create the member identity: {exc}")
-        for made in minted.created_namespaces:
-            print(_created_line(made, member=args.name, from_hub=made.name in hub_labels,
-                                floor=args.pod_security_floor))
-        kubeconfig = minted.kubeconfig
-        print(f"serviceaccount/{minted.service_account} on {args.name}: token from "
-              f"{minted.token_source}" + (f", expires {minted.expires}" if minted.expires
-                                          else ""))
-        scope = ("every namespace (cluster-wide)" if minted.cluster_wide
-                 else ", ".join(minted.namespaces))
-        print(f"writes in: {scope}")
-        for removed in minted.removed:
-            print(f"{removed} removed (not part of this install)")
-        for warning in minted.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-
-    # What the controller refuses to read from a Secret, refused before it is stored.
-    plugin = credential_plugin(kubeconfig)
-    if plugin:
-        return _fail(f"{plugin}: register with --create-identity to store a minted token", 2)
-    files = file_reference(kubeconfig)  # flatten inlined every file: a guard, never expected
-    if files:
-        return _fail(files, 2)
-
-    async def apply() -> registration.Registered:
-        async with await _hub(args) as hub:
-            return await registration.register(
-                hub, member=args.name, kubeconfig=kubeconfig, labels=labels,
-                cordoned=args.cordon, allowed_namespaces=namespaces or None)
-
-    try:
-        done = asyncio.run(apply())
-    except (KubeError, OSError) as exc:
-        return _fail(str(exc))
-    verb = "registered" if done.created else "updated"
-    print(f"membercluster/{done.member} {verb} (kubeconfig in secret {done.secret}, context "
-          f"{kubeconfig['current-context']})")
-    return 0
-
-
-async def _hub_namespace_labels(args: argparse.Namespace, namespaces: tuple[str, ...]
-                                ) -> dict[str, dict[str, str]]:
-    """The labels of each listed namespace that exists on the hub (one that does not is
-    left out: the floor alone applies to it, and the command says so). Any other failure
-    raises: a member namespace is never made with the floor because the hub's could not
-    be read."""
-    from dispatcher.kube.errors import NotFound
-    from dispatcher.kube.resources import NAMESPACES
-
-    out: dict[str, dict[str, str]] = {}
-    if not namespaces:
-        return out
-    async with await _hub(args) as hub:
-        for name in namespaces:
-            try:
-                found = await hub.request("GET", NAMESPACES.item(name))
-            except NotFound:
-                continue
-            out[name] = dict((found.get("metadata") or {}).get("labels") or {})
-    return out
-
-
-def _created_line(made: MemberNamespace, *, member: str, from_hub: bool, floor: str) -> str:
-    """``namespace/team-a created on gpu-east: enforce restricted:latest (hub namespace
-    team-a)`` or ``... (no hub namespace team-a: the floor, --pod-security-floor baseline)``."""
-    from dispatcher.kube import podsecurity
-
-    level = podsecurity.policy(made.labels)["enforce"]
-    where = (f"hub namespace {made.name}" if from_hub else
-             f"no hub namespace {made.name}: the floor, --pod-security-floor {floor}")
-    return f"namespace/{made.name} created on {member}: Pod Security enforce {level} ({where})"
-
-
 def _remove(args: argparse.Namespace) -> int:
     from dispatcher.fleet import registration
     from dispatcher.kube.errors import KubeError
 
     async def apply() -> bool:
-        async with await _hub(args) as hub:
+        async with await hub_client(args) as hub:
             return await registration.unregister(hub, member=args.name)
 
     try:
         existed = asyncio.run(apply())
     except (KubeError, OSError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if not existed:
-        return _fail(f"membercluster {args.name!r} not found")
+        return fail(f"membercluster {args.name!r} not found")
     print(f"membercluster/{args.name} removed")
     return 0

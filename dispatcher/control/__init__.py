@@ -13,7 +13,8 @@ namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set
 patches), ``orphans`` (which of our copies the sweep deletes), ``gangsched`` (what a copy
 carries so the member binds each gang all or nothing), ``hubstatus`` (the hub
 status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
-(the Pods a copy's templates are dry-run as on a member, and the acceptances remembered),
+(the Pods a copy's templates are dry-run as on a member, and the acceptances remembered;
+``podadmission`` sends them),
 ``topology`` (the required node affinity that keeps a copy's gangs in the topology domains
 placement chose),
 ``overview``/``recent`` (the fleet view's rows, the last decisions), ``names`` (labels,

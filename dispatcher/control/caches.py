@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.control import record as records
-from dispatcher.kube.resources import ResourceRef
+from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.kube.watch import lean
 
 __all__ = ["CopyCache", "HubCache", "HubItem", "MemberCopy"]
@@ -46,7 +46,7 @@ class HubCache:
     def __init__(self) -> None:
         self._items: dict[str, HubItem] = {}
         self._records: dict[str, Mapping[str, Any]] = {}
-        self.synced: set[tuple[str, str]] = set()  # (api_version/kind, namespace or "")
+        self.synced: set[tuple[GroupVersionKind, str]] = set()  # (kind, namespace or "")
 
     def workload(self, uid: str) -> HubItem | None:
         return self._items.get(uid)
@@ -88,7 +88,7 @@ class HubCache:
                 touched.add(uid)
         for obj in fresh.values():
             self.put(ref, obj, force=True)
-        self.synced.add((f"{ref.api_version}/{ref.kind}", namespace))
+        self.synced.add((ref.gvk, namespace))
         return touched
 
     # -- records ----------------------------------------------------------------------------
@@ -154,11 +154,11 @@ class MemberCopy:
 
 
 class CopyCache:
-    """Our copies per member, by hub uid; ``synced`` (member, kind key) after each list."""
+    """Our copies per member, by hub uid; ``synced`` (member, kind) after each list."""
 
     def __init__(self) -> None:
         self._copies: dict[str, dict[str, MemberCopy]] = {}
-        self.synced: set[tuple[str, str]] = set()
+        self.synced: set[tuple[str, GroupVersionKind]] = set()
 
     def get(self, member: str, uid: str) -> MemberCopy | None:
         return self._copies.get(member, {}).get(uid)
@@ -185,30 +185,28 @@ class CopyCache:
     def drop(self, member: str, uid: str) -> None:
         self._copies.get(member, {}).pop(uid, None)
 
-    def relist(self, member: str, kind_key: str, fresh: Mapping[str, MemberCopy]) -> set[str]:
+    def relist(self, member: str, kind: GroupVersionKind, fresh: Mapping[str, MemberCopy]
+               ) -> set[str]:
         """Replace the copies of one kind on ``member``; returns uids that changed."""
         copies = self._copies.setdefault(member, {})
         touched = set(fresh)
         for uid, copy in list(copies.items()):
-            if _kind_key(copy.obj) == kind_key and uid not in fresh:
+            if GroupVersionKind.of_object(copy.obj) == kind and uid not in fresh:
                 del copies[uid]
                 touched.add(uid)
         copies.update(fresh)
-        self.synced.add((member, kind_key))
+        self.synced.add((member, kind))
         return touched
 
-    def unsync(self, member: str, kind_key: str | None = None) -> None:
-        """The member's watches (or only the one of ``kind_key``) broke: that copy state is
+    def unsync(self, member: str, kind: GroupVersionKind | None = None) -> None:
+        """The member's watches (or only the one of ``kind``) broke: that copy state is
         unknown until they list again. Only the broken watch re-lists, so it must not
         unsync the others (their copies would read as unknown until their next re-list)."""
         self.synced = {s for s in self.synced
-                       if s[0] != member or (kind_key is not None and s[1] != kind_key)}
+                       if s[0] != member or (kind is not None and s[1] != kind)}
 
 
-def _kind_key(obj: Mapping[str, Any]) -> str:
-    return f"{obj.get('apiVersion')}/{obj.get('kind')}"
-
-
-def kind_key(api_version: str, kind: str) -> str:
-    """The key of a kind in ``synced`` sets."""
-    return f"{api_version}/{kind}"
+def kind_key(api_version: str, kind: str) -> GroupVersionKind:
+    """The kind in ``synced`` sets: ``GroupVersionKind.of``, under the name callers not yet
+    moved to it use (``control/reconcile.py``); new code calls ``GroupVersionKind.of``."""
+    return GroupVersionKind.of(api_version, kind)

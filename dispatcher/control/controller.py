@@ -269,7 +269,7 @@ class Controller:
                                 hint="more stale copies wait for the next pass")
                     return deleted
                 obj = found.obj
-                if (member, GroupVersionKind.of_object(obj).key) not in self.copies.synced:
+                if (member, GroupVersionKind.of_object(obj)) not in self.copies.synced:
                     continue
                 reason = await self._stale(uid, member=member, obj=obj)
                 if reason is None:
@@ -304,7 +304,7 @@ class Controller:
             member=member, cached=self.cache.workload(uid) is not None,
             record=records.read(raw) if raw is not None else None,
             same_cluster=lambda a, b: self.fleet.same_cluster(a, b),  # noqa: PLW0108 (late)
-            kind_key=GroupVersionKind.of(api_version, kind).key,
+            kind=GroupVersionKind.of(api_version, kind),
             listed_kinds={k for k, _ in self.cache.synced})
         if not judgement.ask_hub:
             return judgement.stale

@@ -26,7 +26,7 @@ from dispatcher.control.names import (
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
-from dispatcher.kube.resources import ResourceRef
+from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.workloads.holds import HOLD_ANNOTATION, clear_hold
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
@@ -83,10 +83,9 @@ class PodMutations:
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """``Kind.group/name`` of an object (``Kind/name`` in the core group)."""
-    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-    kind = str(obj.get("kind") or "")
+    gvk = GroupVersionKind.of_object(obj)
     name = str((obj.get("metadata") or {}).get("name") or "")
-    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
+    return f"{gvk.kind}.{gvk.group}/{name}" if gvk.group else f"{gvk.kind}/{name}"
 
 
 def stamped(obj: Mapping[str, Any], *, hub_id: str) -> str | None:

@@ -1,6 +1,6 @@
 """Definitions on the hub: ResourceInterface and Karta objects -> the live catalog + status.
 
-The thin shell around ``workloads.livecatalog.merge``: two informers keep the objects,
+The thin shell around ``workloads.hubdefinitions.merge``: two informers keep the objects,
 every change (and every quarantine the evaluator reports) re-runs the merge, swaps the
 controller's catalog when its definitions changed, logs ``definition.applied`` /
 ``definition.rejected`` / ``definition.removed`` once per change, and merge-patches each
@@ -32,7 +32,14 @@ from dispatcher.kube import watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import KARTAS, RESOURCE_INTERFACES, ResourceRef
-from dispatcher.workloads.livecatalog import Effective, HubDefinition, Key, Verdict, lint, merge
+from dispatcher.workloads.hubdefinitions import (
+    Acceptance,
+    Effective,
+    HubDefinition,
+    Key,
+    lint,
+    merge,
+)
 from dispatcher.workloads.model import Definition
 
 __all__ = ["DefinitionWatcher"]
@@ -169,7 +176,7 @@ class DefinitionWatcher:
             fields = {"object": f"{key[0]}/{key[1]}", "generation": verdict.observed_generation,
                       "reason": verdict.reason, "message": verdict.message[:500]}
             if verdict.serves is not None:
-                fields["kind"] = f"{verdict.serves[0]} {verdict.serves[1]}"
+                fields["kind"] = f"{verdict.serves.api_version} {verdict.serves.kind}"
             if verdict.accepted:
                 log.info("definition.applied", overrides=verdict.overrides or None, **fields)
             else:
@@ -178,8 +185,8 @@ class DefinitionWatcher:
         for key in old.keys() - after.verdicts.keys():
             serves = old[key].serves
             if serves is None and key in kept:  # broken last, but its last good served one
-                serves = (kept[key].api_version, kept[key].kind)
-            kind = f"{serves[0]} {serves[1]}" if serves is not None else None
+                serves = kept[key].gvk
+            kind = f"{serves.api_version} {serves.kind}" if serves is not None else None
             source = after.sources.get(serves) if serves is not None else None
             log.info("definition.removed", object=f"{key[0]}/{key[1]}", kind=kind,
                      now=source or "not dispatched")
@@ -201,7 +208,7 @@ class DefinitionWatcher:
                 continue
             await self._write(key, verdict, body)
 
-    async def _write(self, key: Key, verdict: Verdict, body: dict[str, Any]) -> None:
+    async def _write(self, key: Key, verdict: Acceptance, body: dict[str, Any]) -> None:
         status = dict(body)
         condition = dict(status["conditions"][0])
         condition["lastTransitionTime"] = records.format_time(self._clock())

@@ -123,27 +123,42 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
     if _overlap([units[g.name] for g in chosen]):
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             "gangs share a pod-creating component",))
-    meta = copy.get("metadata") or {}
-    base = f"{str(copy.get('kind') or '').lower()}-{meta.get('name') or ''}"
-    stamps = _stamps(copy, hub_id=hub_id)
-    namespace = meta.get("namespace")
     if mechanism == WORKLOAD_API:
-        name = _name(base, _SUBDOMAIN_MAX)
-        groups = {g.name: _name(g.name, _LABEL_MAX) for g in chosen}
-        workload = {
-            "apiVersion": WORKLOAD.api_version, "kind": WORKLOAD.kind,
-            "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
-                         **stamps},
-            "spec": {"controllerRef": _controller_ref(copy),
-                     "podGroups": [{"name": groups[g.name],
-                                    "policy": {"gang": {"minCount": g.min_pods}}}
-                                   for g in chosen]}}
-        joins = tuple(Join(gang=g.name, components=tuple(units[g.name]),
-                           workload_ref={"name": name, "podGroup": groups[g.name]})
-                      for g in chosen)
-        return GangPlan(mechanism=WORKLOAD_API, member_mechanism=mechanism,
-                        objects=(workload,), joins=joins, skipped=tuple(skipped))
+        return _workload_plan(copy, chosen, units, hub_id=hub_id, skipped=tuple(skipped))
     assert mechanism == COSCHEDULING
+    return _pod_group_plan(copy, chosen, units, hub_id=hub_id, skipped=tuple(skipped))
+
+
+def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
+                   units: Mapping[str, Sequence[str]], *, hub_id: str,
+                   skipped: tuple[str, ...]) -> GangPlan:
+    """One Workload (the Workload API) holding a pod group per chosen gang."""
+    meta = copy.get("metadata") or {}
+    namespace = meta.get("namespace")
+    name = _name(_base(copy), _SUBDOMAIN_MAX)
+    groups = {g.name: _name(g.name, _LABEL_MAX) for g in chosen}
+    workload = {
+        "apiVersion": WORKLOAD.api_version, "kind": WORKLOAD.kind,
+        "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
+                     **_stamps(copy, hub_id=hub_id)},
+        "spec": {"controllerRef": _controller_ref(copy),
+                 "podGroups": [{"name": groups[g.name],
+                                "policy": {"gang": {"minCount": g.min_pods}}}
+                               for g in chosen]}}
+    joins = tuple(Join(gang=g.name, components=tuple(units[g.name]),
+                       workload_ref={"name": name, "podGroup": groups[g.name]})
+                  for g in chosen)
+    return GangPlan(mechanism=WORKLOAD_API, member_mechanism=WORKLOAD_API,
+                    objects=(workload,), joins=joins, skipped=skipped)
+
+
+def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
+                    units: Mapping[str, Sequence[str]], *, hub_id: str,
+                    skipped: tuple[str, ...]) -> GangPlan:
+    """A coscheduling PodGroup per chosen gang, its pods joined by label."""
+    namespace = (copy.get("metadata") or {}).get("namespace")
+    base = _base(copy)
+    stamps = _stamps(copy, hub_id=hub_id)
     objects = []
     joins_list = []
     for gang in chosen:
@@ -155,8 +170,14 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
             "spec": {"minMember": gang.min_pods}})
         joins_list.append(Join(gang=gang.name, components=tuple(units[gang.name]),
                                labels={POD_GROUP_LABEL: name}))
-    return GangPlan(mechanism=COSCHEDULING, member_mechanism=mechanism,
-                    objects=tuple(objects), joins=tuple(joins_list), skipped=tuple(skipped))
+    return GangPlan(mechanism=COSCHEDULING, member_mechanism=COSCHEDULING,
+                    objects=tuple(objects), joins=tuple(joins_list), skipped=skipped)
+
+
+def _base(copy: Mapping[str, Any]) -> str:
+    """``kind-name`` of the copy: the stem of its gang objects' names."""
+    meta = copy.get("metadata") or {}
+    return f"{str(copy.get('kind') or '').lower()}-{meta.get('name') or ''}"
 
 
 def join(copy: Mapping[str, Any], definition: Definition | None, gang_plan: GangPlan, *,

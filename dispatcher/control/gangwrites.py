@@ -24,6 +24,7 @@ from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound
+from dispatcher.kube.gangapis import COSCHEDULING, NONE, POD_GROUP, WORKLOAD, Mechanism
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 
 __all__ = ["adopt_objects", "create_objects", "discard_objects", "served"]
@@ -32,6 +33,15 @@ __all__ = ["adopt_objects", "create_objects", "discard_objects", "served"]
 async def served(client: KubeClient, gvk: GroupVersionKind) -> ResourceRef | None:
     """The member's resource for a gang object's kind, None when it does not serve it."""
     return await client.discovery.resource(gvk.api_version, gvk.kind)
+
+
+async def usable(client: KubeClient, mechanism: Mechanism) -> Mechanism:
+    """``mechanism`` when the member serves its gang API right now (discovery, cached per
+    client), else ``none``."""
+    if mechanism == NONE:
+        return NONE
+    gvk = POD_GROUP if mechanism == COSCHEDULING else WORKLOAD
+    return mechanism if await served(client, gvk) is not None else NONE
 
 
 async def create_objects(client: KubeClient, gang_plan: GangPlan, *, cluster: str,

@@ -146,71 +146,16 @@ class Metrics:
 
     @classmethod
     def create(cls) -> Metrics:
+        """Every series in a fresh registry (process metrics included)."""
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)  # process_cpu_seconds_total, _resident_memory_bytes
-
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, labels, registry=registry)
-
-        def histogram(name: str, doc: str, labels: tuple[str, ...] = ()) -> Histogram:
-            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=registry)
-
+        make = _Makers(registry)
         return cls(
-            registry=registry,
-            dispatch_latency=histogram(
-                "dispatcher_dispatch_latency_seconds",
-                "Hub object creation to copy created on the member."),
-            pending=Gauge("dispatcher_pending_workloads",
-                          "Hub workloads waiting for a feasible member.", registry=registry),
-            dispatches=counter("dispatcher_dispatches_total",
-                               "Dispatch outcomes by member and result.", ("member", "result")),
-            mirror_lag=histogram(
-                "dispatcher_mirror_lag_seconds",
-                "Member status change seen to hub status written."),
-            rejections=counter("dispatcher_copies_rejected_total",
-                               "Copies a member refused for good, by member and HTTP "
-                               "status (0: the copy could not be built).", ("member", "code")),
-            reconciles=counter("dispatcher_reconcile_total",
-                               "Reconciles of one hub workload, by result (success, "
-                               "requeue_after: a recheck was scheduled, error: it raised and "
-                               "is retried with backoff).", ("result",)),
-            reconcile_errors=counter("dispatcher_reconcile_errors_total",
-                                     "Reconciles that raised (retried with backoff)."),
-            reconcile_duration=histogram("dispatcher_reconcile_duration_seconds",
-                                         "Time of one reconcile (all its steps)."),
-            workers_busy=Gauge("dispatcher_workers_busy",
-                               "Workers reconciling a workload now (of config workers).",
-                               registry=registry),
-            placements=counter("dispatcher_placement_attempts_total",
-                               "Placement attempts by result: placed, adopted (a copy was "
-                               "already on a member) or the PendingReason it waits with.",
-                               ("result",)),
-            placement_duration=histogram(
-                "dispatcher_placement_duration_seconds",
-                "Time of one placement decision (the synchronous step: gates, fit, packing)."),
-            queue_wait=histogram(
-                "dispatcher_queue_wait_seconds",
-                "First waiting to placed on a member, by the PendingReason it waited with "
-                "last.", ("reason",)),
-            member_requests=counter(
-                "dispatcher_member_api_requests_total",
-                "Requests to member API servers by member, verb and HTTP status (0: no "
-                "answer: connection failed or timed out).", ("member", "verb", "code")),
-            member_request_duration=histogram(
-                "dispatcher_member_api_request_duration_seconds",
-                "Member API request time to the response headers (WATCH: to the stream's "
-                "start).", ("member", "verb")),
-            hub_requests=counter(
-                "dispatcher_hub_api_requests_total",
-                "Requests to the hub API server by verb and HTTP status (0: no answer).",
-                ("verb", "code")),
-            hub_request_duration=histogram(
-                "dispatcher_hub_api_request_duration_seconds",
-                "Hub API request time to the response headers.", ("verb",)),
-            leader=Gauge("dispatcher_leader",
-                         "1 while this replica leads (holds the Lease, or leader election "
-                         "is off and it runs), else 0.", registry=registry),
-        )
+            registry=registry, **_dispatch_series(make), **_reconcile_series(make),
+            **_placement_series(make), **_request_series(make),
+            leader=make.gauge("dispatcher_leader",
+                              "1 while this replica leads (holds the Lease, or leader "
+                              "election is off and it runs), else 0."))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -295,6 +240,97 @@ class Metrics:
                     self.member_request_duration.labels(member=name, verb=verb))
             timer.observe(seconds)
         return observe
+
+@dataclass(frozen=True)
+class _Makers:
+    """Counters, histograms (latency buckets) and gauges in one registry."""
+
+    registry: CollectorRegistry
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def histogram(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Histogram:
+        return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=self.registry)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, registry=self.registry)
+
+
+def _dispatch_series(make: _Makers) -> dict[str, Any]:
+    """Dispatches, mirroring and refused copies."""
+    return {
+        "dispatch_latency": make.histogram(
+            "dispatcher_dispatch_latency_seconds",
+            "Hub object creation to copy created on the member."),
+        "pending": make.gauge("dispatcher_pending_workloads",
+                              "Hub workloads waiting for a feasible member."),
+        "dispatches": make.counter("dispatcher_dispatches_total",
+                                   "Dispatch outcomes by member and result.",
+                                   ("member", "result")),
+        "mirror_lag": make.histogram(
+            "dispatcher_mirror_lag_seconds",
+            "Member status change seen to hub status written."),
+        "rejections": make.counter("dispatcher_copies_rejected_total",
+                                   "Copies a member refused for good, by member and HTTP "
+                                   "status (0: the copy could not be built).",
+                                   ("member", "code")),
+    }
+
+
+def _reconcile_series(make: _Makers) -> dict[str, Any]:
+    """Reconciles and the workers that run them."""
+    return {
+        "reconciles": make.counter("dispatcher_reconcile_total",
+                                   "Reconciles of one hub workload, by result (success, "
+                                   "requeue_after: a recheck was scheduled, error: it raised "
+                                   "and is retried with backoff).", ("result",)),
+        "reconcile_errors": make.counter("dispatcher_reconcile_errors_total",
+                                         "Reconciles that raised (retried with backoff)."),
+        "reconcile_duration": make.histogram("dispatcher_reconcile_duration_seconds",
+                                             "Time of one reconcile (all its steps)."),
+        "workers_busy": make.gauge("dispatcher_workers_busy",
+                                   "Workers reconciling a workload now (of config workers)."),
+    }
+
+
+def _placement_series(make: _Makers) -> dict[str, Any]:
+    """Placement attempts and the queue wait."""
+    return {
+        "placements": make.counter("dispatcher_placement_attempts_total",
+                                   "Placement attempts by result: placed, adopted (a copy "
+                                   "was already on a member) or the PendingReason it waits "
+                                   "with.", ("result",)),
+        "placement_duration": make.histogram(
+            "dispatcher_placement_duration_seconds",
+            "Time of one placement decision (the synchronous step: gates, fit, packing)."),
+        "queue_wait": make.histogram(
+            "dispatcher_queue_wait_seconds",
+            "First waiting to placed on a member, by the PendingReason it waited with "
+            "last.", ("reason",)),
+    }
+
+
+def _request_series(make: _Makers) -> dict[str, Any]:
+    """Requests to member and hub API servers."""
+    return {
+        "member_requests": make.counter(
+            "dispatcher_member_api_requests_total",
+            "Requests to member API servers by member, verb and HTTP status (0: no "
+            "answer: connection failed or timed out).", ("member", "verb", "code")),
+        "member_request_duration": make.histogram(
+            "dispatcher_member_api_request_duration_seconds",
+            "Member API request time to the response headers (WATCH: to the stream's "
+            "start).", ("member", "verb")),
+        "hub_requests": make.counter(
+            "dispatcher_hub_api_requests_total",
+            "Requests to the hub API server by verb and HTTP status (0: no answer).",
+            ("verb", "code")),
+        "hub_request_duration": make.histogram(
+            "dispatcher_hub_api_request_duration_seconds",
+            "Hub API request time to the response headers.", ("verb",)),
+    }
+
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

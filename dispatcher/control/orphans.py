@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.control.record import DispatchRecord
+from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["KEEP", "Judgement", "after_lookup", "judge"]
 
@@ -32,16 +33,16 @@ KEEP = Judgement()
 
 
 def judge(*, member: str, cached: bool, record: DispatchRecord | None,
-          same_cluster: Callable[[str, str], bool], kind_key: str,
-          listed_kinds: Collection[str]) -> Judgement:
+          same_cluster: Callable[[str, str], bool], kind: GroupVersionKind,
+          listed_kinds: Collection[GroupVersionKind]) -> Judgement:
     """The copy on ``member`` of a workload (``cached``: its hub object is in the cache, with
-    ``record``); ``listed_kinds`` the hub kinds whose watch has listed (``kind_key`` is the
+    ``record``); ``listed_kinds`` the hub kinds whose watch has listed (``kind`` is the
     copy's)."""
     if cached:
         if record is None or record.cluster is None or same_cluster(record.cluster, member):
             return KEEP  # where the record says it is (maybe under a second name)
         return Judgement(stale=f"workload moved to {record.cluster}")
-    if kind_key not in listed_kinds:
+    if kind not in listed_kinds:
         return KEEP  # the hub kind is not watched (yet): never guess
     return Judgement(ask_hub=True)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from dispatcher.control import dryrun, gangsched, gangwrites
+from dispatcher.control import dryrun, gangsched, gangwrites, podadmission
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import (
@@ -35,10 +35,10 @@ from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.topology import Domains
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.errors import Conflict, Forbidden, Invalid, KubeError, NotFound, ServerError
-from dispatcher.kube.gangapis import COSCHEDULING, NONE, POD_GROUP, WORKLOAD, Mechanism
+from dispatcher.kube.errors import Conflict, KubeError, NotFound
+from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.kube.patches import merge_diff
-from dispatcher.kube.resources import PODS, ResourceRef
+from dispatcher.kube.resources import ResourceRef
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import (
     DefinitionQuarantined,
@@ -58,6 +58,7 @@ __all__ = ["CopyUpdate", "MemberWrites"]
 log = structlog.get_logger("dispatcher")
 
 _T = TypeVar("_T")
+_Built = tuple[dict[str, Any], list[dict[str, Any]], gangsched.GangPlan] | Rejection
 
 
 class MemberWrites:
@@ -96,21 +97,11 @@ class MemberWrites:
         if refused is not None:
             return Rejection.of(cluster, status=0, reason=PendingReason.POD_TEMPLATE_REFUSED,
                                 message=refused)
-        mechanism = await self._gang_mechanism(client, cluster)
-        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
-        try:
-            pins = await self._pins(uid, workload, domains)
-            body, templates, gang_plan = await self._off_loop(
-                workload, lambda w, d: self._copy_and_templates(
-                    w, d, pins=pins, mechanism=mechanism, gangs=gangs))
-            pods = dryrun.dry_run_pods(templates, namespace=namespace)
-        except EvaluationUnavailable:
-            raise  # a busy host: the worker's back-off, not a verdict on the copy
-        except WorkloadError as exc:
-            if isinstance(exc, DefinitionQuarantined):
-                self.live.notify_quarantine()
-            reason = "Quarantined" if isinstance(exc, ObjectQuarantined) else "CopyInvalid"
-            return Rejection.of(cluster, status=0, reason=reason, message=str(exc))
+        built = await self._built(uid, workload, client=client, cluster=cluster,
+                                  namespace=namespace, domains=domains)
+        if isinstance(built, Rejection):
+            return built
+        body, pods, gang_plan = built
         ref = await client.discovery.resource(str(workload["apiVersion"]),
                                               str(workload["kind"]))
         if ref is None:
@@ -149,15 +140,33 @@ class MemberWrites:
         self.copies.put(cluster, uid, await self.reading(created))
         return True
 
+    async def _built(self, uid: str, workload: Mapping[str, Any], *, client: KubeClient,
+                     cluster: str, namespace: str, domains: Sequence[GangDomain]) -> _Built:
+        """The copy's body, the pods to dry-run and the gang plan for ``cluster``, or the
+        ``Rejection`` when the copy cannot be built (a busy evaluator raises instead)."""
+        mechanism = await self._gang_mechanism(client, cluster)
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
+        try:
+            pins = await self._pins(uid, workload, domains)
+            body, templates, gang_plan = await self._off_loop(
+                workload, lambda w, d: self._copy_and_templates(
+                    w, d, pins=pins, mechanism=mechanism, gangs=gangs))
+            pods = dryrun.dry_run_pods(templates, namespace=namespace)
+        except EvaluationUnavailable:
+            raise  # a busy host: the worker's back-off, not a verdict on the copy
+        except WorkloadError as exc:
+            if isinstance(exc, DefinitionQuarantined):
+                self.live.notify_quarantine()
+            reason = "Quarantined" if isinstance(exc, ObjectQuarantined) else "CopyInvalid"
+            return Rejection.of(cluster, status=0, reason=reason, message=str(exc))
+        return body, pods, gang_plan
+
     async def _gang_mechanism(self, client: KubeClient, cluster: str) -> Mechanism:
         """The member's gang mechanism (its MemberCluster's, ``fleet``), ``none`` when the
         member does not serve its API right now (discovery, cached per client)."""
         snapshot = self.fleet.snapshot(cluster)
-        mechanism = snapshot.gang_mechanism if snapshot is not None else NONE
-        if mechanism == NONE:
-            return NONE
-        gvk = POD_GROUP if mechanism == COSCHEDULING else WORKLOAD
-        return mechanism if await gangwrites.served(client, gvk) is not None else NONE
+        return await gangwrites.usable(
+            client, snapshot.gang_mechanism if snapshot is not None else NONE)
 
     async def _gangs(self, uid: str, workload: Mapping[str, Any]) -> tuple[Gang, ...]:
         """The resolved gangs of ``workload`` (none when it cannot be resolved: its copy
@@ -179,8 +188,9 @@ class MemberWrites:
                 refused = await self.namespaces.check(client, cluster=cluster,
                                                       namespace=namespace)
                 if refused is None:
-                    refused = await self._admit(client, cluster=cluster,
-                                                namespace=namespace, pods=pods)
+                    refused = await podadmission.admit(
+                        client, self._admitted, cluster=cluster, namespace=namespace,
+                        pods=pods, now=self.monotonic)
                 if refused is None and gang_plan is not None:
                     refused = await gangwrites.create_objects(
                         client, gang_plan, cluster=cluster, hub_id=self.settings.hub_id,
@@ -202,38 +212,6 @@ class MemberWrites:
                 if refused is not None:
                     return refused
         raise AssertionError("unreachable")
-
-    async def _admit(self, client: KubeClient, *, cluster: str, namespace: str,
-                     pods: Sequence[Mapping[str, Any]]) -> Rejection | None:
-        """The member's admission verdict on each pod template (``dryRun=All``): a
-        Rejection on a refusal (403); a pod invalid as such (422: an operator completes
-        it) is not the admission's word and passes. A pod admitted there moments ago is
-        not asked again (``dryrun.AdmittedPods``)."""
-        for pod in pods:
-            if self._admitted.admitted(cluster, namespace, pod, now=self.monotonic()):
-                continue
-            try:
-                await client.request("POST", PODS.collection(namespace), body=pod,
-                                     query=[("dryRun", "All")])
-                self._admitted.remember(cluster, namespace, pod, now=self.monotonic())
-            except (Forbidden, Invalid) as exc:
-                if isinstance(exc, Invalid):
-                    continue
-                if 'cannot create resource "pods"' in exc.detail:
-                    # RBAC, not admission: this identity cannot ask (deploy/member grants
-                    # it); the copy is still created, and the log says what was skipped
-                    log.warning("admission.unchecked", member=cluster, namespace=namespace,
-                                message=exc.detail[:300])
-                    return None
-                if 'serviceaccount "default" not found' in exc.detail:
-                    # a namespace seconds old: the member's controller-manager creates its
-                    # default ServiceAccount shortly; try again (worker back-off)
-                    raise ServerError(f"{cluster}: {exc.detail}", status=503,
-                                      reason="ServiceAccountPending") from None
-                return Rejection.of(cluster, status=exc.status, reason="PodNotAdmitted",
-                                    message=f"a pod of this workload would not be admitted "
-                                            f"in namespace {namespace}: {exc.detail}")
-        return None
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

@@ -30,7 +30,7 @@ from dispatcher.control.readings import member_copy
 from dispatcher.kube import retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
-from dispatcher.kube.resources import CRDS, DISPATCHES, GroupVersionKind, ResourceRef
+from dispatcher.kube.resources import CRDS, DISPATCHES, GroupKind, GroupVersionKind, ResourceRef
 
 __all__ = ["HubWatchers", "MemberWatchers", "crds_served", "forever"]
 
@@ -108,7 +108,7 @@ class HubWatchers:
         self._selector = label_selector or None
         self._skip = frozenset(skip_namespaces)
         self._watched: set[GroupVersionKind] = set()
-        self._kinds: set[tuple[str, str]] = set()  # (group, kind) of self._watched
+        self._kinds: set[GroupKind] = set()  # of self._watched
         self._tasks: list[asyncio.Task[None]] = []
         self._records_listed: set[str] = set()
         self._crds_served: dict[str, CrdServes] = {}
@@ -116,7 +116,7 @@ class HubWatchers:
 
     def synced(self) -> bool:
         """Every started watch has listed at least once."""
-        want = {(k.key, ns) for k in self._watched for ns in self._namespaces}
+        want = {(k, ns) for k in self._watched for ns in self._namespaces}
         return set(self._namespaces) <= self._records_listed and want <= self._cache.synced
 
     async def start(self) -> None:
@@ -147,7 +147,7 @@ class HubWatchers:
         missing: set[GroupVersionKind] = set()
         for gvk in self._live.current.kinds():
             key = gvk.key
-            if gvk in self._watched or (gvk.group, gvk.kind) in self._kinds:
+            if gvk in self._watched or gvk.group_kind in self._kinds:
                 continue
             try:
                 ref = await self._hub.discovery.resource(gvk.api_version, gvk.kind)
@@ -157,7 +157,7 @@ class HubWatchers:
                 missing.add(gvk)
                 continue
             self._watched.add(gvk)
-            self._kinds.add((gvk.group, gvk.kind))
+            self._kinds.add(gvk.group_kind)
             for namespace in self._namespaces:
                 self._tasks.append(guarded(
                     forever(f"hub {key}", functools.partial(self._workloads, ref, namespace)),
@@ -287,7 +287,7 @@ class MemberWatchers:
                 seen = await self._wake(name, seen)
                 continue
             tasks: list[asyncio.Task[None]] = []
-            watched: set[tuple[str, str]] = set()
+            watched: set[GroupKind] = set()
             try:
                 while self._fleet.client(name) is client:
                     self._start_kinds(name, client, watched, tasks)
@@ -304,28 +304,28 @@ class MemberWatchers:
         self.wakeups[name] += 1
         return state.version, self._catalog.version
 
-    def _start_kinds(self, name: str, client: KubeClient, watched: set[tuple[str, str]],
+    def _start_kinds(self, name: str, client: KubeClient, watched: set[GroupKind],
                      tasks: list[asyncio.Task[None]]) -> None:
         """Start a copy watch for each catalog kind the member serves and is not watched.
 
-        ``watched`` holds (group, kind): one watch per kind whatever the version, as the
+        ``watched`` holds ``GroupKind``s: one watch per kind whatever the version, as the
         apiserver serves every version of a kind from the same objects."""
         resources = self._fleet.resources(name)
         if resources is None:
             return  # not discovered yet: its state pulse moves when it is
         for gvk in self._live.current.kinds():
             ref = resources.get(gvk)
-            if ref is None or (gvk.group, gvk.kind) in watched:
+            if ref is None or gvk.group_kind in watched:
                 continue
-            watched.add((gvk.group, gvk.kind))
+            watched.add(gvk.group_kind)
             tasks.append(guarded(self._kind(name, client, ref),
                                  name=f"copies:{name}:{ref.kind}"))
 
     async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
-        key = ref.gvk.key
+        kind = ref.gvk
 
         def lost() -> None:
-            self._copies.unsync(member, key)
+            self._copies.unsync(member, kind)
 
         async def body() -> None:
             async for item in watch.informer(client, ref,
@@ -339,7 +339,7 @@ class MemberWatchers:
                             fresh[uid] = await member_copy(
                                 obj, live=self._live, seen_at=now,
                                 previous=self._copies.get(member, uid))
-                    for uid in self._copies.relist(member, key, fresh):
+                    for uid in self._copies.relist(member, kind, fresh):
                         self._kick(uid)
                     continue
                 uid = stamped(item.object, hub_id=self._hub_id)
@@ -355,4 +355,4 @@ class MemberWatchers:
                         previous=self._copies.get(member, uid)))
                 self._kick(uid)
 
-        await forever(f"{member} {key}", body, on_error=lost)
+        await forever(f"{member} {kind.key}", body, on_error=lost)

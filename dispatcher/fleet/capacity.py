@@ -4,8 +4,9 @@ Placement needs per-node free GPUs for 100 members x 1,000 nodes, and every watc
 cost microseconds, so nothing is ever recomputed from scratch:
 
 - nodes that are interchangeable for placement (same GPU product, labels and taints) share
-  one ``NodeClass``; a class indexes its Ready, schedulable nodes by free GPUs, so gang fit
-  reads a handful of (free GPUs -> node count) buckets instead of scanning nodes;
+  one ``NodeClass`` (``fleet/nodeclasses.py``; re-exported here for its readers); a class
+  indexes its Ready, schedulable nodes by free GPUs, so gang fit reads a handful of
+  (free GPUs -> node count) buckets instead of scanning nodes;
 - cluster roll-ups (total, allocatable, free, per product, largest free block) are counters
   kept up to date by detaching a node's contribution before a change and attaching it after;
 - only pods that hold GPUs on a node are stored, as ``key -> (node, gpus)``; a pod bound to a
@@ -24,15 +25,13 @@ placement decision reads it synchronously, so the view never changes under a dec
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from dispatcher.fleet.nodeclasses import ClassKey, NodeClass, class_order
 from dispatcher.fleet.nodes import (
-    HARD_EFFECTS,
     NodeFacts,
-    TaintTuple,
     node_facts,
     pod_binding,
     pod_key,
@@ -40,50 +39,6 @@ from dispatcher.fleet.nodes import (
 from dispatcher.fleet.rollups import CapacitySummary, NodeState, ProductCapacity
 
 __all__ = ["CapacitySummary", "ClusterCapacity", "NodeClass", "NodeState", "ProductCapacity"]
-
-ClassKey = tuple[str | None, tuple[tuple[str, str], ...], tuple[TaintTuple, ...]]
-
-
-class NodeClass:
-    """Nodes placement cannot tell apart except by free GPUs: one product, labels, taints.
-
-    ``free_nodes`` maps a free-GPU amount (> 0) to the names of the Ready, schedulable nodes
-    of the class with exactly that many free GPUs (``sizes``: its keys, ascending);
-    ``eligible`` counts those nodes including the ones with nothing free.
-    """
-
-    __slots__ = ("eligible", "fit_cache", "free_nodes", "hard_taints", "key", "label_map",
-                 "labels", "nodes", "product", "sizes", "taints")
-
-    def __init__(self, key: ClassKey) -> None:
-        self.key = key
-        self.product, self.labels, self.taints = key
-        self.label_map: dict[str, str] = dict(self.labels)
-        self.hard_taints: tuple[TaintTuple, ...] = tuple(
-            t for t in self.taints if t[2] in HARD_EFFECTS)
-        self.free_nodes: dict[int, set[str]] = {}
-        self.sizes: list[int] = []  # keys of free_nodes, ascending
-        self.eligible = 0
-        self.nodes = 0
-        # Placement memo: pod requirement -> may such a pod run on this class (labels/taints
-        # of a class never change, so the answer never goes stale).
-        self.fit_cache: dict[object, bool] = {}
-
-    def histogram(self) -> dict[int, int]:
-        """Free GPUs -> number of eligible nodes with exactly that many free (> 0)."""
-        return {free: len(names) for free, names in self.free_nodes.items()}
-
-    def pick(self, free: int, count: int, *, exclude: frozenset[str] = frozenset()) -> list[str]:
-        """The ``count`` alphabetically first node names with ``free`` GPUs free.
-
-        Alphabetical, not insertion order, so equal states give equal assignments whatever
-        order the events came in.
-        """
-        names = self.free_nodes.get(free, ())
-        if exclude:
-            return heapq.nsmallest(count, (n for n in names if n not in exclude))
-        return heapq.nsmallest(count, names)
-
 
 class _Node:
     """Mutable per-node state; compact (``__slots__``, shared class and interned name)."""
@@ -352,7 +307,7 @@ class ClusterCapacity:
     def classes(self) -> tuple[NodeClass, ...]:
         """Node classes in a deterministic order (by product, labels, taints); cached."""
         if self._class_list is None:
-            self._class_list = tuple(sorted(self._classes.values(), key=_class_order))
+            self._class_list = tuple(sorted(self._classes.values(), key=class_order))
         return self._class_list
 
     def products(self) -> frozenset[str | None]:
@@ -406,8 +361,3 @@ class ClusterCapacity:
             copy._nodes[node.name] = clone
             copy._attach(clone)
         return copy
-
-
-def _class_order(cls: NodeClass) -> tuple[str, tuple[tuple[str, str], ...],
-                                          tuple[TaintTuple, ...]]:
-    return (cls.product or "", cls.labels, cls.taints)

@@ -12,6 +12,9 @@ supervisor task:
         discovery loop -> served workload kinds
     any failure -> health.failed (first loss kept) -> tenacity backoff -> again
 
+What the member serves is read by ``fleet/serving.py``; events reach capacity and
+reservations through ``fleet/feed.py``.
+
 A reload (the kubeconfig Secret changed) ends the session and reconnects at once. The
 capacity object lives as long as the connection, so reservations and placement keep one
 reference across reconnects; while the member is not Ready, placement skips it anyway.
@@ -29,6 +32,7 @@ import structlog
 import tenacity
 
 from dispatcher.aiotasks import cancel_all, guarded
+from dispatcher.fleet import feed, serving
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.kubeconfigs import INSECURE, SKIP_VERIFY, KubeconfigProblem, transport_risk
@@ -36,7 +40,7 @@ from dispatcher.fleet.members import MemberSpec
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
-from dispatcher.kube import errors, gangapis, retry, watch
+from dispatcher.kube import gangapis, retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.gangapis import Mechanism
 from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
@@ -271,7 +275,8 @@ class MemberConnection:
         version = str((info or {}).get("gitVersion", "")) or None
         recovered = self.health.first_loss is not None
         self.kubernetes_version = version
-        self.cluster_id = await self._cluster_id(client)
+        self.cluster_id = await serving.cluster_id(
+            client, request_timeout=self._settings.request_timeout_s, log=self._log)
         self.health = healthmod.connected(self.health, now=self._clock(),
                                           version=version or "?")
         event = "member.recovered" if recovered else "member.connected"
@@ -279,22 +284,9 @@ class MemberConnection:
         await self._discover(client)
         self._notify(Change.STATE)
 
-    async def _cluster_id(self, client: KubeClient) -> str | None:
-        try:
-            obj = await client.request("GET", "/api/v1/namespaces/kube-system",
-                                       request_timeout=self._settings.request_timeout_s)
-        except (errors.Forbidden, errors.NotFound):
-            self._log.warning("member.identity_unknown",
-                              hint="cannot read namespace kube-system: a cluster registered "
-                                   "twice cannot be detected (see deploy/member)")
-            return None
-        return str(((obj or {}).get("metadata") or {}).get("uid") or "") or None
-
     async def _discover(self, client: KubeClient) -> None:
         client.discovery.forget()
-        gang_apis = {gvk for gvk in (gangapis.WORKLOAD, gangapis.POD_GROUP)
-                     if await client.discovery.resource(gvk.api_version, gvk.kind) is not None}
-        gang = gangapis.discovered(gang_apis)
+        gang = await serving.gang_mechanism(client)
         if gang != self.gang_discovered:
             self.gang_discovered = gang
             self._log.info("member.gang_mechanism", discovered=gang,
@@ -302,11 +294,7 @@ class MemberConnection:
             self._notify(Change.STATE)
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)
-        found: dict[GroupVersionKind, ResourceRef] = {}
-        for gvk in self._kinds:
-            ref = await client.discovery.resource(gvk.api_version, gvk.kind)
-            if ref is not None:
-                found[gvk] = ref
+        found = await serving.served_kinds(client, self._kinds)
         self.resources = found
         if frozenset(found) != self.served:
             self.served = frozenset(found)
@@ -364,11 +352,7 @@ class MemberConnection:
 
     def _relist(self, what: str, objects: list[dict[str, Any]]) -> bool:
         """Replace nodes or pods; True when this made the member Ready (both listed)."""
-        if what == "nodes":
-            self.capacity.relist_nodes(objects)
-        else:
-            self.capacity.relist_pods(objects)
-            self.reservations.relist_pods(objects)  # after capacity: see reservations
+        feed.relist(self.capacity, self.reservations, what, objects)
         self._listed.add(what)
         if self._listed >= {"nodes", "pods"} and not self.health.ready:
             self.synced = True
@@ -379,21 +363,7 @@ class MemberConnection:
         return False
 
     def _apply(self, what: str, change: watch.Changed) -> None:
-        obj = change.object
-        if what == "nodes":
-            if change.type == "DELETED":
-                self.capacity.delete_node(str((obj.get("metadata") or {}).get("name")))
-            else:
-                self.capacity.upsert_node(obj)
-            return
-        # Capacity first, then reservations: a bound pod's GPUs move from reserved to used
-        # in one synchronous step (never counted twice, never forgotten).
-        if change.type == "DELETED":
-            self.capacity.delete_pod(obj)
-            self.reservations.delete_pod(obj)
-        else:
-            self.capacity.upsert_pod(obj)  # finished or unbound: dropped by the model
-            self.reservations.upsert_pod(obj)
+        feed.apply(self.capacity, self.reservations, what, change)
 
     async def _probe(self, client: KubeClient) -> None:
         while True:

@@ -25,18 +25,16 @@ Two token sources, because clusters differ:
   kube-apiserver serves by itself, so it also works on a bare apiserver (the dev fleet). The
   token expires (the apiserver may shorten the duration asked for); re-run to renew.
 
-``auto`` waits briefly for the Secret and falls back to a TokenRequest. Pure parts
-(``load_manifests``, ``plan``, ``namespace_bindings``, ``check_namespaces``,
-``token_kubeconfig``) are separate from the calls.
+``auto`` waits briefly for the Secret and falls back to a TokenRequest. This module is the
+pure part (``load_manifests``, ``plan``, ``namespace_bindings``, ``check_namespaces``,
+``token_kubeconfig``); the calls that set the identity up on a member are
+``fleet/minting.py`` (``create_identity``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import os
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +43,7 @@ from typing import Any, Literal
 import yaml
 
 from dispatcher.fleet import membernamespaces
-from dispatcher.fleet.kubeconfigs import KubeconfigProblem, flatten
-from dispatcher.kube import errors
-from dispatcher.kube.client import KubeClient
-from dispatcher.kube.resources import NODES, SECRETS, ResourceRef
+from dispatcher.fleet.kubeconfigs import flatten
 from dispatcher.sources import SourceMissing, source_path
 
 __all__ = [
@@ -57,18 +52,14 @@ __all__ = [
     "IdentityError",
     "MemberIdentity",
     "TokenSource",
-    "apply_manifests",
     "check_namespaces",
-    "create_identity",
     "identity_dir",
     "load_manifests",
     "namespace_bindings",
     "plan",
-    "prune_bindings",
-    "request_token",
-    "secret_token",
     "service_account_of",
     "token_kubeconfig",
+    "token_secret_name",
 ]
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -269,7 +260,7 @@ def service_account_of(manifests: Sequence[Mapping[str, Any]]) -> tuple[str, str
     return str(meta.get("namespace") or "default"), str(meta["name"])
 
 
-def _token_secret_name(manifests: Sequence[Mapping[str, Any]], *, account: str) -> str | None:
+def token_secret_name(manifests: Sequence[Mapping[str, Any]], *, account: str) -> str | None:
     for doc in manifests:
         meta = doc.get("metadata") or {}
         if (doc.get("kind") == "Secret"
@@ -295,195 +286,3 @@ def token_kubeconfig(admin_kubeconfig: Mapping[str, Any], *, token: str, user: s
     return {"apiVersion": "v1", "kind": "Config", "current-context": name,
             "clusters": [cluster], "users": [{"name": user, "user": {"token": token}}],
             "contexts": [{"name": name, "context": ctx}]}
-
-
-async def apply_manifests(client: KubeClient, manifests: Sequence[Mapping[str, Any]]
-                          ) -> list[str]:
-    """Server-side apply each object (create or update, idempotent); returns ``kind/name``.
-
-    Resources are found through discovery, so any kind the member serves can be listed.
-    """
-    applied = []
-    for doc in manifests:
-        ref = await _resource(client, doc)
-        meta = doc.get("metadata") or {}
-        namespace = meta.get("namespace") if ref.namespaced else None
-        if ref.namespaced and not namespace:
-            raise IdentityError(f"{doc['kind']}/{meta.get('name')} needs metadata.namespace")
-        await client.request("PATCH", ref.item(str(meta["name"]), namespace),
-                             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                             body=dict(doc), content_type=APPLY_PATCH)
-        kind = str(doc["kind"]).lower()
-        applied.append(f"{kind}/{namespace}/{meta['name']}" if kind == "rolebinding"
-                       else f"{kind}/{meta['name']}")
-    return applied
-
-
-def _ours(binding: Mapping[str, Any], *, namespace: str, account: str) -> bool:
-    return any(s.get("kind") == "ServiceAccount" and s.get("name") == account
-               and s.get("namespace") == namespace for s in binding.get("subjects") or [])
-
-
-async def prune_bindings(client: KubeClient, keep: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Delete the identity's ClusterRoleBindings and RoleBindings (label
-    ``app.kubernetes.io/component: member-identity``, binding the ServiceAccount of
-    ``keep``) that ``keep`` does not hold; returns them as ``kind/[namespace/]name``.
-
-    Bindings someone made by hand without the label are left alone (``create_identity``
-    reports a token that can still write in kube-system).
-    """
-    namespace, account = service_account_of(keep)
-    wanted = {(str(d["kind"]), str((d.get("metadata") or {}).get("namespace") or ""),
-               str((d.get("metadata") or {}).get("name"))) for d in keep}
-    removed = []
-    selector = [("labelSelector", f"{COMPONENT_LABEL}={COMPONENT}")]
-    for kind, plural in (("ClusterRoleBinding", "clusterrolebindings"),
-                         ("RoleBinding", "rolebindings")):
-        listed = await client.request("GET", f"{RBAC}/{plural}", query=selector)
-        for obj in (listed or {}).get("items") or []:
-            meta = obj.get("metadata") or {}
-            ns = str(meta.get("namespace") or "")
-            if (kind, ns, str(meta.get("name"))) in wanted or not _ours(
-                    obj, namespace=namespace, account=account):
-                continue
-            path = (f"{RBAC}/namespaces/{ns}/{plural}/{meta['name']}" if ns
-                    else f"{RBAC}/{plural}/{meta['name']}")
-            try:
-                await client.request("DELETE", path)
-            except errors.NotFound:
-                continue
-            removed.append(f"{kind.lower()}/{ns + '/' if ns else ''}{meta['name']}")
-    return removed
-
-
-async def _can_write_kube_system(client: KubeClient) -> bool:
-    """Whether the client may create Deployments in kube-system (SelfSubjectAccessReview,
-    which every authenticated user may ask)."""
-    review = await client.request(
-        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"group": "apps", "resource": "deployments",
-                                            "verb": "create", "namespace": "kube-system"}}})
-    return bool(((review or {}).get("status") or {}).get("allowed"))
-
-
-async def _resource(client: KubeClient, doc: Mapping[str, Any]) -> ResourceRef:
-    ref = await client.discovery.resource(str(doc["apiVersion"]), str(doc["kind"]))
-    if ref is None:
-        raise IdentityError(f"the member does not serve {doc['apiVersion']} {doc['kind']}")
-    return ref
-
-
-async def request_token(client: KubeClient, *, namespace: str, name: str,
-                        expiration_s: int = DEFAULT_TOKEN_SECONDS) -> tuple[str, str | None]:
-    """A TokenRequest for ServiceAccount ``namespace/name``: (token, expirationTimestamp)."""
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_s}}
-    answer = await client.request(
-        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body=body)
-    status = (answer or {}).get("status") or {}
-    token = status.get("token")
-    if not token:
-        raise IdentityError(f"TokenRequest for {namespace}/{name} returned no token")
-    expires = status.get("expirationTimestamp")
-    return str(token), str(expires) if expires else None
-
-
-async def secret_token(client: KubeClient, *, namespace: str, name: str,
-                       wait_s: float = SECRET_WAIT_S) -> str | None:
-    """The token the token controller wrote into Secret ``namespace/name``, waiting up to
-    ``wait_s`` for it; None when it stays empty (no token controller on this cluster)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            secret = await client.request("GET", SECRETS.item(name, namespace))
-        except errors.NotFound:
-            secret = {}
-        raw = ((secret or {}).get("data") or {}).get("token")
-        if raw:
-            return base64.b64decode(str(raw)).decode()
-        if time.monotonic() >= deadline:
-            return None
-        await asyncio.sleep(0.25)
-
-
-async def create_identity(admin_kubeconfig: Mapping[str, Any], *, context: str | None = None,
-                          directory: Path | None = None, namespaces: Sequence[str] = (),
-                          cluster_wide: bool = False, create_namespaces: bool = False,
-                          token_source: TokenSource = "auto",
-                          expiration_s: int = DEFAULT_TOKEN_SECONDS,
-                          secret_wait_s: float = SECRET_WAIT_S,
-                          hub_labels: Mapping[str, Mapping[str, str]] | None = None,
-                          pod_security_floor: str = "baseline",
-                          member: str = "the member") -> MemberIdentity:
-    """Apply the member manifests (``plan``) with ``admin_kubeconfig``, remove the bindings
-    of an earlier install the plan no longer holds, mint a token, check it works.
-
-    Namespaced: the listed namespaces must exist unless ``create_namespaces`` (checked
-    before anything is applied); missing ones are then created with the Pod Security
-    labels of their hub namespace, ``hub_labels[name]`` (absent: no hub namespace), never
-    below ``pod_security_floor`` (``podsecurity.member_labels``). A listed namespace that
-    exists with a weaker enforce level than its hub namespace's is left as it is and
-    reported in ``warnings``. The check lists one Node with the new kubeconfig, so a
-    wrong server, CA or binding fails here and not later inside the controller; a token
-    that may still create Deployments in kube-system without ``cluster_wide`` (a binding
-    made by hand) is reported in ``warnings``.
-    """
-    hubs = hub_labels or {}
-    manifests = plan(directory or identity_dir(), namespaces=namespaces,
-                     cluster_wide=cluster_wide, create_namespaces=create_namespaces)
-    chosen = check_namespaces(namespaces)
-    namespace, account = service_account_of(manifests)
-    secret_name = _token_secret_name(manifests, account=account)
-    try:
-        flat_admin = flatten(admin_kubeconfig, context=context)
-    except KubeconfigProblem as exc:
-        raise IdentityError(str(exc)) from None
-    async with await KubeClient.from_kubeconfig(flat_admin, name="member (admin)") as admin:
-        found = await membernamespaces.read(admin, chosen)
-        missing = [name for name, ns in found.items() if ns is None]
-        if missing and not cluster_wide and not create_namespaces:
-            raise IdentityError(
-                f"namespace {', '.join(missing)} does not exist on the member: create "
-                "it first (with the Pod Security labels it should have), or pass "
-                "--create-namespaces")
-        existing = [ns for ns in found.values() if ns is not None]
-        created: list[membernamespaces.MemberNamespace] = []
-        for name in [] if cluster_wide else missing:
-            made = await membernamespaces.create(admin, name, hub_labels=hubs.get(name),
-                                                 floor=pod_security_floor)
-            (created if made.created else existing).append(made)
-        warnings = [w for ns in existing if (w := membernamespaces.weaker_warning(
-            ns, hub_labels=hubs.get(ns.name), member=member))]
-        applied = await apply_manifests(admin, manifests)
-        removed = await prune_bindings(admin, manifests)
-        token: str | None = None
-        expires: str | None = None
-        source: Literal["secret", "request"] = "secret"
-        if token_source in ("auto", "secret") and secret_name is not None:
-            token = await secret_token(admin, namespace=namespace, name=secret_name,
-                                       wait_s=secret_wait_s)
-        if token is None:
-            if token_source == "secret":
-                raise IdentityError(
-                    f"Secret {namespace}/{secret_name or '(none in the manifests)'} holds no "
-                    "token: the cluster has no token controller; use the TokenRequest source")
-            token, expires = await request_token(admin, namespace=namespace, name=account,
-                                                 expiration_s=expiration_s)
-            source = "request"
-    kubeconfig = token_kubeconfig(flat_admin, token=token, user=account)
-    async with await KubeClient.from_kubeconfig(kubeconfig, name="member (identity)") as mine:
-        try:
-            await mine.request("GET", NODES.collection(), query=[("limit", "1")])
-        except errors.KubeError as exc:
-            raise IdentityError(f"the new identity cannot list nodes: {exc}") from None
-        if not cluster_wide and await _can_write_kube_system(mine):
-            warnings.append(
-                f"{namespace}/{account} may still create Deployments in kube-system: a "
-                "binding not made by this command grants it (kubectl get clusterrolebindings,"
-                "rolebindings -A -o wide | grep " + account + ")")
-    return MemberIdentity(kubeconfig=kubeconfig, service_account=f"{namespace}/{account}",
-                          token_source=source, expires=expires, applied=tuple(applied),
-                          namespaces=() if cluster_wide else chosen,
-                          cluster_wide=cluster_wide, removed=tuple(removed),
-                          created_namespaces=tuple(created), warnings=tuple(warnings))

@@ -12,23 +12,18 @@ The controller creates one ``Fleet`` and reads it; nothing else opens member cli
 A change of one member costs the others nothing: each connection reports to its own
 pulses (``fleet.signals``), and ``snapshot(name)`` reads one member without the rest.
 
-A MemberCluster whose credentials source changes (Secret reference, context) gets a new
-connection; one whose labels, cordon or allowed namespaces change keeps its connection. A
-change of the referenced Secret (watched in ``settings.secret_namespace``) reconnects with
-the new kubeconfig without touching anything else. Secrets in other namespaces are read at
-each (re)connect but not watched. Static members have no object, so no status is written
-for them.
+``Fleet`` wires the parts and answers the reads; each part holds one job: which members
+there are (``fleet/membership``), reconnecting when credentials rotate
+(``fleet/rotation``), the hub watches (``fleet/hubwatch``) and the MemberCluster status
+(``fleet/statuswriter``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import structlog
 
@@ -36,18 +31,19 @@ from dispatcher.aiotasks import Pulse, cancel_all, guarded
 from dispatcher.fleet import credentials
 from dispatcher.fleet import health as healthmod
 from dispatcher.fleet import members as membersmod
-from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.capacity import CapacitySummary
-from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected, backoff
-from dispatcher.fleet.health import Health, Reason
-from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.connection import Clock, MemberConnection, NotConnected
+from dispatcher.fleet.health import Health
+from dispatcher.fleet.hubwatch import watch_hub
+from dispatcher.fleet.membership import Membership
 from dispatcher.fleet.reservations import MemberReservations
+from dispatcher.fleet.rotation import SecretVersions, watch_files
 from dispatcher.fleet.settings import FleetSettings
-from dispatcher.fleet.signals import Change, FleetSignals
+from dispatcher.fleet.signals import FleetSignals
 from dispatcher.fleet.snapshot import MemberSnapshot
-from dispatcher.kube import errors, retry, watch
-from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
-from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, GroupVersionKind, ResourceRef
+from dispatcher.fleet.statuswriter import StatusWriter
+from dispatcher.kube.client import KubeClient
+from dispatcher.kube.resources import MEMBER_CLUSTERS, SECRETS, GroupVersionKind
 
 __all__ = ["Fleet", "MemberState", "NotConnected", "UnknownMember", "utc_now"]
 
@@ -94,15 +90,19 @@ class Fleet:
         self._settings = settings
         self._kinds = tuple(kinds)
         self._clock = clock
-        self._connections: dict[str, MemberConnection] = {}
-        self._objects: dict[str, Mapping[str, Any]] = {}
-        self._written: dict[str, tuple[dict[str, Any], datetime]] = {}
-        self._secret_versions: dict[tuple[str, str], str] = {}
-        self._invalid: dict[str, str] = {}
-        """MemberClusters whose spec is invalid: name -> why (``Ready=False SpecInvalid``)."""
         self.signals = FleetSignals()
         self.pulse: Pulse = self.signals.any
         """Bumped on every capacity, health or membership change (``changes()`` reads it)."""
+        self._membership = Membership(hub=hub, settings=settings, clock=clock,
+                                      signals=self.signals, kinds=lambda: self._kinds,
+                                      forget=self._forget_status)
+        self._connections = self._membership.connections
+        self._invalid = self._membership.invalid
+        self._statuses = (StatusWriter(hub=hub, settings=settings, clock=clock,
+                                       membership=self._membership, health=self.health)
+                          if hub is not None else None)
+        self._secrets = SecretVersions(settings.secret_namespace,
+                                       self._connections.values)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -116,17 +116,26 @@ class Fleet:
         baseline = {m.name: credentials.file_version(m.kubeconfig)
                     for m in self._settings.static_members}
         for member in self._settings.static_members:
-            self._add(membersmod.from_static(member))
+            self._membership.add(membersmod.from_static(member))
         if self._settings.static_members:
-            self._tasks.append(guarded(self._watch_static_files(baseline),
-                                       name="fleet/static-files"))
-        if self._hub is not None and self._settings.watch_member_clusters:
+            self._tasks.append(guarded(
+                watch_files(self._connections.values, baseline,
+                            interval_s=self._settings.probe_interval_s),
+                name="fleet/static-files"))
+        hub, settings = self._hub, self._settings
+        if hub is not None and self._statuses is not None and settings.watch_member_clusters:
+
+            def stopping() -> bool:
+                return self._stopping
+
             self._tasks += [
-                guarded(self._watch_hub(MEMBER_CLUSTERS, None, self._on_member_clusters),
-                        name="fleet/memberclusters"),
-                guarded(self._watch_hub(SECRETS, self._settings.secret_namespace,
-                                        self._on_secrets), name="fleet/secrets"),
-                guarded(self._write_statuses(), name="fleet/status"),
+                guarded(watch_hub(hub, MEMBER_CLUSTERS, None,
+                                  self._membership.on_member_clusters, settings=settings,
+                                  stopping=stopping), name="fleet/memberclusters"),
+                guarded(watch_hub(hub, SECRETS, settings.secret_namespace,
+                                  self._secrets.on_secrets, settings=settings,
+                                  stopping=stopping), name="fleet/secrets"),
+                guarded(self._statuses.run(self.pulse, stopping), name="fleet/status"),
             ]
 
     async def stop(self) -> None:
@@ -135,9 +144,7 @@ class Fleet:
         self._stopping = True
         await cancel_all(self._tasks)
         self._tasks.clear()
-        connections = list(self._connections.values())
-        self._connections.clear()
-        await asyncio.gather(*(c.stop() for c in connections))
+        await self._membership.stop()
 
     async def __aenter__(self) -> Fleet:
         await self.start()
@@ -255,219 +262,12 @@ class Fleet:
         """Yield after each change (bursts coalesce): re-evaluate pending workloads then."""
         return self.pulse.changes()
 
-    # -- membership ----------------------------------------------------------------------
-
-    def _add(self, spec: MemberSpec) -> None:
-        conn = MemberConnection(spec=spec, load=credentials.loader(spec, self._hub),
-                                settings=self._settings, clock=self._clock, kinds=self._kinds,
-                                on_change=functools.partial(self.signals.changed, spec.name))
-        self._connections[spec.name] = conn
-        conn.start()
-        log.info("member.added", member=spec.name, static=spec.static)
-        self.signals.joined_or_left(spec.name)
-
-    async def _remove(self, name: str) -> None:
-        conn = self._connections.pop(name, None)
-        self._objects.pop(name, None)
-        self._written.pop(name, None)
-        self._invalid.pop(name, None)
-        if conn is not None:
-            await conn.stop()
-            log.info("member.removed", member=name)
-            self.signals.joined_or_left(name)
-
-    async def _upsert(self, obj: Mapping[str, Any]) -> None:
-        try:
-            spec = membersmod.from_member_cluster(
-                obj, default_namespace=self._settings.secret_namespace)
-        except ValueError as exc:
-            self._spec_invalid(obj, str(exc))
-            return
-        if self._invalid.pop(spec.name, None) is not None:
-            log.info("member.spec_valid", member=spec.name)
-            self.signals.changed(spec.name, Change.STATE)
-        self._objects[spec.name] = obj
-        current = self._connections.get(spec.name)
-        if current is not None and current.spec.static:
-            log.warning("member.name_conflict", member=spec.name,
-                        hint="a static member of that name exists; the MemberCluster is "
-                             "ignored")
-            return
-        if current is None:
-            self._add(spec)
-        elif not current.spec.same_source(spec):
-            await self._remove(spec.name)
-            self._objects[spec.name] = obj
-            self._add(spec)
-        elif current.spec != spec:
-            current.update_spec(spec)
-
-    def _spec_invalid(self, obj: Mapping[str, Any], message: str) -> None:
-        """A MemberCluster whose spec cannot be used: ``Ready=False`` with reason
-        SpecInvalid and the message on its status (written by ``write_statuses_once``).
-        A connection made from its last valid spec is kept but not Ready (``health``):
-        nothing new is placed there, and its copies are not failed over for an edit."""
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        log.warning("member.invalid_spec", member=name, message=message)
-        if not name:
-            return  # nothing to write a status to
-        self._invalid[name] = message
-        self._objects[name] = obj
-        self.signals.changed(name, Change.STATE)
-
-    async def _on_member_clusters(self, item: watch.Listed | watch.Changed) -> None:
-        if isinstance(item, watch.Listed):
-            listed = {str(o["metadata"]["name"]) for o in item.objects}
-            for name in [n for n, c in self._connections.items()
-                         if not c.spec.static and n not in listed]:
-                await self._remove(name)
-            for name in [n for n in self._invalid if n not in listed]:
-                self._forget_invalid(name)
-            for obj in item.objects:
-                await self._upsert(obj)
-        elif item.type == "DELETED":
-            name = str(item.object["metadata"]["name"])
-            conn = self._connections.get(name)
-            if conn is not None and not conn.spec.static:
-                await self._remove(name)
-            self._forget_invalid(name)
-        else:
-            await self._upsert(item.object)
-
-    def _forget_invalid(self, name: str) -> None:
-        """An invalid MemberCluster without a connection is gone from the hub."""
-        if self._invalid.pop(name, None) is not None and name not in self._connections:
-            self._objects.pop(name, None)
-            self._written.pop(name, None)
-
-    async def _on_secrets(self, item: watch.Listed | watch.Changed) -> None:
-        if isinstance(item, watch.Listed):
-            changed = [(o, False) for o in item.objects]
-            listed = {str(o["metadata"]["name"]) for o in item.objects}
-            gone = [name for (_, name) in self._secret_versions if name not in listed]
-        else:
-            changed = [(item.object, item.type == "DELETED")]
-            gone = []
-        namespace = self._settings.secret_namespace
-        touched = set(gone)
-        for obj, deleted in changed:
-            name = str(obj["metadata"]["name"])
-            key = (namespace, name)
-            if deleted:
-                self._secret_versions.pop(key, None)
-            else:
-                self._secret_versions[key] = str(obj["metadata"].get("resourceVersion", ""))
-            touched.add(name)
-        for name in gone:
-            self._secret_versions.pop((namespace, name), None)
-        for conn in self._connections.values():
-            ref = conn.spec.secret
-            if ref is None or ref.namespace != namespace or ref.name not in touched:
-                continue
-            if conn.credentials_version is None and conn.health.reason != Reason.SECRET_MISSING:
-                continue  # its first load is still to come and will read the latest version
-            if self._secret_versions.get((ref.namespace, ref.name)) != conn.credentials_version:
-                log.info("member.credentials_changed", member=conn.name,
-                         secret=f"{ref.namespace}/{ref.name}")
-                conn.reload()
-
-    async def _watch_static_files(self, seen: dict[str, int | None]) -> None:
-        """Reconnect a static member when its kubeconfig file changes (files have no watch
-        event here, so their modification time is checked every probe interval); ``seen``
-        holds each file's version when the fleet started."""
-        while True:
-            for conn in list(self._connections.values()):
-                if conn.spec.path is None:
-                    continue
-                # None when unreadable: the next connect attempt reports it.
-                version = await asyncio.to_thread(credentials.file_version,
-                                                  conn.spec.path)
-                if conn.name in seen and seen[conn.name] != version:
-                    log.info("member.credentials_changed", member=conn.name,
-                             file=conn.spec.path)
-                    conn.reload()
-                seen[conn.name] = version
-            await asyncio.sleep(self._settings.probe_interval_s)
-
-    async def _watch_hub(self, ref: ResourceRef, namespace: str | None,
-                         handle: Callable[[watch.Listed | watch.Changed], Awaitable[None]]
-                         ) -> None:
-        """List+watch one hub resource forever, reconnecting with backoff."""
-        hub = self._hub
-        assert hub is not None
-
-        def report(exc: BaseException | None, delay: float) -> None:
-            log.warning("hub.watch_failed", resource=ref.plural,
-                        error=type(exc).__name__ if exc else "ended",
-                        message=str(exc).splitlines()[0][:300] if exc else "",
-                        retry_in=round(delay, 1))
-
-        async def body() -> None:
-            async for item in watch.informer(hub, ref, namespace=namespace,
-                                             timeout_seconds=self._settings.watch_timeout_s):
-                await handle(item)
-
-        # Any error but cancellation, and none once stopping (a cancellation a library
-        # turned into an error).
-        await retry.forever(body, wait=backoff(self._settings), on_failure=report,
-                            fresh_after=60.0, retry_on=lambda exc: True,
-                            stopping=lambda: self._stopping)
-
     # -- status --------------------------------------------------------------------------
-
-    async def _write_statuses(self) -> None:
-        """Write changed MemberCluster statuses, at most once per ``status_min_interval``."""
-        seen = -1
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.status_heartbeat_s):
-                    seen = await self.pulse.wait(seen)
-            await self.write_statuses_once()
-            await asyncio.sleep(self._settings.status_min_interval_s)
-        raise asyncio.CancelledError  # stopped (the cancellation itself was lost)
 
     async def write_statuses_once(self) -> int:
         """One pass over all MemberCluster members; returns the number of writes."""
-        hub = self._hub
-        if hub is None:
-            return 0
-        settings = self._settings
-        writes = 0
-        names = sorted({*self._connections, *self._invalid})
-        for name in names:
-            conn = self._connections.get(name)
-            if (conn is not None and conn.spec.static) or name not in self._objects:
-                continue
-            now = self._clock()
-            written = self._written.get(name)
-            previous = written[0] if written else (self._objects[name].get("status") or {})
-            if conn is None:  # an invalid spec, never connected
-                desired = statusmod.member_status(
-                    health=healthmod.spec_invalid(healthmod.initial(),
-                                                  message=self._invalid[name], running=False),
-                    capacity=None, version=None, kinds=None, previous=previous, now=now)
-            else:
-                conn.expire()
-                desired = statusmod.member_status(
-                    health=self.health(name), capacity=conn.capacity if conn.synced else None,
-                    version=conn.kubernetes_version, kinds=conn.served, previous=previous,
-                    now=now, insecure=conn.insecure_transport,
-                    gang=(conn.gang_mechanism, conn.gang_discovered))
-            if not statusmod.needs_write(
-                    desired, written=written[0] if written else None,
-                    written_at=written[1] if written else None, now=now,
-                    min_interval=timedelta(seconds=settings.status_min_interval_s),
-                    heartbeat=timedelta(seconds=settings.status_heartbeat_s)):
-                continue
-            try:
-                await hub.request("PATCH", MEMBER_CLUSTERS.item(name, subresource="status"),
-                                  body={"status": desired}, content_type=JSON_MERGE_PATCH)
-            except errors.NotFound:
-                continue
-            except errors.KubeError as exc:
-                log.warning("member.status_write_failed", member=name,
-                            error=type(exc).__name__, message=str(exc)[:300])
-                continue
-            self._written[name] = (desired, now)
-            writes += 1
-        return writes
+        return 0 if self._statuses is None else await self._statuses.write_once()
+
+    def _forget_status(self, name: str) -> None:
+        if self._statuses is not None:
+            self._statuses.forget(name)

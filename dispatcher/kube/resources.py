@@ -16,7 +16,7 @@ from dispatcher.kube.errors import NotFound
 if TYPE_CHECKING:
     from dispatcher.kube.client import KubeClient
 
-__all__ = ["Discovery", "GroupVersionKind", "ResourceRef", "split_api_version"]
+__all__ = ["Discovery", "GroupKind", "GroupVersionKind", "ResourceRef", "split_api_version"]
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -62,6 +62,20 @@ class GroupVersionKind:
     def sort_key(self) -> tuple[str, str]:
         """(apiVersion, kind): the order lists of kinds are written in."""
         return self.api_version, self.kind
+
+    @property
+    def group_kind(self) -> GroupKind:
+        """The kind whatever its version (an apiserver serves every version of a kind from
+        the same objects, so one watch per ``GroupKind`` sees them all)."""
+        return GroupKind(self.group, self.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKind:
+    """A kind whatever its version: what one watch covers."""
+
+    group: str
+    kind: str
 
 
 @dataclass(frozen=True, kw_only=True)

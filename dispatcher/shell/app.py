@@ -16,6 +16,7 @@ import secrets
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,14 @@ async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller:
     return await webhook.start()
 
 
+@dataclass
+class _Stops:
+    """What ``run`` must stop on the way out, filled in as each part starts."""
+
+    server: Callable[[], Awaitable[None]] | None = None
+    webhook: Callable[[], Awaitable[None]] | None = None
+
+
 async def run(config: Config) -> int:
     """Run the controller until SIGTERM/SIGINT (0), leadership loss (1) or a crashed
     background task (3)."""
@@ -134,67 +143,88 @@ async def run(config: Config) -> int:
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
                             metrics=metrics)
-    elector: LeaderElector | None = None
-    cleanup = None
-    stop_webhook = None
+    stops = _Stops()
     code = 0
     try:
-        if settings.server.port:
-            cleanup = await serve(metrics=metrics, address=settings.server.address,
-                                  port=settings.server.port, ready=controller.ready,
-                                  pages=fleetpage.pages(controller)
-                                  if settings.server.fleet_view else ())
-        log.info("controller.starting", config=config.source, hub=hub.server,
-                 hub_id=settings.hub_id, definitions=len(catalog), hub_mode=settings.hub_mode,
-                 fleet_view=settings.server.fleet_view)
-        for warning in await hub_warnings(hub, mode=settings.hub_mode,
-                                          own_webhook=settings.webhook.configuration):
-            log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
-        if settings.hub_mode == "shared":
-            stop_webhook = await _start_webhook(settings, hub, controller)
-        if settings.leader.enabled:
-            elector = LeaderElector(
-                client=hub, namespace=settings.leader.namespace, name=settings.leader.name,
-                identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
-                lease_duration=settings.leader.lease_duration_s,
-                renew_every=settings.leader.renew_every_s,
-                annotations={HUB_MODE_ANNOTATION: settings.hub_mode})
-            acquire = asyncio.ensure_future(elector.acquire())
-            halt = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({acquire, halt}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquire.done():
-                acquire.cancel()
-                return 0
-            halt.cancel()
-            holder = asyncio.ensure_future(elector.hold())
-            lost = asyncio.ensure_future(elector.lost.wait())
-            lost.add_done_callback(lambda _: stop.set())
-        metrics.leader.set(1)
-        await fleet.start()
-        try:
-            await controller.run(stop)
-        finally:
-            await fleet.stop()  # bounded: each connection cancels and awaits its own tasks
-        if elector is not None and elector.lost.is_set():
-            code = 1
-        elif crashed:
-            code = 3
-            log.error("controller.task_crashed", tasks=crashed)
-        if elector is not None:
-            holder.cancel()
-            lost.cancel()
-            await elector.release()
+        await _start_surfaces(config, hub, controller, metrics, stops)
+        led = await _lead(settings, hub, controller=controller, fleet=fleet, metrics=metrics,
+                          stop=stop, crashed=crashed)
+        if led is None:
+            return 0  # stopped before leading
+        code = led
     finally:
         metrics.leader.set(0)
         observe_requests(observed)
         remove_crash_hook()
-        if stop_webhook is not None:
-            await stop_webhook()
-        if cleanup is not None:
-            await cleanup()
+        if stops.webhook is not None:
+            await stops.webhook()
+        if stops.server is not None:
+            await stops.server()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
         await hub.close()
     log.info("controller.stopped", code=code)
+    return code
+
+
+async def _start_surfaces(config: Config, hub: KubeClient, controller: Controller,
+                          metrics: Metrics, stops: _Stops) -> None:
+    """The metrics/health server (and fleet view), the hub mode checks, the webhook of a
+    shared hub: what runs whether or not this replica leads."""
+    settings = config.control
+    if settings.server.port:
+        stops.server = await serve(metrics=metrics, address=settings.server.address,
+                                   port=settings.server.port, ready=controller.ready,
+                                   pages=fleetpage.pages(controller)
+                                   if settings.server.fleet_view else ())
+    log.info("controller.starting", config=config.source, hub=hub.server,
+             hub_id=settings.hub_id, definitions=len(controller.live.base),
+             hub_mode=settings.hub_mode, fleet_view=settings.server.fleet_view)
+    for warning in await hub_warnings(hub, mode=settings.hub_mode,
+                                      own_webhook=settings.webhook.configuration):
+        log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
+    if settings.hub_mode == "shared":
+        stops.webhook = await _start_webhook(settings, hub, controller)
+
+
+async def _lead(settings: ControlSettings, hub: KubeClient, *, controller: Controller,
+                fleet: LiveFleet, metrics: Metrics, stop: asyncio.Event, crashed: list[str]
+                ) -> int | None:
+    """Win the lease (when leader election is on), then run the fleet and the controller
+    until ``stop``; the exit code, or None when stopped before leading."""
+    elector: LeaderElector | None = None
+    if settings.leader.enabled:
+        elector = LeaderElector(
+            client=hub, namespace=settings.leader.namespace, name=settings.leader.name,
+            identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
+            lease_duration=settings.leader.lease_duration_s,
+            renew_every=settings.leader.renew_every_s,
+            annotations={HUB_MODE_ANNOTATION: settings.hub_mode})
+        acquire = asyncio.ensure_future(elector.acquire())
+        halt = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({acquire, halt}, return_when=asyncio.FIRST_COMPLETED)
+        if not acquire.done():
+            acquire.cancel()
+            return None
+        halt.cancel()
+        holder = asyncio.ensure_future(elector.hold())
+        lost = asyncio.ensure_future(elector.lost.wait())
+        lost.add_done_callback(lambda _: stop.set())
+    metrics.leader.set(1)
+    await fleet.start()
+    try:
+        await controller.run(stop)
+    finally:
+        await fleet.stop()  # bounded: each connection cancels and awaits its own tasks
+    code = 0
+    if elector is not None and elector.lost.is_set():
+        code = 1
+    elif crashed:
+        code = 3
+        log.error("controller.task_crashed", tasks=crashed)
+    if elector is not None:
+        holder.cancel()
+        lost.cancel()
+        await elector.release()
     return code

@@ -6,14 +6,19 @@ bounded evaluation of untrusted definitions (worker processes, a CPU-aware deadl
 Modules, in data-flow order:
 
 - loading: ``definitions`` (files) and ``reader`` (one document into a ``Definition`` of
-  ``model``, on ``recorder`` and ``statusdef``; ``pathshape`` checks a ``serverSetPaths``
+  ``model``, on ``recorder``, ``statusdef``, ``gangdef`` (gang scheduling) and
+  ``copydef`` (``copyDefinition``); ``pathshape`` checks a ``serverSetPaths``
   entry is a path, ``holds`` reads ``copyDefinition.hubHold``); ``catalog`` (definitions by
-  kind) and ``livecatalog`` (built-in, config-file and hub definitions merged, with verdicts)
-- jq: ``jqrun`` (bounded, batched libjq, or ``jqlite`` in Python for the common subset:
-  ``jqnodes``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
+  kind) and ``hubdefinitions`` (the hub's definition objects linted and merged with the
+  built-in and config-file ones, an ``Acceptance`` each)
+- jq: ``jqcheck`` (what an expression may be, checked at load), ``jqrun`` (bounded, batched
+  libjq, or ``jqlite`` in Python for the common subset: ``jqtokens``, ``jqnodes``,
+  ``jqpaths``, ``jqvalues``); for untrusted definitions ``bounded`` (the ``Evaluator``) over
   ``jqpool`` (worker processes with rlimits), ``fairshare`` (whose turn, by namespace) and
   ``quarantine`` (who answers for a broken bound)
-- resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``),
+- resolving: ``resolve`` (object -> instances, pods, GPUs, ``gangs``, ``status``), on
+  ``batchvalues`` (one batch's results as typed values) and ``instances`` (a component's
+  instance ids and pod specs),
   ``podspec``/``quantity`` (one pod's needs), ``podfields`` (its scheduling fields),
   ``template`` (can a pod template be a Pod?), ``location`` (the JSON location of what a
   path names, for error messages), ``demand`` (the boundary types placement

@@ -33,9 +33,9 @@ class Catalog:
             by_name.pop(definition.name, None)  # a later one overrides, and moves last
             by_name[definition.name] = definition
         self._by_name = by_name
-        self._by_kind: dict[tuple[str, str], Definition] = {}
+        self._by_kind: dict[GroupVersionKind, Definition] = {}
         for definition in by_name.values():
-            self._by_kind[(definition.api_version, definition.kind)] = definition
+            self._by_kind[definition.gvk] = definition
 
     @classmethod
     def builtin(cls) -> Catalog:
@@ -59,8 +59,8 @@ class Catalog:
         """One catalog; for equal names (or equal kinds) the later catalog wins."""
         out: list[Definition] = []
         for catalog in catalogs:
-            kinds = {(d.api_version, d.kind) for d in catalog.definitions}
-            out = [d for d in out if (d.api_version, d.kind) not in kinds]
+            kinds = {d.gvk for d in catalog.definitions}
+            out = [d for d in out if d.gvk not in kinds]
             out.extend(catalog.definitions)
         return cls(out)
 
@@ -79,7 +79,7 @@ class Catalog:
 
     def find(self, api_version: str, kind: str) -> Definition | None:
         """The definition for objects of this apiVersion and kind, if any."""
-        return self._by_kind.get((api_version, kind))
+        return self._by_kind.get(GroupVersionKind.of(api_version, kind))
 
     def require(self, obj: Any) -> Definition:
         """The definition for ``obj``, else NoDefinitionError naming what is loaded."""
@@ -118,15 +118,15 @@ def _builtin() -> Catalog:
 
 def _conflicts(definitions: Iterable[Definition]) -> list[Issue]:
     """Two definitions of one source set for the same kind: ambiguous, so an error."""
-    seen: dict[tuple[str, str], Definition] = {}
+    seen: dict[GroupVersionKind, Definition] = {}
     issues = []
     for definition in definitions:
-        key = (definition.api_version, definition.kind)
+        key = definition.gvk
         other = seen.get(key)
         if other is not None and other.name != definition.name:
             issues.append(Issue(
                 source=definition.source, definition=definition.name, field="",
-                message=f"describes {key[0]} {key[1]} like definition {other.name} "
+                message=f"describes {key.api_version} {key.kind} like definition {other.name} "
                         f"({other.source}); one definition per kind"))
         seen[key] = definition
     return issues

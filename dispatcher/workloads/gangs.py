@@ -30,7 +30,7 @@ _PLACEHOLDER = re.compile(r"\{(\d)\}")
 
 
 class GangValues(Protocol):
-    """What gang rules need from an evaluated batch (``resolve._Values``)."""
+    """What gang rules need from an evaluated batch (``batchvalues.BatchValues``)."""
 
     def all(self, expr: Expr) -> list[Any]:
         """Every result of ``expr`` (EvaluationError when it failed)."""

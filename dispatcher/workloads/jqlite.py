@@ -5,9 +5,10 @@ A definition's paths are mostly plain (``.spec.replicas // 1``,
 ``select``, ``map``, comparisons, string interpolation). Handing libjq the object as JSON
 text, letting it parse and evaluate, and converting the results back costs more than walking
 the dict already in memory. ``compile_program`` parses an expression of that subset (jq's
-grammar and precedence) into the closures of ``jqnodes``, over the value semantics of
-``jqvalues``; anything outside it (``reduce``, regexes, floats, division, ``try``/``catch``,
-...) compiles to None and the whole batch stays with libjq.
+grammar and precedence, over ``jqtokens``) into the closures of ``jqnodes`` and
+``jqpaths``, over the value semantics of ``jqvalues``; anything outside it (``reduce``,
+regexes, floats, division, ``try``/``catch``, ...) compiles to None and the whole batch
+stays with libjq.
 
 The evaluator is exact or it gives up: it only runs on objects of plain JSON values (no
 floats, integers within 2**53: ``jqrun.ObjectInput.plain``), iterates objects in sorted key
@@ -21,7 +22,6 @@ path and on generated expressions.
 from __future__ import annotations
 
 import json
-import re
 
 from dispatcher.workloads.jqnodes import (
     HIGHER,
@@ -29,7 +29,6 @@ from dispatcher.workloads.jqnodes import (
     Program,
     Run,
     Step,
-    attempt,
     binary,
     bind,
     call,
@@ -37,102 +36,41 @@ from dispatcher.workloads.jqnodes import (
     conditional,
     const,
     construct,
-    field_node,
-    field_step,
     interpolate,
     is_single,
-    one_key,
-    optional,
     pipe,
     run_each,
     run_one,
     run_programs,
     single,
+)
+from dispatcher.workloads.jqpaths import (
+    attempt,
+    field_node,
+    field_step,
+    one_key,
+    optional,
     slice_step,
     then_field,
     then_index,
     then_iterate,
     then_slice,
 )
+from dispatcher.workloads.jqtokens import Cursor, Unsupported, paren_end
 from dispatcher.workloads.jqvalues import BINARY, UNARY, GiveUp, JqError, index, iterate, number
 
 __all__ = [
-    "Cursor",
     "GiveUp",
     "JqError",
     "Program",
     "Run",
-    "Unsupported",
     "compile_program",
     "run_each",
     "run_one",
     "run_programs",
-    "tokens",
 ]
 
 _MEMO_TOKENS = 8  # a binding source of this many tokens or more is memoised
-
-
-# -- tokens --------------------------------------------------------------------------------
-
-class Unsupported(Exception):
-    """The expression is outside the subset (compile_program answers None)."""
-
-
-_TOKEN = re.compile(r"""
-    (?P<space>\s+)
-  | (?P<field>\.[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<string>"(?:[^"\\]|\\[^(])*")
-  | (?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)
-  | (?P<var>\$[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)
-  | (?P<op>\?//|//=|\|=|\+=|-=|\*=|/=|%=|==|!=|<=|>=|//|\.\.|[.|,+\-*/%<>()\[\]{}:;?=])
-""", re.VERBOSE)
-
-
-def tokens(text: str) -> list[tuple[str, str]]:
-    out = []
-    at = 0
-    while at < len(text):
-        match = _TOKEN.match(text, at)
-        if match is None and text[at] == '"':  # a string with interpolation
-            end = _string_end(text, at)
-            out.append(("template", text[at:end]))
-            at = end
-            continue
-        if match is None:
-            raise Unsupported(f"character {text[at]!r}")
-        kind = match.lastgroup or ""
-        if kind != "space":
-            out.append((kind, match.group()))
-        at = match.end()
-    return out
-
-
-def _string_end(text: str, at: int) -> int:
-    """Index after the string literal opening at ``at``, across ``\\(...)`` parts."""
-    at += 1
-    try:
-        while text[at] != '"':
-            if text.startswith("\\(", at):
-                at = _paren_end(text, at + 2)
-            else:
-                at += 2 if text[at] == "\\" else 1
-    except IndexError:
-        raise Unsupported("unterminated string") from None
-    return at + 1
-
-
-def _paren_end(text: str, at: int) -> int:
-    """Index after the ``)`` closing a ``(`` that ends just before ``at``."""
-    depth = 1
-    while depth:
-        if text[at] == '"':
-            at = _string_end(text, at)
-            continue
-        depth += {"(": 1, ")": -1}.get(text[at], 0)
-        at += 1
-    return at
 
 
 # -- parser: jq's grammar for the subset, compiling straight to closures -------------------
@@ -142,32 +80,6 @@ _LEVELS: tuple[tuple[str, ...], ...] = (
 _KEYWORDS = frozenset({"if", "then", "elif", "else", "end", "as", "and", "or", "reduce",
                        "foreach", "try", "catch", "label", "def", "import", "include",
                        "__loc__"})
-
-
-class Cursor:
-    """A position in ``tokens(text)``: what the parser here and ``pathshape`` share."""
-
-    failure: type[Exception] = Unsupported
-    """Raised by ``take`` on an unexpected token."""
-
-    def __init__(self, text: str) -> None:
-        self.items = tokens(text)
-        self.at = 0
-
-    def peek(self, offset: int = 0) -> tuple[str, str]:
-        at = self.at + offset
-        return self.items[at] if at < len(self.items) else ("end", "")
-
-    def take(self, value: str | None = None) -> tuple[str, str]:
-        token = self.peek()
-        if (value is not None and token[1] != value) or token[0] == "end":
-            raise self.failure(f"expected {value or 'more'!r}, found {token[1] or 'the end'!r}")
-        self.at += 1
-        return token
-
-    def at_value(self, *values: str) -> bool:
-        kind, value = self.peek()
-        return kind in ("op", "ident") and value in values
 
 
 class _Parser(Cursor):
@@ -300,7 +212,7 @@ class _Parser(Cursor):
         at = 1
         while at < len(raw) - 1:
             if raw.startswith("\\(", at):
-                end = _paren_end(raw, at + 2)
+                end = paren_end(raw, at + 2)
                 inner = _Parser(raw[at + 2:end - 1])
                 inner.bound = self.bound
                 node = inner.pipe()

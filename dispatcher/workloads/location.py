@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from dispatcher.workloads.jqlite import Unsupported, tokens
+from dispatcher.workloads.jqtokens import Unsupported, tokens
 from dispatcher.workloads.paths import Location, locations
 
 __all__ = ["json_location", "render"]

@@ -15,7 +15,7 @@ else P end``, parentheses, and ``SOURCE as $x | P``. What sits in a value positi
 
 from __future__ import annotations
 
-from dispatcher.workloads.jqlite import Cursor, Unsupported
+from dispatcher.workloads.jqtokens import Cursor, Unsupported
 
 __all__ = ["path_shape_problem"]
 

@@ -11,25 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from dispatcher.kube.gangapis import MECHANISMS, NONE
 from dispatcher.kube.resources import GroupVersionKind
-from dispatcher.workloads.demand import TopologyConstraint
+from dispatcher.workloads.copydef import CopyReader
 from dispatcher.workloads.errors import Issue
-from dispatcher.workloads.holds import MANAGED_BY, Hold, parse_path
+from dispatcher.workloads.gangdef import GangReader
+from dispatcher.workloads.holds import parse_path
 from dispatcher.workloads.jqrun import Batch
 from dispatcher.workloads.model import (
     DEMAND_FRAGMENTS,
     FRAGMENT_FIELDS,
-    GANG_PER,
     Component,
     Definition,
-    Expr,
-    GangGroup,
-    GangScheduling,
     Scale,
     SpecSource,
 )
-from dispatcher.workloads.pathshape import path_shape_problem
 from dispatcher.workloads.statusdef import StatusReader
 
 __all__ = ["FORMATS", "DocReader", "structure_issues"]
@@ -52,7 +47,7 @@ _SCALE = {"replicasPath": "replicas", "minReplicasPath": "min_replicas",
 _SELECTOR = frozenset({"componentTypeSelector", "componentInstanceSelector", "replicaSelector"})
 
 
-class DocReader(StatusReader):
+class DocReader(StatusReader, GangReader, CopyReader):
     """Reads one document; ``build()`` returns the Definition, ``issues`` every problem."""
 
     # -- document --------------------------------------------------------------------------
@@ -81,24 +76,8 @@ class DocReader(StatusReader):
                                  allowed=_COMPONENT)
         if raw_root is None:
             return None
-        name = self._string(meta.get("name"), "metadata.name")
-        root_kind = raw_root.get("kind")
-        if not name and isinstance(root_kind, Mapping) and isinstance(root_kind.get("kind"), str):
-            name = root_kind["kind"].lower()
-        self.name = name or f"#{self.index}"
-        self.issues = [Issue(source=i.source, definition=self.name, field=i.field,
-                             message=i.message) for i in self.issues]
-
-        root = self._component(raw_root, "spec.structureDefinition.rootComponent", root=True)
-        components = [root]
-        for i, raw in enumerate(self._list(structure.get("childComponents"),
-                                           "spec.structureDefinition.childComponents")):
-            field = f"spec.structureDefinition.childComponents[{i}]"
-            child = self._mapping(raw, field, required=True, allowed=_COMPONENT)
-            if child is not None:
-                components.append(self._component(child, field, root=False))
-        self._list(structure.get("additionalChildKinds"),
-                   "spec.structureDefinition.additionalChildKinds")
+        self._name(meta, raw_root)
+        components = self._components(raw_root, structure)
         status = self._status(raw_root.get("statusDefinition"),
                               "spec.structureDefinition.rootComponent.statusDefinition",
                               used=True)
@@ -113,33 +92,58 @@ class DocReader(StatusReader):
         gangs = self._gangs(instructions.get("gangScheduling"),
                             "spec.optimizationInstructions.gangScheduling",
                             names={c.name for c in components})
-        server_set = self._server_set((spec or {}).get("copyDefinition"),
-                                      "spec.copyDefinition")
-        hold = self._hold(((spec or {}).get("copyDefinition") or {}).get("hubHold")
-                          if isinstance((spec or {}).get("copyDefinition"), Mapping) else None,
-                          "spec.copyDefinition.hubHold")
-        member_gangs = self._member_gangs((spec or {}).get("copyDefinition"),
-                                          "spec.copyDefinition.memberGangs")
+        server_set, hold, member_gangs = self._copy_definition(spec or {})
         self._compile_checks()
-        if self.issues:
+        batches = None if self.issues else self._batches()
+        if batches is None:
             return None
+        kind = components[0].kind or GroupVersionKind("", "", "")
+        return Definition(
+            name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
+            group=kind.group, version=kind.version, kind=kind.kind, components=tuple(components),
+            status=status, gangs=gangs, demand_batch=batches[0], status_batch=batches[1],
+            full_batch=batches[2], server_set=server_set,
+            server_set_fields=frozenset(
+                ".".join(parts) for e in server_set if (parts := parse_path(e.text.strip()))),
+            hold=hold, member_gangs=member_gangs, document=dict(doc))
+
+    def _name(self, meta: Mapping[str, Any], raw_root: Mapping[str, Any]) -> None:
+        """``metadata.name``, else the root kind in lower case, else ``#index``; the issues
+        recorded so far are given the name."""
+        name = self._string(meta.get("name"), "metadata.name")
+        root_kind = raw_root.get("kind")
+        if not name and isinstance(root_kind, Mapping) and isinstance(root_kind.get("kind"), str):
+            name = root_kind["kind"].lower()
+        self.name = name or f"#{self.index}"
+        self.issues = [Issue(source=i.source, definition=self.name, field=i.field,
+                             message=i.message) for i in self.issues]
+
+    def _components(self, raw_root: Mapping[str, Any], structure: Mapping[str, Any]
+                    ) -> list[Component]:
+        """The root component, then every child component that is a mapping."""
+        root = self._component(raw_root, "spec.structureDefinition.rootComponent", root=True)
+        components = [root]
+        for i, raw in enumerate(self._list(structure.get("childComponents"),
+                                           "spec.structureDefinition.childComponents")):
+            field = f"spec.structureDefinition.childComponents[{i}]"
+            child = self._mapping(raw, field, required=True, allowed=_COMPONENT)
+            if child is not None:
+                components.append(self._component(child, field, root=False))
+        self._list(structure.get("additionalChildKinds"),
+                   "spec.structureDefinition.additionalChildKinds")
+        return components
+
+    def _batches(self) -> tuple[Batch, Batch, Batch] | None:
+        """The demand, status and full jq batches (None, with the issue, when the paths do
+        not compile together)."""
         try:
-            demand_batch = Batch(self._texts["demand"], lazy=True)
-            status_batch = Batch(self._texts["status"], lazy=True)
-            full_batch = Batch(self._texts["demand"] + self._texts["status"])
+            return (Batch(self._texts["demand"], lazy=True),
+                    Batch(self._texts["status"], lazy=True),
+                    Batch(self._texts["demand"] + self._texts["status"]))
         except ValueError as error:
             self._issue("spec", f"paths do not compile together: {' '.join(str(error).split())}"
                         " (a comment ending in a backslash?)")
             return None
-        kind = root.kind or GroupVersionKind("", "", "")
-        return Definition(
-            name=self.name, source=self.source, format=f"{fmt[0]}/{fmt[1]}",
-            group=kind.group, version=kind.version, kind=kind.kind, components=tuple(components),
-            status=status, gangs=gangs, demand_batch=demand_batch, status_batch=status_batch,
-            full_batch=full_batch, server_set=server_set,
-            server_set_fields=frozenset(
-                ".".join(parts) for e in server_set if (parts := parse_path(e.text.strip()))),
-            hold=hold, member_gangs=member_gangs, document=dict(doc))
 
     # -- components ------------------------------------------------------------------------
 
@@ -249,166 +253,6 @@ class DocReader(StatusReader):
                 item = self._mapping(action, f"{field}.{key}[{i}]",
                                      allowed=frozenset({"path", "value"})) or {}
                 self._expr(item.get("path"), f"{field}.{key}[{i}].path", section=None)
-
-    def _server_set(self, value: Any, field: str) -> tuple[Expr, ...]:
-        """``copyDefinition.serverSetPaths``: jq path expressions removed from a copy."""
-        raw = self._mapping(value, field,
-                            allowed=frozenset({"serverSetPaths", "hubHold", "memberGangs"})) or {}
-        out = []
-        for i, item in enumerate(self._list(raw.get("serverSetPaths"), f"{field}.serverSetPaths")):
-            expr = self._expr(item, f"{field}.serverSetPaths[{i}]", section=None)
-            if expr is None:
-                continue
-            problem = path_shape_problem(expr.text)  # never run at load: tenants write it
-            if problem:
-                self._issue(expr.field, f"not a path expression: {problem}")
-            else:
-                out.append(expr)
-        return tuple(out)
-
-    def _member_gangs(self, value: Any, field: str) -> tuple[str, ...]:
-        """``copyDefinition.memberGangs``: the member gang mechanisms whose pod fields
-        (``workloadRef``, the pod-group label) this kind's controllers copy from its pod
-        templates to its pods; only those are written into a copy (docs/definitions.md)."""
-        raw = value.get("memberGangs") if isinstance(value, Mapping) else None
-        out: list[str] = []
-        for i, item in enumerate(self._list(raw, field)):
-            if item not in MECHANISMS or item == NONE:
-                self._issue(f"{field}[{i}]", f"must be one of "
-                            f"{', '.join(m for m in MECHANISMS if m != NONE)}, not {item!r}")
-            elif item not in out:
-                out.append(item)
-        return tuple(out)
-
-    def _hold(self, value: Any, field: str) -> Hold | None:
-        """``copyDefinition.hubHold``: exactly one of ``managedBy: {path}``,
-        ``pause: {path, value}`` or ``refuse: REASON`` (``workloads/holds.py``)."""
-        raw = self._mapping(value, field, allowed=frozenset({"managedBy", "pause", "refuse"}))
-        if raw is None:
-            return None
-        if len(raw) != 1:
-            self._issue(field, "give exactly one of managedBy, pause, refuse")
-            return None
-        (kind, body), = raw.items()
-        if kind == "refuse":
-            reason = self._string(body, f"{field}.refuse") or ""
-            if not reason:
-                self._issue(f"{field}.refuse", "say why nothing can hold this kind")
-            return Hold(kind="refuse", reason=reason)
-        allowed = frozenset({"path"} if kind == "managedBy" else {"path", "value"})
-        item = self._mapping(body, f"{field}.{kind}", required=True, allowed=allowed) or {}
-        path = parse_path(str(item.get("path") or ""))
-        if path is None:
-            self._issue(f"{field}.{kind}.path",
-                        "must be a plain field path like .spec.managedBy (no indexes, no jq)")
-            return None
-        if kind == "managedBy":
-            return Hold(kind="managedBy", path=path, value=MANAGED_BY)
-        if item.get("value") is None or isinstance(item.get("value"), (dict, list)):
-            self._issue(f"{field}.pause.value", "must be a scalar (e.g. true)")
-            return None
-        return Hold(kind="pause", path=path, value=item["value"])
-
-    # -- gangs -----------------------------------------------------------------------------
-
-    def _gangs(self, value: Any, field: str, *, names: set[str]) -> GangScheduling | None:
-        raw = self._mapping(value, field,
-                            allowed=frozenset({"podGroups", "podGroup", "gangsPath"}))
-        if raw is None:
-            return None
-        forms = [k for k in ("podGroups", "podGroup", "gangsPath") if raw.get(k) is not None]
-        if len(forms) > 1:
-            self._issue(field, f"use one of podGroups, podGroup, gangsPath, not {forms}")
-        if raw.get("gangsPath") is not None:
-            path = self._expr(raw["gangsPath"], f"{field}.gangsPath")
-            return GangScheduling(form="gangsPath", groups=(), path=path) if path else None
-        if raw.get("podGroup") is not None:
-            where = f"{field}.podGroup"
-            group = self._mapping(raw["podGroup"], where, allowed=frozenset(
-                {"name", "topology", "subGroups", "minPodsPath"})) or {}
-            members = []
-            for i, sub in enumerate(self._list(group.get("subGroups"), f"{where}.subGroups")):
-                item = self._mapping(sub, f"{where}.subGroups[{i}]", allowed=frozenset(
-                    {"componentName", "topology"})) or {}
-                member = self._member(item, f"{where}.subGroups[{i}]", names=names,
-                                      label="sub-group")
-                # validated; a sub-group's own domain is not enforced (the whole gang's is)
-                self._topology(item.get("topology"), f"{where}.subGroups[{i}].topology")
-                if member:
-                    members.append(member)
-            return GangScheduling(form="podGroup", groups=(GangGroup(
-                topology=self._topology(group.get("topology"), f"{where}.topology"),
-                name=self._string(group.get("name"), f"{where}.name", required=True) or "",
-                members=tuple(members),
-                min_pods=self._expr(group.get("minPodsPath"), f"{where}.minPodsPath")),))
-        groups = []
-        seen: set[str] = set()
-        for i, entry in enumerate(self._list(raw.get("podGroups"), f"{field}.podGroups")):
-            where = f"{field}.podGroups[{i}]"
-            item = self._mapping(entry, where, required=True, allowed=frozenset(
-                {"name", "members", "minPodsPath", "gangPer", "gangPerPath"})) or {}
-            name = self._string(item.get("name"), f"{where}.name", required=True) or ""
-            if name in seen:
-                self._issue(f"{where}.name", f"pod group {name} is not unique")
-            seen.add(name)
-            members = []
-            for j, raw_member in enumerate(self._list(item.get("members"), f"{where}.members")):
-                mfield = f"{where}.members[{j}]"
-                member_raw = self._mapping(raw_member, mfield, allowed=frozenset(
-                    {"componentName", "groupByKeyPaths", "filters"})) or {}
-                member = self._member(member_raw, mfield, names=names, label="pod-group member")
-                for key in ("groupByKeyPaths", "filters"):
-                    for k, path in enumerate(self._list(member_raw.get(key), f"{mfield}.{key}")):
-                        self._pod_side(path, f"{mfield}.{key}[{k}]")
-                if member:
-                    members.append(member)
-            per = next((p for p in GANG_PER if p == item.get("gangPer", "workload")), None)
-            if per is None:
-                self._issue(f"{where}.gangPer", f"must be one of {', '.join(GANG_PER)}")
-                per = "workload"
-            per_path = self._expr(item.get("gangPerPath"), f"{where}.gangPerPath")
-            if per_path is not None and "gangPer" in item:
-                self._issue(f"{where}.gangPerPath", "use gangPer or gangPerPath, not both")
-            min_pods = self._expr(item.get("minPodsPath"), f"{where}.minPodsPath")
-            if min_pods is not None and (per != "workload" or per_path is not None):
-                self._issue(f"{where}.minPodsPath", "only allowed with gangPer: workload")
-            groups.append(GangGroup(name=name, members=tuple(members), per=per,
-                                    min_pods=min_pods, per_path=per_path))
-        return GangScheduling(form="podGroups", groups=tuple(groups))
-
-    def _topology(self, value: Any, field: str) -> TopologyConstraint | None:
-        """``podGroup.topology``: ``{topologyName, requiredTopologyLevel,
-        preferredTopologyLevel}`` (upstream's CRD; KAI needs one of the two levels). A level
-        is a node label key; each member resolves it against its own topology levels. The
-        required level wins; a preferred one alone is a preference. ``topologyName`` names
-        the scheduler's Topology object: the member's declared levels play that part here."""
-        raw = self._mapping(value, field, allowed=frozenset(
-            {"topologyName", "requiredTopologyLevel", "preferredTopologyLevel"}))
-        if raw is None:
-            return None
-        self._string(raw.get("topologyName"), f"{field}.topologyName")
-        required = self._string(raw.get("requiredTopologyLevel"),
-                                f"{field}.requiredTopologyLevel")
-        preferred = self._string(raw.get("preferredTopologyLevel"),
-                                 f"{field}.preferredTopologyLevel")
-        if not required and not preferred:
-            self._issue(field, "give requiredTopologyLevel or preferredTopologyLevel")
-            return None
-        source = f"definition {self.name or '?'} {field}"
-        if required:
-            return TopologyConstraint(level=required, required=True, source=source)
-        return TopologyConstraint(level=preferred or "", required=False, source=source)
-
-    def _member(self, item: Mapping[str, Any], field: str, *, names: set[str],
-                label: str) -> str | None:
-        name = self._string(item.get("componentName"), f"{field}.componentName",
-                            required=True)
-        if name and name not in names:
-            self._issue(f"{field}.componentName", f"{label} component '{name}' is not "
-                        "defined (should be a root or child component)")
-            return None
-        return name or None
-
 
 def structure_issues(components: list[Component]) -> list[tuple[str, str]]:
     """Upstream's structural rules over components: (field, message) pairs.

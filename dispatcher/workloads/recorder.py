@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from dispatcher.workloads.errors import Issue
-from dispatcher.workloads.jqrun import check_safety, compile_errors
+from dispatcher.workloads.jqcheck import check_safety, compile_errors
 from dispatcher.workloads.model import Expr
 
 __all__ = ["Recorder"]

@@ -9,15 +9,16 @@ are upstream's (reference §2.5, §2.7); pod counts and gangs are the dispatcher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dispatcher.workloads.batchvalues import BatchValues, Fail, Text
 from dispatcher.workloads.demand import Demand
-from dispatcher.workloads.errors import EvaluationError, ObjectError, TemplateError
+from dispatcher.workloads.errors import ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
+from dispatcher.workloads.instances import MAPPINGS, SPEC_IN, instance_ids, pod_specs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
-from dispatcher.workloads.location import json_location
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
 from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
@@ -27,16 +28,11 @@ from dispatcher.workloads.template import TemplateProblem
 if TYPE_CHECKING:
     from dispatcher.workloads.catalog import Catalog
 
-_MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
-
 __all__ = ["ComponentView", "Instance", "Resolution", "Text", "demand_from", "demand_of",
            "input_text", "object_input", "object_text", "resolution_from", "resolve",
            "resolve_with", "status_from", "status_of"]
 
-_INT32 = 2**31 - 1
 Results = Sequence[list[Any] | JqFailure]
-Text = str | Callable[[], str]
-"""The object's JSON text, or how to make it (only an error's location needs it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +175,7 @@ def _resolution(definition: Definition, obj: Any, results: Results, *, text: Tex
     split = len(definition.demand_batch.expressions)
     components, demand, scheduling = _demand(definition, results[:split], name=name,
                                              text=text, root=obj)
-    reading = read_status(definition.status, results[split:], fail=_Fail(definition, name))
+    reading = read_status(definition.status, results[split:], fail=Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
         definition_name=definition.name, components=components, demand=demand,
@@ -197,17 +193,17 @@ def demand_from(definition: Definition, obj: Any, results: Results, *,
 def status_from(definition: Definition, obj: Any, results: Results) -> StatusReading:
     """The StatusReading from ``definition.status_batch`` results on ``obj``."""
     name, _ = _identity(obj)
-    return read_status(definition.status, results, fail=_Fail(definition, name))
+    return read_status(definition.status, results, fail=Fail(definition, name))
 
 
 def _identity(obj: Any) -> tuple[str, str | None]:
-    if not isinstance(obj, _MAP):
+    if not isinstance(obj, MAPPINGS):
         raise ObjectError(f"a workload must be an object, not {type(obj).__name__}")
     for key in ("apiVersion", "kind"):
         if not isinstance(obj.get(key), str) or not obj[key]:
             raise ObjectError(f"{key} is missing or not a string")
     meta = obj.get("metadata")
-    if meta is not None and not isinstance(meta, _MAP):
+    if meta is not None and not isinstance(meta, MAPPINGS):
         raise ObjectError("metadata must be an object")
     meta = meta or {}
     name = meta.get("name") or meta.get("generateName") or ""
@@ -216,87 +212,10 @@ def _identity(obj: Any) -> tuple[str, str | None]:
             namespace if isinstance(namespace, str) else None)
 
 
-class _Fail:
-    """Builds the EvaluationError for an expression of one definition and object."""
-
-    def __init__(self, definition: Definition, name: str) -> None:
-        self.definition = definition
-        self.name = name
-
-    def __call__(self, expr: Expr, message: str) -> EvaluationError:
-        return EvaluationError(message, expression=expr.text, field=expr.field,
-                               name=self.name, definition=self.definition.name)
-
-
-class _Values:
-    """Typed access to one batch's results, raising EvaluationError on bad shapes."""
-
-    def __init__(self, results: Sequence[list[Any] | JqFailure], fail: _Fail, *,
-                 text: Text = "", root: Any = None) -> None:
-        self.results = results
-        self.fail = fail
-        self.text = text
-        self.root = root
-
-    def location(self, expr: Expr, index: int, *, inner: str = "") -> str:
-        """The JSON path of ``expr``'s ``index``-th result (``inner`` below it); the
-        definition's field when the expression is not a path or may not run here (an
-        untrusted definition: no text). A field chain is walked on the object itself,
-        anything else runs jq ``path()`` on its text (``location.json_location``)."""
-        where = json_location(expr.text, self.text, index, root=self.root)
-        if where is None:
-            where = f"({expr.field} result {index})"
-        return ".".join(p for p in (where, inner) if p).replace(".[", "[")
-
-    def template_error(self, expr: Expr, index: int, reason: str, *, inner: str = ""
-                       ) -> TemplateError:
-        """The object's value at ``expr``'s ``index``-th result (``inner`` below it) is
-        invalid: a TemplateError with its JSON path (``location``)."""
-        return TemplateError(reason, path=self.location(expr, index, inner=inner),
-                             field=expr.field, name=self.fail.name,
-                             definition=self.fail.definition.name)
-
-    def all(self, expr: Expr) -> list[Any]:
-        value = self.results[expr.slot]
-        if isinstance(value, JqFailure):
-            raise self.fail(expr, value.message)
-        return value
-
-    def aligned(self, expr: Expr, count: int) -> list[Any]:
-        values = self.all(expr)
-        if len(values) != count:
-            raise self.fail(expr, f"instance ids count ({count}) does not match results "
-                                  f"count ({len(values)})")
-        return values
-
-    def padded(self, exprs: Sequence[Expr], count: int) -> list[list[Any]]:
-        """Upstream's fragmented/scale rule: max count over sub-paths, shorter padded."""
-        lists = [self.all(e) for e in exprs]
-        longest = max((len(v) for v in lists), default=count)
-        if longest != count:
-            worst = next(e for e, v in zip(exprs, lists, strict=True) if len(v) == longest)
-            raise self.fail(worst, f"instance ids count ({count}) does not match results "
-                                   f"count ({longest})")
-        return [v + [None] * (count - len(v)) for v in lists]
-
-    def number(self, expr: Expr, value: Any) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            hint = " (use | tonumber)" if isinstance(value, str) else ""
-            raise self.fail(expr, f"must be a number, not {type(value).__name__} "
-                                  f"{value!r}{hint}")
-        if isinstance(value, float) and not value.is_integer():
-            raise self.fail(expr, f"must be a whole number, not {value!r}")
-        if abs(value) > _INT32:
-            raise self.fail(expr, f"{value!r} is out of range")
-        return int(value)
-
-
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
             text: Text, root: Any) -> tuple[tuple[ComponentView, ...], Demand,
                                             tuple[PodField, ...]]:
-    values = _Values(results, _Fail(definition, name), text=text, root=root)
+    values = BatchValues(results, Fail(definition, name), text=text, root=root)
     views = []
     members: list[Member] = []
     scheduling: list[PodField] = []
@@ -314,13 +233,13 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
     return tuple(views), Demand(gangs=gangs), kept
 
 
-def _instances(comp: Component, values: _Values, scheduling: list[PodField]
+def _instances(comp: Component, values: BatchValues, scheduling: list[PodField]
                ) -> tuple[Instance, ...]:
     """The component's instances; the scheduling fields their pod specs set are appended
     to ``scheduling`` (with their JSON paths)."""
-    ids = _ids(comp, values)
+    ids = instance_ids(comp, values)
     count = len(ids)
-    specs = _specs(comp, values, count=count)
+    specs = pod_specs(comp, values, count=count)
     scale = comp.scale
     exprs = scale.exprs() if scale is not None else ()
     columns = dict(zip(exprs, values.padded(exprs, count), strict=True)) if exprs else {}
@@ -347,7 +266,7 @@ def _instances(comp: Component, values: _Values, scheduling: list[PodField]
         try:
             needs = pod_needs(spec, required=_REQUIRED[comp.spec.pattern if comp.spec else ""])
         except TemplateProblem as problem:
-            inner = ".".join(p for p in (_SPEC_IN[comp.spec.pattern if comp.spec else ""],
+            inner = ".".join(p for p in (SPEC_IN[comp.spec.pattern if comp.spec else ""],
                                          problem.where) if p)
             if spec_expr.slot < 0 or comp.spec is None or comp.spec.pattern == "fragmented":
                 raise TemplateError(problem.reason, path=f"({comp.name} pod spec).{inner}",
@@ -364,7 +283,7 @@ def _instances(comp: Component, values: _Values, scheduling: list[PodField]
     return tuple(out)
 
 
-def _scheduling(comp: Component, values: _Values, expr: Expr, index: int, spec: Any
+def _scheduling(comp: Component, values: BatchValues, expr: Expr, index: int, spec: Any
                 ) -> list[PodField]:
     """The scheduling fields one instance's pod spec sets, each with its JSON path (the
     component's name for a spec assembled from fragments)."""
@@ -384,7 +303,7 @@ def _scheduling(comp: Component, values: _Values, expr: Expr, index: int, spec: 
     if expr.slot < 0:
         base = f"({comp.name} pod spec)"
     else:
-        base = values.location(expr, index, inner=_SPEC_IN[pattern])
+        base = values.location(expr, index, inner=SPEC_IN[pattern])
     return [PodField(path=f"{base}.{key}", field=key, value=value) for key, value in found]
 
 
@@ -395,100 +314,3 @@ def _scheduling(comp: Component, values: _Values, expr: Expr, index: int, spec: 
 # `.model`: the ServingRuntime's image).
 _REQUIRED: dict[str, tuple[str, ...]] = {"template": ("name", "image"),
                                          "podspec": ("image",), "fragmented": (), "": ()}
-# where the pod spec is below the path's result
-_SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
-
-
-def _ids(comp: Component, values: _Values) -> list[str]:
-    if comp.instance_ids is None:
-        return [""]
-    raw = values.all(comp.instance_ids)
-    ids = []
-    for value in raw:
-        if value is not None and not isinstance(value, str):
-            raise values.fail(comp.instance_ids, f"instance ids must be strings, not "
-                                                 f"{type(value).__name__} {value!r}")
-        ids.append(value or "")
-    if "" in ids:
-        raise values.fail(comp.instance_ids,
-                          f"instance id path contained empty string values [{','.join(ids)}]")
-    if len(set(ids)) != len(ids):
-        # upstream keeps the last (a map by id) and silently loses pods; the frameworks'
-        # own validation rejects such objects, so say so instead
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        raise values.fail(comp.instance_ids, f"duplicate instance ids {duplicates}")
-    return ids
-
-
-def _specs(comp: Component, values: _Values, *, count: int
-           ) -> list[tuple[Expr, Mapping[str, Any] | None]]:
-    """Per instance: the path the spec came from (for errors) and the pod spec."""
-    spec = comp.spec
-    assert spec is not None
-    if spec.pattern == "fragmented":
-        frags = tuple((key, e) for key, e in spec.fragments if e.slot >= 0)
-        if not frags:
-            return [(Expr(text="", field="fragmentedPodSpecDefinition", slot=-1), None)] * count
-        columns = values.padded([e for _, e in frags], count)
-        out: list[tuple[Expr, Mapping[str, Any] | None]] = []
-        for index in range(count):
-            parts = {key: column[index] for (key, _), column in zip(frags, columns, strict=True)}
-            try:
-                out.append((frags[0][1], _assemble(parts)))
-            except ValueError as error:
-                raise values.fail(frags[0][1], str(error)) from None
-        return out
-    if spec.path is None:
-        return [(Expr(text="", field="specDefinition", slot=-1), None)] * count
-    expr = spec.path
-    result: list[tuple[Expr, Mapping[str, Any] | None]] = []
-    for value in values.aligned(expr, count):
-        if value is not None and not isinstance(value, _MAP):
-            raise values.fail(expr, f"must be an object, not {type(value).__name__}")
-        pod = value
-        if spec.pattern == "template" and value is not None:
-            pod = value.get("spec")
-            if pod is not None and not isinstance(pod, _MAP):
-                raise values.fail(expr, "pod template .spec must be an object")
-        result.append((expr, pod))
-    return result
-
-
-_SIMPLE = {"schedulerNamePath": "schedulerName", "priorityClassNamePath": "priorityClassName",
-           "nodeNamePath": "nodeName",
-           "nodeSelectorPath": "nodeSelector", "tolerationsPath": "tolerations",
-           "initContainersPath": "initContainers", "resourceClaimsPath": "resourceClaims"}
-
-
-def _assemble(parts: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod spec from fragmented fields (docs/definitions.md §2, per-pod resources)."""
-    spec: dict[str, Any] = {}
-    for key, target in _SIMPLE.items():
-        if parts.get(key) is not None:
-            spec[target] = parts[key]
-    containers = parts.get("containersPath")
-    if containers is not None and not isinstance(containers, list):
-        raise ValueError("containersPath must give a list of containers")
-    listed = list(containers or [])
-    main = parts.get("containerPath")
-    if main is not None and not isinstance(main, _MAP):
-        raise ValueError("containerPath must give a container object")
-    resources = parts.get("resourcesPath")
-    if resources is not None:
-        main = {**(main or {"name": "main"}), "resources": resources}
-    if main is not None:
-        names = [c.get("name") for c in listed if isinstance(c, _MAP)]
-        if main.get("name") in names:
-            at = names.index(main.get("name"))
-            if resources is not None:
-                listed[at] = {**listed[at], "resources": resources}
-        else:
-            listed.append(main)
-    if listed:
-        spec["containers"] = listed
-    affinity = {k: parts[p] for p, k in (("nodeAffinityPath", "nodeAffinity"),
-                                         ("podAffinityPath", "podAffinity"))
-                if parts.get(p) is not None}
-    if affinity:
-        spec["affinity"] = affinity
-    return spec

@@ -26,7 +26,7 @@ import yaml
 
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
-from dispatcher.fleet import identity
+from dispatcher.fleet import identity, minting
 from dispatcher.kube import errors
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import DISPATCHES, MEMBER_CLUSTERS, NAMESPACES
@@ -70,7 +70,7 @@ async def admin(installed: str) -> AsyncIterator[KubeClient]:
 @pytest.fixture
 async def controller(installed: str, admin: KubeClient) -> AsyncIterator[KubeClient]:
     """A client holding only the dispatcher ServiceAccount's token."""
-    token, _ = await identity.request_token(admin, namespace=SYSTEM, name="dispatcher",
+    token, _ = await minting.request_token(admin, namespace=SYSTEM, name="dispatcher",
                                             expiration_s=3600)
     kubeconfig = identity.token_kubeconfig(yaml.safe_load(Path(installed).read_text()),
                                            token=token, user="dispatcher")
@@ -306,7 +306,7 @@ async def test_in_cluster_kubeconfig_authenticates_with_the_mounted_token(
         installed: str, admin: KubeClient, tmp_path: Path) -> None:
     """deploy/base/in-cluster.kubeconfig (tokenFile + CA file) read the way the controller reads
     its hub kubeconfig; only the pod's mount paths and the server address are swapped."""
-    token, _ = await identity.request_token(admin, namespace=SYSTEM, name="dispatcher",
+    token, _ = await minting.request_token(admin, namespace=SYSTEM, name="dispatcher",
                                             expiration_s=3600)
     hub_admin = yaml.safe_load(Path(installed).read_text())
     mount = "/var/run/secrets/kubernetes.io/serviceaccount"

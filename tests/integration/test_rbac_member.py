@@ -36,7 +36,7 @@ import yaml
 
 from dispatcher.cli import main
 from dispatcher.devfleet.controlplane import FleetState
-from dispatcher.fleet import identity
+from dispatcher.fleet import identity, minting
 from dispatcher.kube import errors, watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import MEMBER_CLUSTERS, NAMESPACES, NODES, PODS, SECRETS
@@ -97,7 +97,7 @@ async def minted(dev_fleet: FleetState) -> identity.MemberIdentity:
     """The namespaced install, LISTED created by the command, UNLISTED by the admin."""
     dev_fleet.cluster(MEMBER).rest().request("POST", NAMESPACES.collection(), {
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UNLISTED}})
-    return await identity.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
+    return await minting.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
                                           create_namespaces=True, token_source="auto",
                                           secret_wait_s=0.5, expiration_s=3600)
 
@@ -138,7 +138,7 @@ def test_minted_kubeconfig_holds_only_the_service_account_token(
 
 async def test_applying_again_is_idempotent_and_mints_a_fresh_token(
         minted: identity.MemberIdentity, dev_fleet: FleetState) -> None:
-    again = await identity.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
+    again = await minting.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
                                            create_namespaces=True, token_source="request",
                                            expiration_s=3600)
     assert again.applied == minted.applied
@@ -150,7 +150,7 @@ async def test_applying_again_is_idempotent_and_mints_a_fresh_token(
 async def test_secret_source_without_a_token_controller_is_a_clear_error(
         minted: identity.MemberIdentity, dev_fleet: FleetState) -> None:
     with pytest.raises(identity.IdentityError, match="no token controller"):
-        await identity.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
+        await minting.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
                                        token_source="secret", secret_wait_s=0.3)
 
 
@@ -159,7 +159,7 @@ async def test_a_missing_namespace_is_an_error_before_anything_is_applied(
     absent = f"rbac-absent-{SUFFIX}"
     with pytest.raises(identity.IdentityError, match=f"{absent} does not exist.*"
                                                      "--create-namespaces"):
-        await identity.create_identity(admin_kubeconfig(dev_fleet),
+        await minting.create_identity(admin_kubeconfig(dev_fleet),
                                        namespaces=[LISTED[0], absent])
     with pytest.raises(errors.NotFound):
         await admin.request("GET", NAMESPACES.item(absent))
@@ -334,7 +334,7 @@ async def test_namespaces_get_the_hub_level_and_a_weaker_existing_one_is_reporte
     fresh = f"rbac-psa-{SUFFIX}"
     restricted = {ENFORCE: "restricted"}
     try:
-        got = await identity.create_identity(
+        got = await minting.create_identity(
             admin_kubeconfig(dev_fleet), namespaces=[*LISTED, fresh], create_namespaces=True,
             token_source="request", expiration_s=600, member=MEMBER,
             hub_labels={fresh: restricted, LISTED[0]: restricted})
@@ -351,7 +351,7 @@ async def test_namespaces_get_the_hub_level_and_a_weaker_existing_one_is_reporte
         kept = await admin.request("GET", NAMESPACES.item(LISTED[0]))
         assert kept["metadata"]["labels"][ENFORCE] == "baseline"  # never overwritten
     finally:
-        back = await identity.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
+        back = await minting.create_identity(admin_kubeconfig(dev_fleet), namespaces=LISTED,
                                               token_source="request", expiration_s=600)
         assert back.removed == (f"rolebinding/{fresh}/dispatcher-member",)
         await admin.request("DELETE", NAMESPACES.item(fresh))
@@ -375,7 +375,7 @@ def test_cluster_wide_opt_in_reaches_kube_system_and_namespaced_takes_it_back(
         return asyncio.run(ask())
 
     def mint(**kwargs: Any) -> identity.MemberIdentity:
-        return asyncio.run(identity.create_identity(admin, token_source="request",
+        return asyncio.run(minting.create_identity(admin, token_source="request",
                                                     expiration_s=600, **kwargs))
 
     try:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from dispatcher.cli import main
-from dispatcher.commands import clusters
+from dispatcher.commands import clustersadd
 
 ABSENT = "/nonexistent/kubeconfig.yaml"
 
@@ -49,7 +49,7 @@ def test_identity_flags_need_create_identity(flag: str,
 
 
 def test_repeated_and_comma_separated_namespaces_are_one_list() -> None:
-    assert clusters._namespaces(["a,b", " c ", "b,"]) == ["a", "b", "c", "b"]
+    assert clustersadd.split_namespaces(["a,b", " c ", "b,"]) == ["a", "b", "c", "b"]
 
 
 def test_help_shows_the_namespaced_and_cluster_wide_examples(

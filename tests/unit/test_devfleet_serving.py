@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from dispatcher.devfleet import operators
+from dispatcher.devfleet import operators, servingoperators
 from dispatcher.devfleet.binaries import OPERATORS, OperatorBinary
 
 
@@ -49,13 +49,13 @@ def test_kserve_defaults_to_raw_deployment_and_renders_runtime_images(tmp_path: 
             "spec": {"containers": [{"name": "kserve-container",
                                      "image": "kserve-sklearnserver:replace"}]}},
     })
-    config = operators.kserve_config(op)
+    config = servingoperators.kserve_config(op)
     assert json.loads(config["data"]["deploy"]) == {"defaultDeploymentMode": "RawDeployment"}
     assert "_example" not in config["data"]
     assert config["data"]["ingress"] == '{"ingressClassName": "istio"}'  # the rest as shipped
     assert config["metadata"] == {"name": "inferenceservice-config", "namespace": "kserve"}
     images = {r["metadata"]["name"]: r["spec"]["containers"][0]["image"]
-              for r in operators.kserve_runtimes(op)}
+              for r in servingoperators.kserve_runtimes(op)}
     assert images == {"kserve-huggingfaceserver": "kserve/huggingfaceserver:latest",
                       "kserve-sklearnserver": "kserve/sklearnserver:latest"}
 
@@ -89,9 +89,9 @@ def test_knative_webhooks_keep_their_names_rules_and_point_at_loopback(tmp_path:
         "configmap-validation.yaml": [config, {"apiVersion": "v1", "kind": "Secret",
                                                "metadata": {"name": "webhook-certs"}}]})
     configs = {c["metadata"]["name"]: c
-               for c in operators.knative_webhooks(op, port=4443, ca_pem=b"PEM")}
-    assert set(configs) == set(operators.KNATIVE_WEBHOOK_PATHS)
-    for name, path in operators.KNATIVE_WEBHOOK_PATHS.items():
+               for c in servingoperators.knative_webhooks(op, port=4443, ca_pem=b"PEM")}
+    assert set(configs) == set(servingoperators.KNATIVE_WEBHOOK_PATHS)
+    for name, path in servingoperators.KNATIVE_WEBHOOK_PATHS.items():
         (hook,) = configs[name]["webhooks"]
         assert hook["name"] != name and hook["name"].endswith(name)
         assert hook["clientConfig"] == {"url": f"https://127.0.0.1:4443{path}",
@@ -113,13 +113,13 @@ def test_knative_config_sets_the_queue_image_tag_skips_and_podspec_features(
         "features.yaml": configmap("config-features", {"_example": "..."}),
         "gc.yaml": configmap("config-gc", {"_example": "..."}),
         "defaulting.yaml": DEFAULTING})
-    configs = {c["metadata"]["name"]: c for c in operators.knative_configmaps(op)}
+    configs = {c["metadata"]["name"]: c for c in servingoperators.knative_configmaps(op)}
     assert set(configs) == {"config-deployment", "config-features", "config-gc"}
     deployment = configs["config-deployment"]["data"]
     assert deployment["queue-sidecar-image"].startswith("gcr.io/knative-releases/")
     skipped = deployment["registries-skipping-tag-resolving"].split(",")
     assert {"kind.local", "ko.local", "dev.local", "index.docker.io"} <= set(skipped)
-    assert configs["config-features"]["data"] == operators.KNATIVE_FEATURES
+    assert configs["config-features"]["data"] == servingoperators.KNATIVE_FEATURES
     assert configs["config-gc"]["data"] == {}  # the examples are documentation only
     assert configs["config-gc"]["metadata"]["labels"] == {
         "app.kubernetes.io/component": "controller"}  # the config webhook selects on it

@@ -7,7 +7,7 @@ Read from the source (an AST walk over ``dispatcher/``), never from a hand-kept 
 - Dispatch conditions: the ``type_=``/``reason=``/``status=`` of every ``condition(...)``
   (``control.record.condition``).
 - Rejection reasons: the ``reason=`` of every ``Rejection.of(...)``.
-- Definition conditions: every ``Verdict(accepted, reason, ...)`` of the live catalog.
+- Definition conditions: every ``Acceptance(accepted, reason, ...)`` of the live catalog.
 - MemberCluster conditions: the condition types ``fleet.status.conditions`` writes, with the
   reasons member health can give each (``fleet.health.Reason``, ``kubeconfigs.INSECURE``).
 
@@ -57,7 +57,7 @@ DYNAMIC: dict[tuple[str, str, str, str], Callable[[], set[str]]] = {
     # a member's own refusal: its Kubernetes reason (Invalid, Forbidden, ...), said in prose
     ("control/submit.py", "create_copy", "", "exc.reason or type(exc).__name__"): set,
     # a copy that cannot be built: its object quarantined, or any other definition failure
-    ("control/submit.py", "create_copy", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
+    ("control/submit.py", "_built", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
 }
 
 
@@ -178,7 +178,7 @@ def code_rejections() -> set[str]:
 def code_definition_conditions() -> dict[tuple[str, str], set[str | None]]:
     out: dict[tuple[str, str], set[str | None]] = defaultdict(set)
     for path, _, call in _calls():
-        if path == "workloads/livecatalog.py" and _method(call) == "Verdict" \
+        if path == "workloads/hubdefinitions.py" and _method(call) == "Acceptance" \
                 and isinstance(call.func, ast.Name):
             accepted, reason = call.args[0], call.args[1]
             assert isinstance(reason, ast.Constant), "a computed definition verdict reason"

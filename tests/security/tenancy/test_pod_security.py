@@ -40,7 +40,7 @@ import yaml
 from dispatcher.cli import main
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
-from dispatcher.fleet import identity
+from dispatcher.fleet import identity, minting
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.resources import DISPATCHES, MEMBER_CLUSTERS, NAMESPACES, SECRETS, ResourceRef
 from tests.integration.harness import Harness, eventually, get_or_none, running
@@ -191,7 +191,7 @@ def shipped(dev_fleet: FleetState) -> dict[str, Any]:
 async def _token_kubeconfig(admin_kubeconfig: dict[str, Any], account: str
                             ) -> dict[str, Any]:
     async with await KubeClient.from_kubeconfig(admin_kubeconfig, name="hub") as admin:
-        token, _ = await identity.request_token(admin, namespace=SYSTEM, name=account,
+        token, _ = await minting.request_token(admin, namespace=SYSTEM, name=account,
                                                 expiration_s=3600)
     return identity.token_kubeconfig(admin_kubeconfig, token=token, user=account)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dispatcher.control.orphans import KEEP, Judgement, after_lookup, judge
 from dispatcher.control.record import DispatchRecord
+from dispatcher.kube.resources import GroupVersionKind
 
-KIND = "batch/v1/Job"
+KIND = GroupVersionKind("batch", "v1", "Job")
 
 
 def record(cluster: str | None) -> DispatchRecord:
@@ -23,19 +24,19 @@ def same(a: str, b: str) -> bool:
 
 def test_a_cached_workload_keeps_its_copy_where_the_record_says() -> None:
     for rec in (None, record(None), record("m1"), record("m1-alias")):
-        assert judge(member="m1", cached=True, record=rec, same_cluster=same, kind_key=KIND,
+        assert judge(member="m1", cached=True, record=rec, same_cluster=same, kind=KIND,
                      listed_kinds=()) == KEEP
 
 
 def test_a_copy_left_behind_by_a_failover_is_stale() -> None:
     assert judge(member="m1", cached=True, record=record("m2"), same_cluster=same,
-                 kind_key=KIND, listed_kinds=()) == Judgement(stale="workload moved to m2")
+                 kind=KIND, listed_kinds=()) == Judgement(stale="workload moved to m2")
 
 
 def test_an_uncached_workload_is_judged_only_once_its_own_kind_listed() -> None:
-    assert judge(member="m1", cached=False, record=None, same_cluster=same, kind_key=KIND,
-                 listed_kinds={"batch/v1/JobTemplate"}) == KEEP
-    assert judge(member="m1", cached=False, record=None, same_cluster=same, kind_key=KIND,
+    assert judge(member="m1", cached=False, record=None, same_cluster=same, kind=KIND,
+                 listed_kinds={GroupVersionKind("batch", "v1", "JobTemplate")}) == KEEP
+    assert judge(member="m1", cached=False, record=None, same_cluster=same, kind=KIND,
                  listed_kinds={KIND}) == Judgement(ask_hub=True)
 
 

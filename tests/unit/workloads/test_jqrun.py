@@ -6,17 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.workloads.jqrun import (
-    MAX_RESULTS,
-    Batch,
-    JqFailure,
-    Limits,
-    canonical_text,
-    check_safety,
-    compile_errors,
-    is_balanced,
-    is_linear,
-)
+from dispatcher.workloads.jqcheck import check_safety, compile_errors, is_balanced, is_linear
+from dispatcher.workloads.jqrun import MAX_RESULTS, Batch, JqFailure, Limits, canonical_text
 
 
 @pytest.mark.parametrize("expression", [

@@ -7,8 +7,9 @@ from typing import Any
 
 import yaml
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.livecatalog import HubDefinition, lint, merge
+from dispatcher.workloads.hubdefinitions import HubDefinition, lint, merge
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,9 +50,9 @@ def test_a_hub_object_for_a_new_kind_is_accepted_and_added() -> None:
                                                 group="kubeflow.org", version="v1"))])
     verdict = out.verdicts[("Karta", "xgb")]
     assert verdict.accepted and verdict.overrides == "" and verdict.observed_generation == 3
-    assert verdict.serves == ("kubeflow.org/v1", "XGBoostJob")
+    assert verdict.serves == GroupVersionKind("kubeflow.org", "v1", "XGBoostJob")
     assert out.catalog.find("kubeflow.org/v1", "XGBoostJob") is not None
-    assert out.sources[("kubeflow.org/v1", "XGBoostJob")] == "Karta/xgb"
+    assert out.sources[GroupVersionKind("kubeflow.org", "v1", "XGBoostJob")] == "Karta/xgb"
     assert len(out.catalog) == len(BUILTIN) + 1
 
 
@@ -61,7 +62,8 @@ def test_a_hub_object_overrides_config_which_overrides_built_in() -> None:
     config = Catalog.merged(BUILTIN, Catalog([config_def]))
     only_config = merge(BUILTIN, config, [])
     assert only_config.catalog.find("jobset.x-k8s.io/v1alpha2", "JobSet") is config_def
-    assert only_config.sources[("jobset.x-k8s.io/v1alpha2", "JobSet")] == "config"
+    assert only_config.sources[GroupVersionKind.of("jobset.x-k8s.io/v1alpha2", "JobSet")] \
+        == "config"
     out = merge(BUILTIN, config, [hub(manifest("mine"))])
     found = out.catalog.find("jobset.x-k8s.io/v1alpha2", "JobSet")
     assert found is not None and found.name == "karta/mine"

@@ -1,8 +1,10 @@
-"""The live catalog: built-in, config-file and hub definitions merged into one, with verdicts.
+"""Definition objects on the hub: linted, merged with the built-in and config-file ones.
+
+The live catalog (``control/catalog.LiveCatalog``) is swapped to the result of ``merge``.
 
 Pure: plain data in (the built-in catalog, the config files' catalog, the definition
 objects read on the hub, already linted), plain data out (the effective ``Catalog`` and
-one ``Verdict`` per hub object, which the controller writes as the object's status).
+one ``Acceptance`` per hub object, which the controller writes as the object's status).
 
 Precedence, one definition per kind: a hub object > a config file > the built-in catalog.
 Why this order: the hub object is what the operator changes at run time (``kubectl
@@ -19,12 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.errors import DefinitionError
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.reader import DocReader
 
-__all__ = ["FORMATS", "Effective", "HubDefinition", "Verdict", "lint", "merge"]
+__all__ = ["FORMATS", "Acceptance", "Effective", "HubDefinition", "lint", "merge"]
 
 FORMATS = {"ResourceInterface": "optimization.nvidia.com/v1alpha1", "Karta": "run.ai/v1alpha1"}
 """The hub definition kinds and their apiVersions (the two upstream formats)."""
@@ -32,7 +35,6 @@ FORMATS = {"ResourceInterface": "optimization.nvidia.com/v1alpha1", "Karta": "ru
 _SHORT = {"ResourceInterface": "ri", "Karta": "karta"}
 
 Key = tuple[str, str]  # (object kind: ResourceInterface or Karta, object name)
-KindKey = tuple[str, str]  # (apiVersion, kind) of the described workloads
 
 
 @dataclass(frozen=True)
@@ -51,19 +53,19 @@ class HubDefinition:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """What the controller says about one hub object (its status)."""
+class Acceptance:
+    """Whether one hub definition object is accepted, and why (its status)."""
 
     accepted: bool
     reason: str  # Accepted, Invalid, Conflict or Quarantined
     message: str
     observed_generation: int
-    serves: KindKey | None  # the kind it describes (None when it cannot be read)
+    serves: GroupVersionKind | None  # the kind it describes (None when it cannot be read)
     overrides: str  # "built-in", "config" or "" (what it replaces for its kind)
 
     def status(self) -> dict[str, Any]:
         """The object's ``status`` (conditions without times: the shell adds them)."""
-        serves = ({"apiVersion": self.serves[0], "kind": self.serves[1]}
+        serves = ({"apiVersion": self.serves.api_version, "kind": self.serves.kind}
                   if self.serves is not None else None)
         return {"observedGeneration": self.observed_generation, "serves": serves,
                 "servesKind": serves["kind"] if serves else None,
@@ -79,10 +81,10 @@ class Effective:
     """The merge's result: the catalog to use now, and what to tell each hub object."""
 
     catalog: Catalog
-    verdicts: dict[Key, Verdict]
+    verdicts: dict[Key, Acceptance]
     accepted: dict[Key, Definition] = field(default_factory=dict)
     """Each hub object's accepted definition: the next merge's last good version."""
-    sources: dict[KindKey, str] = field(default_factory=dict)
+    sources: dict[GroupVersionKind, str] = field(default_factory=dict)
     """Where each kind's definition comes from: "built-in", "config" or "<Kind>/<name>"."""
 
 
@@ -118,48 +120,23 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
     recognised by identity and count as built-in); ``quarantined`` maps definition names
     to the bound they broke (``Evaluator.quarantined()``)."""
     builtin_ids = {id(d) for d in builtin.definitions}
-    base: dict[KindKey, tuple[Definition, str]] = {}
+    base: dict[GroupVersionKind, tuple[Definition, str]] = {}
     for definition in (*builtin.definitions, *config.definitions):
         source = "built-in" if id(definition) in builtin_ids else "config"
-        base[(definition.api_version, definition.kind)] = (definition, source)
+        base[definition.gvk] = (definition, source)
 
-    claims: dict[KindKey, list[HubDefinition]] = {}
+    claims: dict[GroupVersionKind, list[HubDefinition]] = {}
     for obj in objects:
         if obj.definition is not None:
             claims.setdefault(_kind(obj.definition), []).append(obj)
 
-    verdicts: dict[Key, Verdict] = {}
+    verdicts: dict[Key, Acceptance] = {}
     accepted: dict[Key, Definition] = {}
     for obj in sorted(objects, key=lambda o: o.key):
-        found = obj.definition
-        if found is None:
-            kept = "; its last accepted version stays in use" if obj.key in last_good \
-                else ""
-            verdicts[obj.key] = Verdict(False, "Invalid", f"{obj.problem}{kept}",
-                                        obj.generation, None, "")
-            continue
-        definition = found
-        kind = _kind(definition)
-        overrides = base[kind][1] if kind in base else ""
-        rivals = [o for o in claims[kind] if o.key != obj.key]
-        if rivals:
-            names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
-            verdicts[obj.key] = Verdict(
-                False, "Conflict", f"{kind[0]} {kind[1]} is also described by {names}; "
-                f"one definition per kind: delete all but one", obj.generation, kind,
-                overrides)
-            continue
-        bound = quarantined.get(definition.name)
-        if bound is not None:
-            verdicts[obj.key] = Verdict(
-                False, "Quarantined", f"evaluation broke its bounds ({bound}); not used "
-                f"until the object changes", obj.generation, kind, overrides)
-            continue
-        accepted[obj.key] = definition
-        replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
-            if overrides else ""
-        verdicts[obj.key] = Verdict(True, "Accepted", f"serves {kind[0]} {kind[1]}"
-                                    f"{replaced}", obj.generation, kind, overrides)
+        verdicts[obj.key] = _judge(obj, base=base, claims=claims, last_good=last_good,
+                                   quarantined=quarantined)
+        if verdicts[obj.key].accepted and obj.definition is not None:
+            accepted[obj.key] = obj.definition
 
     effective = {k: d for k, (d, _) in base.items()}
     sources = {k: s for k, (_, s) in base.items()}
@@ -181,5 +158,34 @@ def merge(builtin: Catalog, config: Catalog, objects: Sequence[HubDefinition], *
                      accepted={**held, **accepted}, sources=sources)
 
 
-def _kind(definition: Definition) -> KindKey:
-    return (definition.api_version, definition.kind)
+def _judge(obj: HubDefinition, *, base: Mapping[GroupVersionKind, tuple[Definition, str]],
+           claims: Mapping[GroupVersionKind, Sequence[HubDefinition]],
+           last_good: Mapping[Key, Definition], quarantined: Mapping[str, str]
+           ) -> Acceptance:
+    """One hub object's verdict: invalid, in conflict, quarantined or accepted."""
+    definition = obj.definition
+    if definition is None:
+        kept = "; its last accepted version stays in use" if obj.key in last_good else ""
+        return Acceptance(False, "Invalid", f"{obj.problem}{kept}", obj.generation, None, "")
+    kind = _kind(definition)
+    overrides = base[kind][1] if kind in base else ""
+    rivals = [o for o in claims[kind] if o.key != obj.key]
+    if rivals:
+        names = ", ".join(f"{o.format}/{o.name}" for o in rivals)
+        return Acceptance(
+            False, "Conflict", f"{kind.api_version} {kind.kind} is also described by "
+            f"{names}; one definition per kind: delete all but one", obj.generation, kind,
+            overrides)
+    bound = quarantined.get(definition.name)
+    if bound is not None:
+        return Acceptance(
+            False, "Quarantined", f"evaluation broke its bounds ({bound}); not used "
+            f"until the object changes", obj.generation, kind, overrides)
+    replaced = f"; overrides the {overrides} definition {base[kind][0].name}" \
+        if overrides else ""
+    return Acceptance(True, "Accepted", f"serves {kind.api_version} {kind.kind}{replaced}",
+                      obj.generation, kind, overrides)
+
+
+def _kind(definition: Definition) -> GroupVersionKind:
+    return definition.gvk
