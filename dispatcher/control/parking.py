@@ -34,7 +34,7 @@ from dispatcher.placement.model import (
 )
 
 __all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "BareView", "Never",
-           "annotation_error", "bare", "never", "unplaceable"]
+           "annotation_error", "bare", "never", "restrict", "unplaceable"]
 
 UNPLACEABLE = "unplaceable: "
 """Prefix of every never-placeable message."""
@@ -72,11 +72,24 @@ def _fingerprint(capacity: ClusterCapacity) -> tuple[object, ...]:
 
 
 class BareView(Protocol):
-    """Where placing reads the bare fleet: ``BareFleet`` over live members, or a fixed
-    list of bare members (``dispatcher simulate``)."""
+    """Where placing asks whether a workload could ever run: ``BareFleet`` over the live
+    members, or ``dispatcher simulate``'s fixed bare fleet (which may memoise: it never
+    changes)."""
 
-    def view(self, members: Sequence[MemberSnapshot]
-             ) -> tuple[list[MemberSnapshot], tuple[str, ...]]: ...
+    def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+              excluded: Sequence[str]) -> Never | None:
+        """``never`` over the bare fleet of ``members``, ``excluded`` restricted."""
+        ...
+
+
+def restrict(members: Sequence[MemberSnapshot], *, excluded: Sequence[str]
+             ) -> list[MemberSnapshot]:
+    """The members as this workload may use them: the ones an earlier attempt gave up on
+    turn not-ready with that reason, so the summary says why (and a pin to one is explained,
+    not rejected). Namespace allow-lists are the engine's own gate."""
+    return [replace(m, ready=False, not_ready_reason="excluded: an earlier attempt there "
+                                                     "failed")
+            if m.name in excluded else m for m in members]
 
 
 @dataclass
@@ -103,6 +116,11 @@ class BareFleet:
         for gone in set(self._cache) - {m.name for m in members}:
             del self._cache[gone]
         return out, tuple(unknown)
+
+    def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+              excluded: Sequence[str]) -> Never | None:
+        bare, unknown = self.view(members)
+        return never(restrict(bare, excluded=excluded), request, unknown=unknown)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from dispatcher.control import parking
 from dispatcher.control.names import PendingReason
+from dispatcher.control.parking import restrict
 from dispatcher.control.podpolicy import PodFieldPolicy, refusal
 from dispatcher.control.priority import InvalidPriority, PriorityPolicy
 from dispatcher.control.queue import Entry
@@ -128,15 +130,33 @@ class Ask:
     scheduling: tuple[PodField, ...] = ()
     excluded: tuple[str, ...] = ()
     held: tuple[str, ...] = ()
+    # What placing worked out for this Ask before: its request and annotation error per
+    # Setting, the last gate answer. An Ask asked again (the simulator walks its queue on
+    # every completion) reuses them; they are functions of the Ask and the keys only.
+    _requests: dict[tuple[object, ...], tuple[PlacementRequest, str | None]] = field(
+        default_factory=dict, compare=False, repr=False)
+    _gated: dict[tuple[object, ...], Placement] = field(default_factory=dict, compare=False,
+                                                        repr=False)
+
+    def request(self, setting: Setting) -> tuple[PlacementRequest, str | None]:
+        """``request_of`` for ``setting``, and why its annotations are invalid (or None)."""
+        key = setting.request_key
+        found = self._requests.get(key)
+        if found is None:
+            request = request_of(self, default_policy=setting.default_policy,
+                                 choice_only=setting.choice_only,
+                                 count_fits=setting.count_fits, policy=setting.policy)
+            found = self._requests[key] = (request, parking.annotation_error(request))
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)
 class Setting:
     """What ``place_ask`` reads besides the workload. ``members`` is called only when the
     engine runs (a parked or gated workload never builds member snapshots); ``bare`` only
-    when nothing fits now. ``exhaustive`` asks the engine for every member's verdict (the
-    controller logs them all); ``simulate`` asks for the choice only (the engine stops at
-    the first feasible rank and gives out-of-bounds members no reason). ``count_fits``
+    when nothing fits now. The engine reports every member's verdict (the controller logs
+    them all), or with ``choice_only`` (``simulate``) the choice only: it stops at the
+    first feasible rank and works out no reason for the members it rejects. ``count_fits``
     (explain) counts how many times the demand fits on each member; ``policy`` (explain
     ``--policy``) wins over the annotation and ``default_policy``."""
 
@@ -147,9 +167,14 @@ class Setting:
     now: float
     reservation_ttl_s: float = 0.0
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
-    exhaustive: bool = True
+    choice_only: bool = False
     count_fits: bool = False
     policy: str | None = None
+
+    @cached_property
+    def request_key(self) -> tuple[object, ...]:
+        """What of this setting a request depends on (``Ask.request``'s memo key)."""
+        return (self.default_policy, self.choice_only, self.count_fits, self.policy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,23 +193,19 @@ class Placement:
     blocker: Entry | None = None  # held by its namespace's gate: the one it may not pass
 
 
-def request_of(ask: Ask, *, default_policy: str, exhaustive: bool = True,
+def request_of(ask: Ask, *, default_policy: str, choice_only: bool = False,
                count_fits: bool = False, policy: str | None = None) -> PlacementRequest:
     """The placement request of ``ask``: its annotations (pin, selector, policy,
     topology; ``policy`` wins over the annotation, which wins over ``default_policy``),
-    its namespace, and whether every member is evaluated (``exhaustive``: the controller
-    logs every verdict in ``placement.decided``) or its fits counted (explain)."""
+    its namespace, and what the engine reports: every member's verdict (the controller
+    logs them all in ``placement.decided``), with fit counts (``count_fits``: explain), or
+    the choice only (``choice_only``: simulate)."""
     request = PlacementRequest.from_annotations(
         demand=ask.demand, api_version=ask.api_version, kind=ask.kind,
         annotations=ask.annotations, default_policy=default_policy, count_fits=count_fits,
         namespace=ask.entry.namespace)
-    return replace(request, exhaustive=exhaustive, policy=policy or request.policy)
-
-
-def _request(ask: Ask, setting: Setting) -> PlacementRequest:
-    return request_of(ask, default_policy=setting.default_policy,
-                      exhaustive=setting.exhaustive, count_fits=setting.count_fits,
-                      policy=setting.policy)
+    return replace(request, exhaustive=not choice_only, reasons=not choice_only,
+                   policy=policy or request.policy)
 
 
 def _ask(inp: PlacementInput, entry: Entry, resolution: Resolution) -> Ask:
@@ -210,16 +231,6 @@ def request_for(workload: Mapping[str, Any], resolution: Resolution, *,
               kind=resolution.kind,
               annotations=workload["metadata"].get("annotations") or _NO_ANNOTATIONS)
     return request_of(ask, default_policy=default_policy)
-
-
-def restrict(members: Sequence[MemberSnapshot], *, excluded: Sequence[str]
-             ) -> list[MemberSnapshot]:
-    """The members as this workload may use them: the ones an earlier attempt gave up on
-    turn not-ready with that reason, so the summary says why (and a pin to one is explained,
-    not rejected). Namespace allow-lists are the engine's own gate."""
-    return [replace(m, ready=False, not_ready_reason="excluded: an earlier attempt there "
-                                                     "failed")
-            if m.name in excluded else m for m in members]
 
 
 def alternatives(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
@@ -289,22 +300,29 @@ def _adopting(entry: Entry, demand: Demand, member: str, *, policy: str) -> Plac
         chosen=member, assignment=(), summary=f"adopting the copy already on {member}"))
 
 
-def _gated(setting: Setting, entry: Entry) -> Placement | None:
-    queue = setting.queue
+def _gated(ask: Ask, setting: Setting) -> Placement | None:
+    queue, entry = setting.queue, ask.entry
     blocker = queue.gate(entry)
     if blocker is None:
         return None
-    message = (f"waiting behind {blocker.name} (bypassed {queue.bypasses(blocker.uid)} "
-               f"times; backfill limit {queue.backfill_limit} in namespace "
-               f"{entry.namespace})")
-    return Placement(entry=entry, decision=_no_choice(message, policy=setting.default_policy),
-                     queue=QueueStep.WAIT, reason=PendingReason.QUEUED, blocker=blocker)
+    bypasses, limit = queue.bypasses(blocker.uid), queue.backfill_limit
+    key = (blocker.uid, bypasses, limit, setting.default_policy)
+    last = ask._gated.get(key)
+    if last is not None:
+        return last
+    message = (f"waiting behind {blocker.name} (bypassed {bypasses} times; backfill limit "
+               f"{limit} in namespace {entry.namespace})")
+    placement = Placement(entry=entry, queue=QueueStep.WAIT, reason=PendingReason.QUEUED,
+                          decision=_no_choice(message, policy=setting.default_policy),
+                          blocker=blocker)
+    ask._gated.clear()  # only the last answer is kept
+    ask._gated[key] = placement
+    return placement
 
 
 def _nothing_now(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
                  request: PlacementRequest, decision: Decision) -> Placement:
-    bare, unknown = setting.bare.view(members)
-    never = parking.never(restrict(bare, excluded=ask.excluded), request, unknown=unknown)
+    never = setting.bare.never(members, request, excluded=ask.excluded)
     if never is not None:
         return replace(_parked(ask.entry, PendingReason.UNPLACEABLE, never.message,
                                policy=setting.default_policy),
@@ -332,14 +350,14 @@ def place_ask(ask: Ask, setting: Setting) -> Placement:
     entry, policy = ask.entry, setting.default_policy
     if ask.held:
         return _adopting(entry, ask.demand, ask.held[0], policy=policy)
-    refused = refusal(ask.scheduling, namespace=entry.namespace, policy=setting.pod_fields)
+    refused = refusal(ask.scheduling, namespace=entry.namespace, policy=setting.pod_fields) \
+        if ask.scheduling else None
     if refused is not None:
         return _parked(entry, PendingReason.POD_TEMPLATE_REFUSED, refused, policy=policy)
-    request = _request(ask, setting)
-    invalid = parking.annotation_error(request)
+    request, invalid = ask._requests.get(setting.request_key) or ask.request(setting)
     if invalid is not None:
         return _parked(entry, PendingReason.INVALID_ANNOTATION, invalid, policy=policy)
-    gated = _gated(setting, entry)
+    gated = _gated(ask, setting)
     if gated is not None:
         return gated
     members = setting.members()
