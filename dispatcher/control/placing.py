@@ -268,7 +268,7 @@ def _entry(inp: PlacementInput) -> Entry | Placement:
     namespace = str(meta.get("namespace") or "")
     entry = Entry(uid=inp.uid, priority=0, namespace=namespace,
                   created=parse_time(meta.get("creationTimestamp")) or inp.now,
-                  name=f"{namespace}/{meta['name']}")
+                  name=f"{namespace}/{meta.get('name') or ''}")
     try:
         return replace(entry, priority=inp.priority.of(meta.get("annotations"), namespace))
     except InvalidPriority as exc:
