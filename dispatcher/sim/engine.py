@@ -161,6 +161,7 @@ class _Run:
         self.unplaceable.append(Unplaceable(
             uid=workload.uid, name=workload.name, kind=workload.kind,
             template=workload.template, gpus=workload.demand.gpus, reasons=reasons,
+            parked=str(placement.reason),
             reason="; ".join(f"{m}: {r}" for m, r in reasons.items())
             or placement.decision.summary))
 
@@ -213,12 +214,13 @@ class _Run:
 
         Capacity only shrinks during a pass, so a shape that did not fit is not asked again
         in it, and the pass ends once every waiting shape failed (exact, not a look-ahead
-        bound: the controller tries every waiting workload each round too)."""
-        free = sum(self.ledger.member_total.values()) - sum(self.ledger.member_used.values())
+        bound: the controller tries every waiting workload each round too). A full fleet
+        does not end it: a workload no member could ever run is parked then too, as the
+        controller parks it on arrival."""
         failed: set[int] = set()
         setting, latest = self.setting(), self.latest_free
         for entry in self.queue.in_order():
-            if free <= 0 or len(failed) >= len(self.shape_count):
+            if len(failed) >= len(self.shape_count):
                 return
             item = self.waiting[entry.uid]
             if item.shape in failed or self.still_full(item.shape, latest):
@@ -229,7 +231,6 @@ class _Run:
             self.placement_calls += placement.blocker is None  # past the gate
             if placement.queue is QueueStep.PLACED:
                 self.start(item, placement, events, next_seq())
-                free -= item.workload.demand.gpus
             elif placement.queue is QueueStep.PARK:
                 self.park(item, placement)
             elif placement.reason is PendingReason.QUEUED:

@@ -64,6 +64,7 @@ class Unplaceable:
     gpus: int
     reason: str
     reasons: Mapping[str, str] = field(default_factory=dict)
+    parked: str = ""  # the controller's reason (``PendingReason``): Unplaceable, InvalidAnnotation
 
 
 @dataclass(frozen=True, kw_only=True)
