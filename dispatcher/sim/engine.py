@@ -108,6 +108,7 @@ class _Run:
     placement_calls: int = 0
     bare: _Bare | None = None
     asking: _Waiting | None = None  # the workload ``place_ask`` is asked about now
+    pass_setting: Setting | None = None  # what it reads in this pass (no cycle through it)
 
     def account(self) -> None:
         """Integrate GPU-seconds per member up to ``now``."""
@@ -185,15 +186,15 @@ class _Run:
     def latest_free(self) -> int:
         return max(self.freed_at.values(), default=0)
 
-    def members(self, setting: Setting) -> Sequence[MemberSnapshot]:
+    def members(self) -> Sequence[MemberSnapshot]:
         """The live members ``place_ask`` is shown for the workload being asked about:
         when its shape fit nowhere at its last try, only the members that freed GPUs since
         (and a pinned one, so a pin stays a pin): the others are at most as free as then,
         so they cannot change the answer (the memo around ``place_ask``)."""
         live = self.backend.members("live")
-        item = self.asking
+        item, setting = self.asking, self.pass_setting
         since = self.failed.get(item.shape) if item is not None else None
-        if item is None or since is None:
+        if item is None or since is None or setting is None:
             return live
         pin = item.ask.request(setting)[0].pin
         freed = self.freed_at
@@ -204,10 +205,10 @@ class _Run:
         fleet, the queue; the choice only (no reason for the members it rejects)."""
         if self.bare is None:
             self.bare = _Bare(self.backend.members("empty"))
-        setting = Setting(members=lambda: self.members(setting), bare=self.bare,
-                          queue=self.queue, default_policy=self.policy, now=self.now,
-                          choice_only=True)
-        return setting
+        self.pass_setting = Setting(
+            members=self.members, bare=self.bare, queue=self.queue,
+            default_policy=self.policy, now=self.now, choice_only=True)
+        return self.pass_setting
 
     def dispatch_pass(self, events: _Events, next_seq: Callable[[], int]) -> None:
         """Walk the queue in order, applying each ``place_ask`` answer.
