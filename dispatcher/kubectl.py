@@ -235,10 +235,12 @@ def _explain(args: argparse.Namespace, config: Config, namespace: str) -> int:
 
     _one_namespace(args)
     catalog = load_catalog(config)
-    members, objects = explain.live(config, catalog, namespace=namespace, ref=args.target)
+    members, objects, excluded = explain.live(config, catalog, namespace=namespace,
+                                              ref=args.target)
     reports, code = explain.explain_objects(
         objects, members=members, catalog=catalog, policy=args.policy,
-        default_policy=config.control.default_policy, source="hub")
+        default_policy=config.control.default_policy, source="hub", control=config.control,
+        excluded=excluded)
     explain.print_reports(reports, output=_output(args))
     return code
 

@@ -1,9 +1,13 @@
 """``dispatcher explain``: which member would take a workload, and why every other would not.
 
-The decision is the controller's own (``placement.engine.decide``, exhaustive, with fit
-counts); only the source of member snapshots differs. Offline, ``--fleet FILE`` builds them
-from a fleet file's node pools through the same capacity model a live watch feeds. Live mode
-(``-n NS KIND/NAME`` against the hub) plugs in another ``SnapshotSource``.
+The decision is the controller's own: ``control.placing.place`` (the priority annotation,
+the annotation rules, exclusions, the engine with fit counts, parking), so a workload the
+controller parks is said to park here too. Only the source of member snapshots differs.
+Offline, ``--fleet FILE`` builds them from a fleet file's node pools through the same
+capacity model a live watch feeds. Live mode (``-n NS KIND/NAME`` against the hub) reads
+the members as the controller sees them, the controller's settings (priority caps, pod
+field policy) and the members the workload's Dispatch excluded. What explain cannot see:
+the controller's queue (so no namespace gate) and copies already on members (adoption).
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from dispatcher.placement.offline import fleet_snapshots
 
 if TYPE_CHECKING:
     from dispatcher.config import Config
+    from dispatcher.control.placing import Placement
+    from dispatcher.control.settings import ControlSettings
     from dispatcher.output import Format
     from dispatcher.placement.model import Decision, MemberSnapshot
     from dispatcher.workloads.demand import Demand
+    from dispatcher.workloads.resolve import Resolution
 
 __all__ = ["SnapshotSource", "explain_demand", "explain_objects", "fleet_snapshots", "live",
            "print_reports", "print_table", "register"]
@@ -42,8 +48,9 @@ The workload's annotations apply: dispatcher.io/cluster (pin), dispatcher.io/clu
 dispatcher.io/policy; --policy overrides the annotation.
 
 exit codes: 0 a member was chosen for every workload; 1 unreadable input, broken workload or
-invalid request (unknown pinned member, bad selector); 2 no definition for a kind;
-3 no member can take a workload now.
+a workload the controller parks before any member is asked (unknown pinned member, bad
+selector or policy, junk dispatcher.io/priority); 2 no definition for a kind; 3 no member
+can take a workload now (or ever: the controller parks it Unplaceable).
 """
 
 
@@ -85,21 +92,55 @@ def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_ver
                    kind: str = "", annotations: Mapping[str, str] | None = None,
                    policy: str | None = None, namespace: str = "",
                    default_policy: str = "most-free") -> Decision:
-    """The explained decision for a demand (what ``run`` does per workload): ``policy``
-    (``--policy``) over the ``dispatcher.io/policy`` annotation over ``default_policy``
-    (the controller's ``placement.defaultPolicy`` in live mode).
+    """The explained decision for a demand, through the controller's ``place_ask``:
+    ``policy`` (``--policy``) over the ``dispatcher.io/policy`` annotation over
+    ``default_policy`` (the controller's ``placement.defaultPolicy`` in live mode).
 
-    Raises ``PlacementError`` for an invalid request.
+    Raises ``PlacementError`` with the controller's message when it would park the demand
+    before asking any member (an invalid request: unknown pinned member, bad selector).
     """
-    from dispatcher.placement.engine import decide
-    from dispatcher.placement.model import PlacementRequest
+    from dispatcher.control import parking
+    from dispatcher.control.placing import Ask, Setting, place_ask
+    from dispatcher.control.queue import Entry, PendingQueue
+    from dispatcher.placement.model import PlacementError
 
-    request = PlacementRequest.from_annotations(
-        demand=demand, api_version=api_version, kind=kind, annotations=annotations or {},
-        count_fits=True, namespace=namespace, default_policy=default_policy)
-    if policy is not None:
-        request = replace(request, policy=policy)
-    return decide(members, request)
+    ask = Ask(entry=Entry(uid="", priority=0, created=0.0, namespace=namespace),
+              demand=demand, api_version=api_version, kind=kind,
+              annotations=annotations or {})
+    placement = place_ask(ask, Setting(
+        members=lambda: members, bare=parking.BareFleet(), queue=PendingQueue(backfill_limit=0),
+        default_policy=default_policy, now=0.0, count_fits=True, policy=policy))
+    decision = placement.checked or placement.decision
+    if not placement.decided:
+        raise PlacementError(decision.summary)
+    return decision
+
+
+def explain_placement(obj: Mapping[str, Any], resolution: Resolution, *,
+                      members: Sequence[MemberSnapshot], policy: str | None,
+                      default_policy: str, control: ControlSettings | None = None,
+                      excluded: Sequence[str] = ()) -> Placement:
+    """The controller's ``place`` for a resolved object, with fit counts: ``control``'s
+    priority caps and pod field policy (live mode; defaults offline), ``excluded`` the
+    members its Dispatch gave up on. Explain sees no queue (no namespace gate) and no
+    copies on members (no adoption)."""
+    import time
+
+    from dispatcher.control import parking
+    from dispatcher.control.placing import PlacementInput, place
+    from dispatcher.control.podpolicy import PodFieldPolicy
+    from dispatcher.control.priority import PriorityPolicy
+    from dispatcher.control.queue import PendingQueue
+
+    meta = obj.get("metadata") or {}
+    return place(PlacementInput(
+        uid=str(meta.get("uid") or ""), workload=obj, resolution=resolution,
+        excluded=tuple(excluded), held=(), members=lambda: members,
+        bare=parking.BareFleet(), queue=PendingQueue(backfill_limit=0),
+        priority=control.priority if control is not None else PriorityPolicy(),
+        pod_fields=control.pod_policy if control is not None else PodFieldPolicy(),
+        default_policy=default_policy, reservation_ttl_s=0.0, now=time.time(),
+        count_fits=True, policy=policy))
 
 
 def _offline_source(path: str) -> SnapshotSource:
@@ -128,13 +169,15 @@ def run(args: argparse.Namespace) -> int:
               "the hub)", file=sys.stderr)
         return 1
     default_policy = "most-free"
+    control: ControlSettings | None = None
+    excluded: dict[str, tuple[str, ...]] = {}
     try:
         catalog = load_catalog(args.definitions)
         if args.target:
             config = configmod.load(args.config)
-            members, objects = live(config, catalog, namespace=args.namespace,
-                                    ref=args.target)
-            default_policy = config.control.default_policy
+            members, objects, excluded = live(config, catalog, namespace=args.namespace,
+                                              ref=args.target)
+            default_policy, control = config.control.default_policy, config.control
         else:
             members = _offline_source(args.fleet)()
             objects = read_objects(args.filename)
@@ -150,20 +193,26 @@ def run(args: argparse.Namespace) -> int:
         return 1
     reports, code = explain_objects(objects, members=members, catalog=catalog,
                                     policy=args.policy, default_policy=default_policy,
-                                    source=args.filename or "hub")
+                                    source=args.filename or "hub", control=control,
+                                    excluded=excluded)
     print_reports(reports, output=args.output)
     return code
 
 
 def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot],
-                    catalog: Any, policy: str | None, default_policy: str, source: str
+                    catalog: Any, policy: str | None, default_policy: str, source: str,
+                    control: ControlSettings | None = None,
+                    excluded: Mapping[str, Sequence[str]] | None = None
                     ) -> tuple[list[dict[str, Any]], int]:
-    """One report per object that resolves and is a valid request (the others are said on
-    stderr, naming ``source``), and the exit code (see ``EPILOG``). A report holds the
-    workload, ``decision`` (its dict), ``_decision`` (the ``Decision``) and ``gangMechanism``:
-    the gang mechanism the chosen member's copy would be built for (None: none chosen)."""
+    """One report per object that resolves and reaches the members (the others are said
+    on stderr, naming ``source``, with the reason the controller would park them), and the
+    exit code (see ``EPILOG``). A report holds the workload, ``decision`` (its dict),
+    ``_decision`` (the ``Decision``), ``parked`` (the reason and message when the controller
+    parks it after asking the members: never placeable; else None) and ``gangMechanism``:
+    the gang mechanism the chosen member's copy would be built for (None: none chosen).
+    ``control`` and ``excluded`` (by workload uid) are live mode's (``explain_placement``).
+    """
     from dispatcher.commands.inspect import object_label
-    from dispatcher.placement.model import PlacementError
     from dispatcher.workloads.errors import NoDefinitionError, WorkloadError
 
     code = 0
@@ -172,28 +221,35 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
         label = object_label(obj, index)
         try:
             resolution = catalog.resolve(obj)
-            meta = obj.get("metadata") or {}
-            decision = explain_demand(
-                resolution.demand, members=members, api_version=resolution.api_version,
-                kind=resolution.kind, annotations=meta.get("annotations") or {},
-                policy=policy, namespace=resolution.namespace or "",
-                default_policy=default_policy)
         except NoDefinitionError as error:
             print(f"error: {source}: {label}: {error}", file=sys.stderr)
             code = max(code, 2)
             continue
-        except (WorkloadError, PlacementError) as error:
+        except WorkloadError as error:
             print(f"error: {source}: {label}: {error}", file=sys.stderr)
+            code = max(code, 1)
+            continue
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        placement = explain_placement(
+            obj, resolution, members=members, policy=policy, default_policy=default_policy,
+            control=control, excluded=(excluded or {}).get(uid, ()))
+        decision = placement.checked or placement.decision
+        if not placement.decided:  # parked before any member was asked
+            print(f"error: {source}: {label}: parked ({placement.reason}): "
+                  f"{decision.summary}", file=sys.stderr)
             code = max(code, 1)
             continue
         if decision.chosen is None and code == 0:
             code = 3
         chosen = next((m for m in members if m.name == decision.chosen), None)
+        parked = placement.checked is not None
         reports.append({"workload": {"apiVersion": resolution.api_version,
                                      "kind": resolution.kind,
                                      "namespace": resolution.namespace,
                                      "name": resolution.name},
                         "decision": decision.to_dict(), "_decision": decision,
+                        "parked": {"reason": str(placement.reason),
+                                   "message": placement.decision.summary} if parked else None,
                         "gangMechanism": chosen.gang_mechanism if chosen else None})
     return reports, code
 
@@ -214,24 +270,29 @@ def print_reports(reports: Sequence[Mapping[str, Any]], *, output: str) -> None:
 
 
 def live(config: Config, catalog: Any, *, namespace: str, ref: str
-         ) -> tuple[list[MemberSnapshot], list[Any]]:
-    """Live mode: the members as the controller of ``config`` sees them now, and the hub
-    object ``ref`` (``KIND/NAME``) in ``namespace``. Raises ValueError, KubeError, OSError."""
+         ) -> tuple[list[MemberSnapshot], list[Any], dict[str, tuple[str, ...]]]:
+    """Live mode: the members as the controller of ``config`` sees them now, the hub
+    object ``ref`` (``KIND/NAME``) in ``namespace``, and by its uid the members its
+    Dispatch excluded (earlier attempts that failed there). Raises ValueError, KubeError,
+    OSError."""
     import asyncio
 
+    from dispatcher.control import record
     from dispatcher.control.observe import configure_logging
     from dispatcher.shell import live as liveview
 
     configure_logging(level="warning", stream=sys.stderr)  # stdout is the report
 
-    async def read() -> tuple[list[MemberSnapshot], list[Any]]:
+    async def read() -> tuple[list[MemberSnapshot], list[Any], dict[str, tuple[str, ...]]]:
         hub = await liveview.hub_client(config)
         try:
             obj = await liveview.hub_workload(hub, catalog, namespace=namespace, ref=ref)
-            members = await liveview.live_snapshots(
-                config, hub=hub, catalog=catalog,
-                exclude_uid=str(obj.get("metadata", {}).get("uid", "")))
-            return members, [obj]
+            uid = str(obj.get("metadata", {}).get("uid", ""))
+            dispatch = await liveview.dispatch_of(hub, obj)
+            excluded = record.read(dispatch).excluded if dispatch is not None else ()
+            members = await liveview.live_snapshots(config, hub=hub, catalog=catalog,
+                                                    exclude_uid=uid)
+            return members, [obj], {uid: excluded}
         finally:
             await hub.close()
 
@@ -275,6 +336,9 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
     else:
         print("chosen: none")
     print(f"summary: {decision.summary}")
+    parked = report.get("parked")
+    if parked:
+        print(f"parked ({parked['reason']}): {parked['message']}")
 
 
 def _print_domains(decision: Decision) -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from dispatcher.sim.runner import Simulation
+    from dispatcher.output import Format
+    from dispatcher.sim.runner import PolicyProgress, Simulation
 
 __all__ = ["register", "run"]
 
@@ -137,99 +140,141 @@ def _progress_bar(enabled: bool) -> Any:
                     console=Console(file=sys.stderr), transient=True)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What ``run`` replays: ``go`` runs every policy (reporting progress), ``total`` is
+    the virtual time the progress bar fills to."""
+
+    total: float
+    go: Callable[[PolicyProgress], Simulation]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulation; exit 2 on a bad scenario or trace, 0 otherwise."""
     if args.print_default:
         return _print_default()
-    from dataclasses import replace
-
-    from dispatcher.fleet.fleetfile import FleetFileError, load_fleet
-    from dispatcher.sim.quantities import format_duration, parse_duration
-    from dispatcher.sim.runner import run_policies, run_scenario
-    from dispatcher.sim.scenario import ScenarioError, load_scenario
+    from dispatcher.fleet.fleetfile import FleetFileError
+    from dispatcher.sim.quantities import parse_duration
+    from dispatcher.sim.scenario import ScenarioError
     from dispatcher.workloads.trace import TraceError
 
     try:
         duration = None if args.duration is None else parse_duration(args.duration)
-        trace_run = (None if args.trace_run_time is None
-                     else parse_duration(args.trace_run_time))
-        policies = tuple(args.policy) if args.policy else None
-        if policies:
-            from dispatcher.sim.cores import policies as known_policies
-
-            known = known_policies()
-            for policy in policies:
-                if policy not in known:
-                    raise ScenarioError(f"--policy: unknown policy {policy!r} "
-                                        f"(known: {', '.join(known)})")
-        if args.trace:
-            scenario = load_scenario(args.scenario) if args.scenario else None
-            if args.fleet:
-                fleet = load_fleet(args.fleet)
-            elif scenario is not None:
-                fleet = scenario.fleet
-            else:
-                raise ScenarioError("--trace: give the fleet with --fleet FILE or a SCENARIO")
-            workloads = _trace_stream(args.trace, trace_run)
-            # Without --duration (or a SCENARIO's), a replay runs until it drains.
-            span = duration or (scenario.duration if scenario else None)
-            guess = max((w.arrival + (w.run_time or 0.0) for w in workloads), default=0.0)
-            interval = (span or max(guess, 1.0)) / 200
-            chosen = policies or (scenario.policies if scenario else ("most-free", "best-fit"))
-            name = Path(args.trace).name
-        else:
-            scenario = load_scenario(args.scenario)
-            if args.fleet:
-                scenario = replace(scenario, fleet=load_fleet(args.fleet))
-            if args.seed is not None:
-                scenario = replace(scenario, seed=args.seed)
-            if duration is not None:
-                scenario = replace(scenario, duration=duration,
-                                   sample_interval=duration / 200)
+        policies = _policies(args.policy)
+        plan = (_trace_plan(args, duration=duration, policies=policies) if args.trace
+                else _scenario_plan(args, duration=duration, policies=policies))
     except (ScenarioError, FleetFileError, TraceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        simulation = _with_progress(plan, shown=not args.no_progress)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _emit(simulation, output=args.output, report=args.report)
+    return 0
 
-    with _progress_bar(not args.no_progress) as bar:
+
+def _policies(names: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``--policy`` values, each checked against the policies placement knows."""
+    if not names:
+        return None
+    from dispatcher.sim.cores import policies
+    from dispatcher.sim.scenario import ScenarioError
+
+    known = policies()
+    for policy in names:
+        if policy not in known:
+            raise ScenarioError(f"--policy: unknown policy {policy!r} "
+                                f"(known: {', '.join(known)})")
+    return tuple(names)
+
+
+def _trace_plan(args: argparse.Namespace, *, duration: float | None,
+                policies: tuple[str, ...] | None) -> _Plan:
+    """A replay of ``--trace`` over ``--fleet`` (or the SCENARIO's fleet and settings)."""
+    from dispatcher.fleet.fleetfile import load_fleet
+    from dispatcher.sim.quantities import parse_duration
+    from dispatcher.sim.runner import run_policies
+    from dispatcher.sim.scenario import ScenarioError, load_scenario
+
+    trace_run = None if args.trace_run_time is None else parse_duration(args.trace_run_time)
+    scenario = load_scenario(args.scenario) if args.scenario else None
+    if args.fleet:
+        fleet = load_fleet(args.fleet)
+    elif scenario is not None:
+        fleet = scenario.fleet
+    else:
+        raise ScenarioError("--trace: give the fleet with --fleet FILE or a SCENARIO")
+    workloads = _trace_stream(args.trace, trace_run)
+    # Without --duration (or a SCENARIO's), a replay runs until it drains.
+    span = duration or (scenario.duration if scenario else None)
+    guess = max((w.arrival + (w.run_time or 0.0) for w in workloads), default=0.0)
+    interval = (span or max(guess, 1.0)) / 200
+    chosen = policies or (scenario.policies if scenario else ("most-free", "best-fit"))
+
+    def go(progress: PolicyProgress) -> Simulation:
+        return run_policies(
+            name=Path(args.trace).name, source=str(args.trace), seed=None, fleet=fleet,
+            workloads=workloads, policies=chosen, duration=span,
+            queue=scenario.queue if scenario else None, sample_interval=interval,
+            progress=progress)
+    return _Plan(total=span or guess, go=go)
+
+
+def _scenario_plan(args: argparse.Namespace, *, duration: float | None,
+                   policies: tuple[str, ...] | None) -> _Plan:
+    """The SCENARIO (default: the built-in one), with --fleet, --seed, --duration."""
+    from dataclasses import replace
+
+    from dispatcher.fleet.fleetfile import load_fleet
+    from dispatcher.sim.runner import run_scenario
+    from dispatcher.sim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    if args.fleet:
+        scenario = replace(scenario, fleet=load_fleet(args.fleet))
+    if args.seed is not None:
+        scenario = replace(scenario, seed=args.seed)
+    if duration is not None:
+        scenario = replace(scenario, duration=duration, sample_interval=duration / 200)
+    return _Plan(total=scenario.duration,
+                 go=lambda progress: run_scenario(scenario, policies=policies,
+                                                  progress=progress))
+
+
+def _with_progress(plan: _Plan, *, shown: bool) -> Simulation:
+    """Run ``plan``, with a progress bar per policy when ``shown`` (and on a terminal)."""
+    from dispatcher.sim.quantities import format_duration
+
+    with _progress_bar(shown) as bar:
         tasks: dict[str, Any] = {}
 
         def progress(policy: str, t: float) -> None:
             if bar is None:
                 return
             if policy not in tasks:
-                tasks[policy] = bar.add_task(policy, total=total, virtual="0s")
+                tasks[policy] = bar.add_task(policy, total=plan.total, virtual="0s")
             bar.update(tasks[policy], completed=t, virtual=format_duration(t))
 
-        try:
-            if args.trace:
-                total = span or guess
-                simulation = run_policies(
-                    name=name, source=str(args.trace), seed=None, fleet=fleet,
-                    workloads=workloads, policies=chosen, duration=span,
-                    queue=scenario.queue if scenario else None, sample_interval=interval,
-                    progress=progress)
-            else:
-                assert scenario is not None
-                total = scenario.duration
-                simulation = run_scenario(scenario, policies=policies, progress=progress)
-        except ScenarioError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        return plan.go(progress)
 
+
+def _emit(simulation: Simulation, *, output: str, report: Path | None) -> None:
+    """The summary as ``output`` on stdout, and ``--report DIR`` written."""
     summary = simulation.summary()
-    if args.report is not None:
-        _write_report(simulation, summary, args.report)
-    if args.output in ("json", "yaml"):
+    if report is not None:
+        _write_report(simulation, summary, report)
+    if output in ("json", "yaml"):
         from dispatcher.output import emit
 
-        emit(summary, fmt=args.output)
+        emit(summary, fmt=cast("Format", output))
     else:
-        _print_tables(summary, wide=args.output == "wide")
-        if args.report is not None:
-            print(f"\nreport written to {args.report}/ "
+        _print_tables(summary, wide=output == "wide")
+        if report is not None:
+            print(f"\nreport written to {report}/ "
                   "(summary.json, decisions.json, utilization.png, wait-cdf.png, "
                   "stranded-gpus.png)")
-    return 0
 
 
 def _trace_stream(path: str, run_time: float | None) -> list[Any]:

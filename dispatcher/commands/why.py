@@ -123,25 +123,14 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
     (``members``) or why there is none (``membersError``)."""
     from dispatcher.commands import explain
     from dispatcher.control.observe import configure_logging
-    from dispatcher.control.record import dispatch_names
-    from dispatcher.kube.errors import KubeError, NotFound
-    from dispatcher.kube.resources import DISPATCHES
+    from dispatcher.kube.errors import KubeError
     from dispatcher.shell import live
 
     configure_logging(level="warning", stream=sys.stderr)  # stdout is the answer
     hub = await live.hub_client(config)
     try:
         obj = await live.hub_workload(hub, catalog, namespace=namespace, ref=ref)
-        uid = str(obj.get("metadata", {}).get("uid", ""))
-        dispatch = None
-        for name in dispatch_names(obj):  # a same-named kind of another group took one
-            try:
-                found = await hub.request("GET", DISPATCHES.item(name, namespace))
-            except NotFound:
-                continue
-            if ((found.get("spec") or {}).get("workload") or {}).get("uid") == uid:
-                dispatch = found
-                break
+        dispatch = await live.dispatch_of(hub, obj)
         summary = dispatch_summary(dispatch) if dispatch is not None else None
         report: dict[str, Any] = {
             "workload": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
@@ -160,7 +149,9 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
         await hub.close()
     reports, _ = explain.explain_objects(
         [obj], members=members, catalog=catalog, policy=None,
-        default_policy=config.control.default_policy, source="hub")
+        default_policy=config.control.default_policy, source="hub", control=config.control,
+        excluded={str(obj.get("metadata", {}).get("uid", "")): summary["excluded"]
+                  if summary is not None else ()})
     if reports:
         report["members"] = reports[0]["decision"]
         report["_decision"] = reports[0]["_decision"]

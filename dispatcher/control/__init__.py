@@ -5,7 +5,9 @@ docs/architecture.md; here each module by its job.
 
 Pure cores (no I/O, no clock read): ``decide`` (one workload's next action, a documented
 branch table), ``placing`` (placing one workload over read-only views of the queue and the
-fleet: parking, adoption, the reservation to take), ``parking`` (invalid or never-placeable
+fleet: parking, adoption, the gate, the reservation to take; ``placing.place_ask``, on plain
+data, is the one place function of the controller, ``dispatcher explain`` and ``dispatcher
+simulate``), ``parking`` (invalid or never-placeable
 workloads are parked, not queued), ``queue`` (the pending order: priority, turns across
 namespaces, age; backfill bounded per namespace), ``priority`` (the annotation capped per
 namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set),

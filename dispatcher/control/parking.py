@@ -14,20 +14,27 @@ they are now but nothing running and nothing reserved, Ready and not cordoned (a
 health and cordon come and go). Node-level state (a node NotReady or cordoned) is kept as
 is: it is re-checked on every change. A member that is not ready and has no nodes yet (never
 listed) is unknown, not empty: a workload it might take is not called unplaceable.
-Pure: no I/O, no clock (``BareFleet`` only caches the bare copies).
+Pure: no I/O, no clock (``BareFleet`` only caches the bare copies; ``dispatcher simulate``,
+whose bare fleet never changes, gives its own ``BareView``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement import engine
-from dispatcher.placement.model import MemberSnapshot, PlacementError, PlacementRequest
+from dispatcher.placement.model import (
+    Decision,
+    MemberSnapshot,
+    PlacementError,
+    PlacementRequest,
+)
 
-__all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "annotation_error", "bare",
-           "unplaceable"]
+__all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "BareView", "Never",
+           "annotation_error", "bare", "never", "restrict", "unplaceable"]
 
 UNPLACEABLE = "unplaceable: "
 """Prefix of every never-placeable message."""
@@ -64,6 +71,27 @@ def _fingerprint(capacity: ClusterCapacity) -> tuple[object, ...]:
             tuple((p.product, p.nodes, p.allocatable) for p in s.products))
 
 
+class BareView(Protocol):
+    """Where placing asks whether a workload could ever run: ``BareFleet`` over the live
+    members, or ``dispatcher simulate``'s fixed bare fleet (which may memoise: it never
+    changes)."""
+
+    def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+              excluded: Sequence[str]) -> Never | None:
+        """``never`` over the bare fleet of ``members``, ``excluded`` restricted."""
+        ...
+
+
+def restrict(members: Sequence[MemberSnapshot], *, excluded: Sequence[str]
+             ) -> list[MemberSnapshot]:
+    """The members as this workload may use them: the ones an earlier attempt gave up on
+    turn not-ready with that reason, so the summary says why (and a pin to one is explained,
+    not rejected). Namespace allow-lists are the engine's own gate."""
+    return [replace(m, ready=False, not_ready_reason="excluded: an earlier attempt there "
+                                                     "failed")
+            if m.name in excluded else m for m in members]
+
+
 @dataclass
 class BareFleet:
     """Bare copies of members' capacity, rebuilt only when a member's nodes change."""
@@ -89,21 +117,42 @@ class BareFleet:
             del self._cache[gone]
         return out, tuple(unknown)
 
+    def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+              excluded: Sequence[str]) -> Never | None:
+        bare, unknown = self.view(members)
+        return never(restrict(bare, excluded=excluded), request, unknown=unknown)
 
-def unplaceable(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
-                unknown: Sequence[str] = ()) -> str | None:
-    """Why no member of ``members`` (a ``BareFleet`` view, restricted to what this workload
-    may use) could ever run ``request``, or None when one could (or an ``unknown`` member
+
+@dataclass(frozen=True, slots=True)
+class Never:
+    """Why a workload could never run: the message and, when the bare fleet was asked,
+    its decision (every member's reason)."""
+
+    message: str
+    bare: Decision | None = None
+
+
+def never(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+          unknown: Sequence[str] = ()) -> Never | None:
+    """Why no member of ``members`` (a ``BareView``, restricted to what this workload may
+    use) could ever run ``request``, or None when one could (or an ``unknown`` member
     might). Raises PlacementError for an invalid request (check ``annotation_error`` first).
     """
     names = {m.name for m in members}
     if request.pin is not None and request.pin not in names:
-        return (f"{UNPLACEABLE}pinned member {request.pin!r} (dispatcher.io/cluster) does "
-                f"not exist; members: {', '.join(sorted(names)) or 'none'}")
+        return Never(f"{UNPLACEABLE}pinned member {request.pin!r} (dispatcher.io/cluster) "
+                     f"does not exist; members: {', '.join(sorted(names)) or 'none'}")
     maybe = [m for m in members if m.name in unknown and m.ready]  # ready: not restricted
     if maybe and engine.eligible(maybe, request):
         return None
     decision = engine.decide(members, replace(request, exhaustive=True, count_fits=False))
     if decision.chosen is not None:
         return None
-    return f"{UNPLACEABLE}even with every GPU free, {decision.summary}"
+    return Never(f"{UNPLACEABLE}even with every GPU free, {decision.summary}", decision)
+
+
+def unplaceable(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+                unknown: Sequence[str] = ()) -> str | None:
+    """``never``'s message, or None."""
+    found = never(members, request, unknown=unknown)
+    return None if found is None else found.message

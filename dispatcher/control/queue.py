@@ -163,10 +163,16 @@ class PendingQueue:
     def gate(self, entry: Entry) -> Entry | None:
         """The waiting workload of ``entry``'s namespace that ``entry`` may not pass (its
         backfill limit reached), or None. Other namespaces never gate it."""
-        saturated = self._saturated.get(entry.namespace, ())
-        return min((ahead for uid in saturated if uid != entry.uid
-                    and (ahead := self._entries[uid]).order < entry.order),
-                   key=lambda e: e.order, default=None)
+        saturated = self._saturated.get(entry.namespace)
+        if not saturated:  # the common case, asked before every placement
+            return None
+        mine, found, first = entry.order, None, None
+        for uid in saturated:
+            ahead = self._entries[uid]
+            order = ahead.order
+            if uid != entry.uid and order < mine and (first is None or order < first):
+                found, first = ahead, order
+        return found
 
     def placed(self, entry: Entry) -> None:
         """``entry`` was placed: it leaves the queue; every waiting one of its namespace

@@ -119,20 +119,25 @@ def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
     """Members past every gate and the O(1) bounds, ranked (preference, -score, name,
     index into the second list); the others go to ``rejected``. Only the bounds run here,
     as a fresh decision would: members ranked below the first feasible one stay "not
-    evaluated" even when an earlier decision packed them."""
+    evaluated" even when an earlier decision packed them. Without ``request.reasons`` the
+    rejected ones are left out (no verdict built)."""
     prefer = {name: i for i, name in enumerate(request.prefer)}
     unpreferred, weights = len(prefer), request.weights
     best_fit, gpus = shape.best_fit, shape.gpus
     candidates: list[_Candidate] = []
     fitted: list[tuple[MemberSnapshot, Fitted | None]] = []
+    reasons = request.reasons
     for member in members:
         name, capacity = member.name, member.capacity
         reason = _gate(member, request, selector)
         if reason is not None:
-            rejected.append(gated(name, capacity, reason, shape))
+            if reasons:
+                rejected.append(gated(name, capacity, reason, shape))
             continue
         if out_of_bounds(capacity, shape):
-            rejected.append(verdict_of(name, capacity, shape, member.topology_levels).verdict)
+            if reasons:
+                rejected.append(verdict_of(name, capacity, shape,
+                                           member.topology_levels).verdict)
             continue
         score = float(-(capacity.free - gpus) if best_fit else capacity.free - gpus)
         if weights:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -81,6 +82,15 @@ class PlacementRequest:
     exhaustive: bool = False
     namespace: str = ""
     topology: TopologyConstraint | None = None
+    reasons: bool = True
+
+    @cached_property
+    def identity(self) -> tuple[object, ...]:
+        """Every field, hashable (``weights`` as sorted items): a memo key for answers that
+        are a function of the request (``dispatcher simulate``'s bare-fleet memo)."""
+        return (self.demand, self.api_version, self.kind, self.pin, self.selector,
+                self.policy, self.prefer, tuple(sorted(self.weights.items())),
+                self.count_fits, self.exhaustive, self.namespace, self.topology, self.reasons)
 
     @property
     def group(self) -> str:

@@ -25,12 +25,13 @@ from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
+from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.shell.app import hub_kubeconfig_path
 from dispatcher.workloads.catalog import Catalog
 
-__all__ = ["hub_client", "hub_workload", "live_snapshots"]
+__all__ = ["dispatch_of", "hub_client", "hub_workload", "live_snapshots"]
 
 
 async def hub_client(config: Config) -> KubeClient:
@@ -68,6 +69,21 @@ async def hub_workload(hub: KubeClient, catalog: Catalog, *, namespace: str, ref
                          f"({matches[0].api_version})")
     known = ", ".join(sorted({d.kind for d in catalog.definitions}))
     raise ValueError(f"kind {kind!r} is not in the definition catalog (known: {known})")
+
+
+async def dispatch_of(hub: KubeClient, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The Dispatch of hub object ``obj`` (by the names tried in order, the workload uid
+    checked: a same-named kind of another group may hold one), or None."""
+    meta = obj.get("metadata") or {}
+    uid, namespace = str(meta.get("uid") or ""), str(meta.get("namespace") or "")
+    for name in records.dispatch_names(obj):
+        try:
+            found: dict[str, Any] = await hub.request("GET", DISPATCHES.item(name, namespace))
+        except NotFound:
+            continue
+        if ((found.get("spec") or {}).get("workload") or {}).get("uid") == uid:
+            return found
+    return None
 
 
 def _book(fleet: Fleet) -> Callable[[str], MemberReservations | None]:

@@ -2,7 +2,8 @@
 
 Only the clusters and the clock are simulated: workloads are resolved by the real workload
 engine, each member is a real ``fleet.capacity.ClusterCapacity`` fed real Node and Pod
-objects, every decision comes from the real ``placement`` engine, and the queue is the
+objects, every decision is the controller's own ``control.placing.place_ask`` (annotation
+rules, the namespace gate, the placement engine, parking), and the queue is the
 controller's ``control.queue.PendingQueue``.
 
 Modules, in data-flow order:
@@ -11,8 +12,10 @@ Modules, in data-flow order:
   with ``quantities`` (durations and rates as written there: ``90s``, ``20/h``)
 - ``stream``: scenario, or a controller log's ``workload.resolved`` lines
   (``workloads.trace``), -> resolved ``SimWorkload`` arrivals (seeded generator)
-- ``engine``: the discrete-event loop (the controller's queue, in virtual time) -> ``RunResult``
-- ``backend`` / ``cores``: the protocol the loop uses, and its adapter to the real cores
+- ``engine``: the discrete-event loop (the controller's queue and ``placing.place_ask``, in
+  virtual time, with its memo of failed shapes around it) -> ``RunResult``
+- ``backend`` / ``cores``: the simulated fleet the loop uses (member views, bind, release),
+  and its adapter to the real capacity model
 - ``ledger``: an independent GPU ledger that raises on any over-allocation
 - ``results``: per-policy figures (waits, utilization, fragmentation) as plain data
 - ``runner``: one run of every policy; ``charts``: the PNGs of ``--report``

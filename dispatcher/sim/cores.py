@@ -4,7 +4,8 @@ This is the only sim module that knows the other packages' APIs (the adapter the
 for). Each simulated member is a real ``fleet.capacity.ClusterCapacity`` fed the member's
 real ``v1.Node`` objects (``fleetfile.node_manifests``) and, as workloads start and finish,
 real ``v1.Pod`` objects bound to the chosen nodes, the same events a watch delivers. Decisions
-come from ``placement`` over ``MemberSnapshot``s of those models.
+come from the controller's ``control.placing.place_ask`` over ``MemberSnapshot``s of those
+models (``sim.engine``); ``choice`` turns one into the pods to bind.
 
 Three capacity views are kept per member (see ``sim.backend.View``): ``live`` sees every
 running pod, ``durable`` only pods of services (what stays once batch jobs end; used to pick
@@ -20,20 +21,21 @@ from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.placement.engine import POLICIES, decide
 from dispatcher.placement.model import (
+    Decision,
     MemberSnapshot,
     NodeGrant,
     PlacementError,
     PlacementRequest,
 )
 from dispatcher.placement.offline import fleet_snapshots
-from dispatcher.sim.backend import NO_RULES, Choice, NoFit, Outcome, Rules, View
+from dispatcher.sim.backend import Choice, View
 from dispatcher.sim.stream import Resolver
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.podspec import GPU_RESOURCE
 
-__all__ = ["CoreBackend", "policies", "resolver"]
+__all__ = ["CoreBackend", "choice", "policies", "resolver"]
 
 
 def _pod(uid: str, index: int, node: str, gpus: int) -> dict[str, Any]:
@@ -43,6 +45,13 @@ def _pod(uid: str, index: int, node: str, gpus: int) -> dict[str, Any]:
             "spec": {"nodeName": node, "containers": [
                 {"name": "main", "resources": {"limits": {GPU_RESOURCE: gpus}}}]},
             "status": {"phase": "Running"}}
+
+
+def choice(decision: Decision) -> Choice:
+    """The chosen member of ``decision`` and, per pod, its node and GPUs."""
+    assert decision.chosen is not None
+    score = next((v.score for v in decision.verdicts if v.member == decision.chosen), None)
+    return Choice(member=decision.chosen, pods=_pods(decision.assignment), score=score or 0.0)
 
 
 def _pods(grants: tuple[NodeGrant, ...]) -> tuple[tuple[str, int], ...]:
@@ -67,55 +76,13 @@ class CoreBackend:
             self._views[view] = {s.name: s.capacity for s in snapshots}
             self._snapshots[view] = snapshots
         self._bound: dict[str, tuple[str, list[str], bool]] = {}
-        self._names = frozenset(m.name for m in fleet.members)
 
-    @staticmethod
-    def _candidates(demand: Demand, members: tuple[MemberSnapshot, ...]
-                    ) -> tuple[MemberSnapshot, ...]:
-        """Members passing two necessary conditions, O(1) each: enough free GPUs in all and
-        on one node. Placement would reject the others anyway; this only saves its time."""
-        gpus = demand.gpus
-        largest = max((s.gpus for g in demand.gangs for s in g.pod_shapes), default=0)
-        return tuple(m for m in members if m.capacity.free >= gpus
-                     and m.capacity.largest_free_block >= largest)
+    def members(self, view: View = "live") -> tuple[MemberSnapshot, ...]:
+        return self._snapshots[view]
 
-    def _request(self, demand: Demand, *, policy: str, rules: Rules,
-                 members: tuple[MemberSnapshot, ...]) -> PlacementRequest | None:
-        """The placement request, or None when a pinned member is not among ``members``
-        (placement would call that an error; here it only means "not there now")."""
-        if rules.pin is not None and rules.pin in self._names and all(
-                m.name != rules.pin for m in members):
-            return None
-        return PlacementRequest(demand=demand, policy=rules.policy or policy, pin=rules.pin,
-                                selector=rules.selector, topology=rules.topology)
-
-    def place(self, demand: Demand, *, policy: str, view: View = "live",
-              exclude: frozenset[str] = frozenset(), rules: Rules = NO_RULES) -> Outcome:
-        members = self._snapshots[view]
-        if exclude:
-            members = tuple(m for m in members if m.name not in exclude)
-        if view != "empty":
-            # Reasons are only reported for the empty view, so skipping here loses nothing.
-            members = self._candidates(demand, members)
-        request = self._request(demand, policy=policy, rules=rules, members=members)
-        if not members or request is None:
-            return NoFit(reasons={})
+    def fitting(self, request: PlacementRequest) -> frozenset[str]:
         try:
-            decision = decide(members, request)
-        except PlacementError as exc:
-            return NoFit(reasons={"request": str(exc)})
-        if decision.chosen is None:
-            return NoFit(reasons={v.member: v.reason for v in decision.verdicts})
-        score = next((v.score for v in decision.verdicts if v.member == decision.chosen), None)
-        return Choice(member=decision.chosen, pods=_pods(decision.assignment), score=score or 0.0)
-
-    def fitting(self, demand: Demand, *, rules: Rules = NO_RULES) -> frozenset[str]:
-        members = self._candidates(demand, self._snapshots["live"])
-        request = self._request(demand, policy="most-free", rules=rules, members=members)
-        if not members or request is None:
-            return frozenset()
-        try:
-            decision = decide(members, request)
+            decision = decide(self._snapshots["live"], request)
         except PlacementError:
             return frozenset()
         return frozenset(v.member for v in decision.verdicts if v.feasible)

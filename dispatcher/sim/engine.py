@@ -5,20 +5,20 @@ order, so a seed fully determines a run. At each instant, completions free capac
 then arrivals join the queue, then one dispatch pass runs; the fleet is sampled at fixed
 intervals in between (utilization per member, stranded GPUs):
 
-* The queue is the controller's own ``control.queue.PendingQueue``, so a queue policy change
-  shows here with no second implementation: priority first, then namespaces take turns,
-  then age. A pass walks it in order, placing each workload that fits now on the member the
-  policy picks (the real placement over the real capacity model), skipping the ones the
-  queue's gate holds: once a waiting workload has been passed over ``backfillLimit`` times
-  by later workloads *of its namespace*, nothing behind it in its namespace is placed until
-  it starts (so a large gang is not starved by its own team's small ones, and no team's
-  waiting workload holds another team back).
-* A workload no member of the bare fleet could ever run is not queued: it is reported as
-  never placeable, with the placement's reason per member.
-* Re-evaluation is event-driven: capacity only shrinks between completions, so a "fits
-  nowhere" answer for a demand stays true until a workload finishes, and then only the
-  members that freed GPUs since are asked again (the others are still too full, and the
-  policy can only choose among feasible members).
+* Every decision is the controller's own: ``control.placing.place_ask`` over the real
+  capacity model (annotations, the namespace gate, the engine, parking), and the queue is
+  the controller's ``control.queue.PendingQueue``, so a placement, parking or queue policy
+  change shows here with no second implementation. A pass walks the queue in order
+  (priority first, then namespaces take turns, then age), asking ``place_ask`` for each
+  waiting workload and applying its queue step as the controller does: placed, waiting
+  (for capacity, or behind its namespace's gate once a waiting workload has been passed
+  over ``backfillLimit`` times), or parked.
+* A parked workload (no member of the bare fleet could ever run it, or its annotations are
+  invalid) is reported as never placeable, with the placement's reason per member.
+* The memo of failed shapes is a cache *around* ``place_ask``, never a copy of it: capacity
+  only shrinks between completions, so a "fits nowhere now" answer for a shape (demand and
+  annotations) stays true until a workload finishes and frees GPUs on some member, and
+  ``place_ask`` is not asked again for that shape until then.
 
 Every placement is booked in an independent ``Ledger``, which raises if a node is ever given
 more GPUs than it has.
@@ -31,9 +31,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dispatcher.control import parking
+from dispatcher.control.names import PendingReason
+from dispatcher.control.placing import Ask, Placement, QueueStep, Setting, place_ask, request_of
 from dispatcher.control.queue import Entry, PendingQueue
 from dispatcher.fleet.fleetfile import FleetSpec
-from dispatcher.sim.backend import Backend, Choice, NoFit, Rules, View
+from dispatcher.placement.model import MemberSnapshot, PlacementRequest
+from dispatcher.sim.backend import Backend
+from dispatcher.sim.cores import choice
 from dispatcher.sim.ledger import Ledger
 from dispatcher.sim.results import Decision, RunResult, Sample, SimWorkload, Unplaceable
 from dispatcher.sim.scenario import QueueSpec
@@ -45,6 +50,34 @@ Progress = Callable[[float], None]
 """Called now and then with the virtual time reached (seconds)."""
 
 _COMPLETE, _ARRIVE = 0, 1
+_Events = list[tuple[float, int, int, object]]
+
+
+class _Bare:
+    """The bare fleet of a simulated run (the ``empty`` view). It never changes, so its
+    answer to a request is kept: a memo around ``parking.never``, the parking rule."""
+
+    def __init__(self, members: Sequence[MemberSnapshot]) -> None:
+        self.members = members
+        self.answers: dict[tuple[object, ...], parking.Never | None] = {}
+
+    def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
+              excluded: Sequence[str]) -> parking.Never | None:
+        key = (request.identity, tuple(excluded))
+        if key not in self.answers:
+            self.answers[key] = parking.never(parking.restrict(self.members,
+                                                               excluded=excluded), request)
+        return self.answers[key]
+
+
+@dataclass
+class _Waiting:
+    """A queued workload: its entry, what placing reads, its shape's small int."""
+
+    entry: Entry
+    workload: SimWorkload
+    ask: Ask
+    shape: int
 
 
 @dataclass
@@ -54,28 +87,28 @@ class _Run:
     backend: Backend
     ledger: Ledger
     policy: str
-    queue_spec: QueueSpec
     duration: float
+    queue: PendingQueue
     now: float = 0.0
-    queue: PendingQueue = field(default_factory=lambda: PendingQueue(backfill_limit=50))
-    waiting: dict[str, tuple[Entry, SimWorkload, int]] = field(default_factory=dict)
-    # (demand, rules) -> a small int, so the hot loop never hashes a Demand; and how many
-    # waiting workloads have each.
-    shapes: dict[tuple[Demand, Rules], int] = field(default_factory=dict)
+    waiting: dict[str, _Waiting] = field(default_factory=dict)
+    # (demand, annotations) -> a small int, so the hot loop never hashes a Demand; and how
+    # many waiting workloads have each.
+    shapes: dict[tuple[Demand, tuple[tuple[str, str], ...]], int] = field(default_factory=dict)
     shape_count: dict[int, int] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)  # uids that held their namespace's gate
-    # shape -> epoch of its last "fits nowhere"; capacity only shrinks between completions,
-    # so only members freed since then need asking again.
+    # shape -> epoch of its last "fits nowhere now"; only a completion since can change it.
     failed: dict[int, int] = field(default_factory=dict)
     epoch: int = 0
     freed_at: dict[str, int] = field(default_factory=dict)
-    empty_verdicts: dict[tuple[Demand, Rules], NoFit | None] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     unplaceable: list[Unplaceable] = field(default_factory=list)
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     last_change: float = 0.0
     completed: int = 0
     placement_calls: int = 0
+    bare: _Bare | None = None
+    asking: _Waiting | None = None  # the workload ``place_ask`` is asked about now
+    pass_setting: Setting | None = None  # what it reads in this pass (no cycle through it)
 
     def account(self) -> None:
         """Integrate GPU-seconds per member up to ``now``."""
@@ -85,45 +118,53 @@ class _Run:
                 self.gpu_seconds[member] += used * span
         self.last_change = self.now
 
-    def place(self, workload: SimWorkload, *, view: View,
-              exclude: frozenset[str]) -> Choice | NoFit:
-        self.placement_calls += 1
-        return self.backend.place(workload.demand, policy=self.policy, view=view,
-                                  exclude=exclude, rules=workload.rules)
-
     def arrive(self, workload: SimWorkload) -> None:
-        demand = workload.demand
-        key = (demand, workload.rules)
-        if key not in self.empty_verdicts:
-            outcome = self.place(workload, view="empty", exclude=frozenset())
-            self.empty_verdicts[key] = outcome if isinstance(outcome, NoFit) else None
-        verdict = self.empty_verdicts[key]
-        if verdict is not None:
-            self.unplaceable.append(Unplaceable(
-                uid=workload.uid, name=workload.name, kind=workload.kind,
-                template=workload.template, gpus=demand.gpus,
-                reason=verdict.summary() or "no member in the fleet",
-                reasons=verdict.reasons))
-            return
         entry = Entry(uid=workload.uid, priority=workload.priority, created=workload.arrival,
                       name=f"{workload.namespace}/{workload.name}",
                       namespace=workload.namespace)
-        shape = self.shapes.setdefault((workload.demand, workload.rules), len(self.shapes))
+        ask = Ask(entry=entry, demand=workload.demand, api_version=workload.api_version,
+                  kind=workload.kind, annotations=dict(workload.annotations))
+        shape = self.shapes.setdefault((workload.demand, workload.annotations),
+                                       len(self.shapes))
         self.shape_count[shape] = self.shape_count.get(shape, 0) + 1
         self.queue.add(entry)
-        self.waiting[workload.uid] = (entry, workload, shape)
+        self.waiting[workload.uid] = _Waiting(entry, workload, ask, shape)
 
-    def start(self, workload: SimWorkload, choice: Choice,
-              events: list[tuple[float, int, int, object]], seq: int) -> None:
+    def leave(self, item: _Waiting) -> None:
+        del self.waiting[item.entry.uid]
+        left = self.shape_count[item.shape] - 1
+        if left:
+            self.shape_count[item.shape] = left
+        else:
+            del self.shape_count[item.shape]
+
+    def start(self, item: _Waiting, placement: Placement, events: _Events, seq: int) -> None:
+        workload, picked = item.workload, choice(placement.decision)
+        self.queue.placed(item.entry)
+        self.leave(item)
         self.account()
-        self.ledger.hold(uid=workload.uid, member=choice.member, pods=choice.pods)
-        self.backend.bind(uid=workload.uid, choice=choice, durable=workload.run_time is None)
+        self.ledger.hold(uid=workload.uid, member=picked.member, pods=picked.pods)
+        self.backend.bind(uid=workload.uid, choice=picked, durable=workload.run_time is None)
         self.decisions.append(Decision(
-            uid=workload.uid, name=workload.name, member=choice.member, start=self.now,
-            wait=self.now - workload.arrival, nodes=choice.pods, template=workload.template,
+            uid=workload.uid, name=workload.name, member=picked.member, start=self.now,
+            wait=self.now - workload.arrival, nodes=picked.pods, template=workload.template,
             kind=workload.kind, gpus=workload.demand.gpus, namespace=workload.namespace))
         if workload.run_time is not None and self.now + workload.run_time <= self.duration:
             heapq.heappush(events, (self.now + workload.run_time, _COMPLETE, seq, workload))
+
+    def park(self, item: _Waiting, placement: Placement) -> None:
+        """Never placeable (as the controller parks it): reported with every member's
+        reason when the bare fleet was asked, else the message alone."""
+        workload, bare = item.workload, placement.bare
+        reasons = {v.member: v.reason for v in bare.verdicts} if bare is not None else {}
+        self.queue.park(item.entry, str(placement.reason))
+        self.leave(item)
+        self.unplaceable.append(Unplaceable(
+            uid=workload.uid, name=workload.name, kind=workload.kind,
+            template=workload.template, gpus=workload.demand.gpus, reasons=reasons,
+            parked=str(placement.reason),
+            reason="; ".join(f"{m}: {r}" for m, r in reasons.items())
+            or placement.decision.summary))
 
     def complete(self, workload: SimWorkload) -> None:
         self.account()
@@ -134,53 +175,71 @@ class _Run:
         if member is not None:
             self.freed_at[member] = self.epoch
 
-    def try_place(self, workload: SimWorkload, shape: int) -> Choice | None:
-        """Place ``workload`` now if it fits, asking only members that could have changed."""
+    def still_full(self, shape: int, latest: int) -> bool:
+        """Whether ``shape`` is known to fit nowhere now: it did not at its last try and no
+        member freed GPUs since (``latest``: the epoch of the last completion that freed
+        any; the memo around ``place_ask``)."""
         since = self.failed.get(shape)
-        ask: frozenset[str] = frozenset()
-        if since is not None:
-            changed = {m for m, at in self.freed_at.items() if at > since}
-            if not changed:
-                return None
-            ask = frozenset(self.ledger.members) - changed
-        verdict = self.place(workload, view="live", exclude=ask)
-        if isinstance(verdict, Choice):
-            return verdict
-        self.failed[shape] = self.epoch
-        return None
+        return since is not None and since >= latest
 
-    def dispatch_pass(self, events: list[tuple[float, int, int, object]],
-                      next_seq: Callable[[], int]) -> None:
-        """Walk the queue in order, placing what fits and the gate lets through.
+    @property
+    def latest_free(self) -> int:
+        return max(self.freed_at.values(), default=0)
+
+    def members(self) -> Sequence[MemberSnapshot]:
+        """The live members ``place_ask`` is shown for the workload being asked about:
+        when its shape fit nowhere at its last try, only the members that freed GPUs since
+        (and a pinned one, so a pin stays a pin): the others are at most as free as then,
+        so they cannot change the answer (the memo around ``place_ask``)."""
+        live = self.backend.members("live")
+        item, setting = self.asking, self.pass_setting
+        since = self.failed.get(item.shape) if item is not None else None
+        if item is None or since is None or setting is None:
+            return live
+        pin = item.ask.request(setting)[0].pin
+        freed = self.freed_at
+        return [m for m in live if freed.get(m.name, 0) > since or m.name == pin]
+
+    def setting(self) -> Setting:
+        """What ``place_ask`` reads in this pass: the live members (``members``), the bare
+        fleet, the queue; the choice only (no reason for the members it rejects)."""
+        if self.bare is None:
+            self.bare = _Bare(self.backend.members("empty"))
+        self.pass_setting = Setting(
+            members=self.members, bare=self.bare, queue=self.queue,
+            default_policy=self.policy, now=self.now, choice_only=True)
+        return self.pass_setting
+
+    def dispatch_pass(self, events: _Events, next_seq: Callable[[], int]) -> None:
+        """Walk the queue in order, applying each ``place_ask`` answer.
 
         Capacity only shrinks during a pass, so a shape that did not fit is not asked again
         in it, and the pass ends once every waiting shape failed (exact, not a look-ahead
-        bound: the controller tries every waiting workload each round too)."""
-        free = sum(self.ledger.member_total.values()) - sum(self.ledger.member_used.values())
+        bound: the controller tries every waiting workload each round too). A full fleet
+        does not end it: a workload no member could ever run is parked then too, as the
+        controller parks it on arrival."""
         failed: set[int] = set()
+        setting, latest = self.setting(), self.latest_free
         for entry in self.queue.in_order():
-            if free <= 0 or len(failed) >= len(self.shape_count):
+            if len(failed) >= len(self.shape_count):
                 return
-            _, workload, shape = self.waiting[entry.uid]
-            if shape in failed:
+            item = self.waiting[entry.uid]
+            if item.shape in failed or self.still_full(item.shape, latest):
+                failed.add(item.shape)
                 continue
-            blocker = self.queue.gate(entry)
-            if blocker is not None:
-                self.gated.add(blocker.uid)
-                continue
-            choice = self.try_place(workload, shape)
-            if choice is None:
-                failed.add(shape)
-                continue
-            self.queue.placed(entry)
-            del self.waiting[entry.uid]
-            left = self.shape_count[shape] - 1
-            if left:
-                self.shape_count[shape] = left
+            self.asking = item
+            placement = place_ask(item.ask, setting)
+            self.placement_calls += placement.blocker is None  # past the gate
+            if placement.queue is QueueStep.PLACED:
+                self.start(item, placement, events, next_seq())
+            elif placement.queue is QueueStep.PARK:
+                self.park(item, placement)
+            elif placement.reason is PendingReason.QUEUED:
+                assert placement.blocker is not None
+                self.gated.add(placement.blocker.uid)
             else:
-                del self.shape_count[shape]
-            self.start(workload, choice, events, next_seq())
-            free -= workload.demand.gpus
+                failed.add(item.shape)
+                self.failed[item.shape] = self.epoch
 
 
 def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Backend,
@@ -199,50 +258,16 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         raise ValueError("simulate(duration=None) needs a sample_interval")
     horizon = math.inf if duration is None else duration
     ledger = Ledger(fleet)
-    spec = queue or QueueSpec()
-    run = _Run(backend=backend, ledger=ledger, policy=policy, queue_spec=spec,
-               queue=PendingQueue(backfill_limit=spec.backfill_limit),
-               duration=horizon, gpu_seconds=dict.fromkeys(ledger.members, 0.0))
-    events: list[tuple[float, int, int, object]] = []
-    counter = iter(range(1 << 62))
-
-    def next_seq() -> int:
-        return next(counter)
-
+    run = _Run(backend=backend, ledger=ledger, policy=policy, duration=horizon,
+               queue=PendingQueue(backfill_limit=(queue or QueueSpec()).backfill_limit),
+               gpu_seconds=dict.fromkeys(ledger.members, 0.0))
+    loop = _Loop(run, check_every=check_every, progress=progress)
     for workload in workloads:
         if workload.arrival <= horizon:
-            heapq.heappush(events, (workload.arrival, _ARRIVE, next_seq(), workload))
-    interval = sample_interval or horizon / 200
-    samples: list[Sample] = []
-    next_sample = 0.0
-    processed = 0
-    report_every = max(1, len(events) // 50)
-    while events:
-        now = events[0][0]
-        # Samples strictly before ``now`` see the state left by the previous instant.
-        while next_sample < now:
-            samples.append(_sample(run, next_sample))
-            next_sample += interval
-        run.now = now
-        changed = False
-        while events and events[0][0] == now:
-            _, kind, _, payload = heapq.heappop(events)
-            processed += 1
-            if kind == _COMPLETE:
-                run.complete(payload)  # type: ignore[arg-type]
-            else:
-                run.arrive(payload)  # type: ignore[arg-type]
-            changed = True
-            if check_every and processed % check_every == 0:
-                ledger.check()
-            if progress is not None and processed % report_every == 0:
-                progress(now)
-        if changed:
-            run.dispatch_pass(events, next_seq)
+            loop.push(workload.arrival, _ARRIVE, workload)
+    loop.drain(interval=sample_interval or horizon / 200)
     end = horizon if duration is not None else run.now
-    while next_sample <= end:
-        samples.append(_sample(run, next_sample))
-        next_sample += interval
+    loop.sample_until(end, inclusive=True)
     run.now = end
     run.account()
     ledger.check()
@@ -254,21 +279,71 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         decisions=tuple(run.decisions), completed=run.completed,
         pending_at_end=run.queue.waiting, unplaceable=tuple(run.unplaceable),
         gpu_seconds=run.gpu_seconds, member_gpus=dict(ledger.member_total),
-        samples=tuple(samples), gated=len(run.gated),
-        placement_calls=run.placement_calls, events=processed)
+        samples=tuple(loop.samples), gated=len(run.gated),
+        placement_calls=run.placement_calls, events=loop.processed)
+
+
+class _Loop:
+    """The event heap of one run, drained instant by instant, and the samples taken."""
+
+    def __init__(self, run: _Run, *, check_every: int, progress: Progress | None) -> None:
+        self.run = run
+        self.events: _Events = []
+        self.counter = iter(range(1 << 62))
+        self.check_every = check_every
+        self.progress = progress
+        self.samples: list[Sample] = []
+        self.next_sample = 0.0
+        self.interval = 0.0
+        self.processed = 0
+
+    def next_seq(self) -> int:
+        return next(self.counter)
+
+    def push(self, at: float, kind: int, payload: object) -> None:
+        heapq.heappush(self.events, (at, kind, self.next_seq(), payload))
+
+    def sample_until(self, t: float, *, inclusive: bool = False) -> None:
+        """Samples up to ``t`` (strictly before unless ``inclusive``): they see the state
+        the previous instant left."""
+        while self.next_sample < t or (inclusive and self.next_sample == t):
+            self.samples.append(_sample(self.run, self.next_sample))
+            self.next_sample += self.interval
+
+    def drain(self, *, interval: float) -> None:
+        """Every instant in order: completions, then arrivals, then one dispatch pass."""
+        run, events = self.run, self.events
+        self.interval = interval
+        report_every = max(1, len(events) // 50)
+        while events:
+            now = events[0][0]
+            self.sample_until(now)
+            run.now = now
+            while events and events[0][0] == now:
+                _, kind, _, payload = heapq.heappop(events)
+                self.processed += 1
+                if kind == _COMPLETE:
+                    run.complete(payload)  # type: ignore[arg-type]
+                else:
+                    run.arrive(payload)  # type: ignore[arg-type]
+                if self.check_every and self.processed % self.check_every == 0:
+                    run.ledger.check()
+                if self.progress is not None and self.processed % report_every == 0:
+                    self.progress(now)
+            run.dispatch_pass(events, self.next_seq)
 
 
 def _sample(run: _Run, t: float) -> Sample:
     ledger = run.ledger
-    wanted = {shape: (workload.demand, workload.rules)
-              for _, workload, shape in run.waiting.values()}
+    wanted = {item.shape: item.ask for item in run.waiting.values()}
     usable: set[str] = set()
-    for shape, (demand, rules) in wanted.items():
-        since = run.failed.get(shape)
-        if since is not None and not any(at > since for at in run.freed_at.values()):
+    latest = run.latest_free
+    for shape, ask in wanted.items():
+        if run.still_full(shape, latest):
             continue  # known to fit nowhere since the last completion
-        usable |= run.backend.fitting(demand, rules=rules)
-    shapes = [pod for demand, _ in wanted.values() for gang in demand.gangs
+        usable |= run.backend.fitting(request_of(ask, default_policy="most-free",
+                                                 choice_only=True))
+    shapes = [pod for ask in wanted.values() for gang in ask.demand.gangs
               for pod in gang.pod_shapes]
     stranded, free = ledger.fragmentation(shapes, members=usable)
     return Sample(

@@ -2,13 +2,42 @@
 
 Virtual time in the simulator is a float of seconds; these helpers turn the human spellings
 into seconds (or events per second) and back, so reports show ``1h30m`` rather than 5400.0.
+``RunTime`` is a scenario's run-time distribution, sampled in seconds.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import re
+from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["format_duration", "parse_duration", "parse_rate"]
+__all__ = ["Distribution", "RunTime", "format_duration", "parse_duration", "parse_rate"]
+
+Distribution = Literal["fixed", "exponential", "lognormal", "uniform"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunTime:
+    """A run-time distribution in seconds; ``a``/``b`` mean value, mean, median+sigma, low+high."""
+
+    distribution: Distribution
+    a: float
+    b: float = 0.0
+
+    def sample(self, rng: random.Random) -> float:
+        """One run time, never below one second (a zero-length job tells nothing)."""
+        if self.distribution == "fixed":
+            value = self.a
+        elif self.distribution == "exponential":
+            value = rng.expovariate(1.0 / self.a) if self.a > 0 else 0.0
+        elif self.distribution == "lognormal":
+            value = rng.lognormvariate(math.log(self.a), self.b) if self.a > 0 else 0.0
+        else:
+            value = rng.uniform(self.a, self.b)
+        return max(1.0, value)
+
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

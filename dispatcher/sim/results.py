@@ -13,13 +13,16 @@ from typing import Any
 
 __all__ = ["Decision", "RunResult", "Sample", "SimWorkload", "Unplaceable", "percentile"]
 
-from dispatcher.sim.backend import NO_RULES, Rules
 from dispatcher.workloads.demand import Demand
 
 
 @dataclass(frozen=True, kw_only=True)
 class SimWorkload:
-    """One workload of the stream, resolved: when it arrives, how long it runs, what it needs."""
+    """One workload of the stream, resolved: when it arrives, how long it runs, what it needs.
+
+    ``annotations`` are its ``dispatcher.io/*`` annotations, sorted (hashable: the loop
+    keys its memo of failed shapes on them); placing reads its rules from them as it does
+    a hub object's (``control.placing.request_of``)."""
 
     uid: str
     namespace: str
@@ -31,7 +34,7 @@ class SimWorkload:
     run_time: float | None
     priority: int
     demand: Demand
-    rules: Rules = NO_RULES
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +64,7 @@ class Unplaceable:
     gpus: int
     reason: str
     reasons: Mapping[str, str] = field(default_factory=dict)
+    parked: str = ""  # the controller's reason (``PendingReason``): Unplaceable, InvalidAnnotation
 
 
 @dataclass(frozen=True, kw_only=True)

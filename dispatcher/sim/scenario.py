@@ -50,18 +50,16 @@ Run times: ``2h`` (fixed), ``{exponential: 1h}`` (mean), ``{lognormal: {median: 
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from dispatcher.fleet.fleetfile import FleetFileError, FleetSpec, load_fleet, parse_fleet
 from dispatcher.placement.engine import POLICIES
-from dispatcher.sim.quantities import parse_duration, parse_rate
+from dispatcher.sim.quantities import RunTime, parse_duration, parse_rate
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -85,30 +83,6 @@ _TOP_KEYS = {"apiVersion", "kind", "name", "seed", "duration", "policies", "flee
 
 class ScenarioError(ValueError):
     """A scenario file is invalid; the message names the file and the key."""
-
-
-Distribution = Literal["fixed", "exponential", "lognormal", "uniform"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunTime:
-    """A run-time distribution in seconds; ``a``/``b`` mean value, mean, median+sigma, low+high."""
-
-    distribution: Distribution
-    a: float
-    b: float = 0.0
-
-    def sample(self, rng: random.Random) -> float:
-        """One run time, never below one second (a zero-length job tells nothing)."""
-        if self.distribution == "fixed":
-            value = self.a
-        elif self.distribution == "exponential":
-            value = rng.expovariate(1.0 / self.a) if self.a > 0 else 0.0
-        elif self.distribution == "lognormal":
-            value = rng.lognormvariate(math.log(self.a), self.b) if self.a > 0 else 0.0
-        else:
-            value = rng.uniform(self.a, self.b)
-        return max(1.0, value)
 
 
 @dataclass(frozen=True, kw_only=True)

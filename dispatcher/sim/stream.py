@@ -13,17 +13,27 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dispatcher.sim.backend import Rules
+from dispatcher.control.names import PREFIX
 from dispatcher.sim.results import SimWorkload
 from dispatcher.sim.scenario import Scenario, ScenarioError
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import TraceWorkload
 
-__all__ = ["Resolver", "build_stream", "stream_from_trace"]
+__all__ = ["Resolver", "annotations_of", "build_stream", "stream_from_trace"]
 
 Resolver = Callable[[Mapping[str, Any]], Demand]
 """Turns a manifest into its demand (the real workload engine, via ``sim.cores``); raises
 ValueError with a readable message when the manifest cannot be resolved."""
+
+
+def annotations_of(manifest: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The manifest's ``dispatcher.io/*`` annotations, sorted (none when it has none)."""
+    meta = manifest.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in annotations.items()
+                        if str(k).startswith(PREFIX) and v is not None))
 
 
 def _meta(manifest: Mapping[str, Any]) -> tuple[str, str]:
@@ -58,7 +68,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
                 kind=str(entry.manifest["kind"]),
                 api_version=str(entry.manifest["apiVersion"]), template=name, arrival=at,
                 run_time=entry.run_time, priority=entry.priority,
-                rules=Rules.from_manifest(entry.manifest),
+                annotations=annotations_of(entry.manifest),
                 demand=demand_of(entry.manifest, entry.where or f"workloads[{i}]"))))
     generator = scenario.generator
     if generator is not None:
@@ -67,7 +77,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
         until = min(generator.until if generator.until is not None else scenario.duration,
                     scenario.duration)
         counts: dict[str, int] = {}
-        rules = [Rules.from_manifest(mix.manifest) for mix in generator.mix]
+        annotations = [annotations_of(mix.manifest) for mix in generator.mix]
         t, n = 0.0, 0
         while generator.count is None or n < generator.count:
             t += rng.expovariate(generator.rate)
@@ -82,7 +92,7 @@ def build_stream(scenario: Scenario, *, resolve: Resolver) -> list[SimWorkload]:
                 uid=f"g{n:06d}", namespace=namespace, name=f"{mix.name}-{counts[mix.name]}",
                 kind=str(mix.manifest["kind"]), api_version=str(mix.manifest["apiVersion"]),
                 template=mix.name, arrival=t, run_time=run_time, priority=mix.priority,
-                rules=rules[index],
+                annotations=annotations[index],
                 demand=demand_of(mix.manifest,
                                  f"{scenario.source}: generator.mix[{index}]"))))
             n += 1
@@ -100,4 +110,4 @@ def stream_from_trace(trace: Sequence[TraceWorkload], *,
         arrival=item.at,
         run_time=(item.end - item.at) if item.end is not None else default_run_time,
         priority=item.priority, demand=item.demand,
-        rules=Rules.from_manifest(item.manifest or {})) for item in trace]
+        annotations=annotations_of(item.manifest or {})) for item in trace]

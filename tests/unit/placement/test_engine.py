@@ -406,3 +406,39 @@ def test_misfit_names_gangs_and_independent_pods() -> None:
     assert decision.summary.startswith("no member can take 3 pod(s) / 24 GPU(s) as 3 "
                                        "independent pod(s): ")
     assert "room for 2 of 3 pods of 8 GPUs (pods web): fits 0 times" in decision.summary
+
+
+def test_a_requests_identity_holds_every_field() -> None:
+    """``identity`` keys memos of answers that are a function of the request (the
+    simulator's bare-fleet memo): a field left out of it would share one answer between
+    requests that differ in it."""
+    from dataclasses import fields
+
+    from dispatcher.placement.model import PlacementRequest
+
+    request = PlacementRequest(demand=demand([shape(1, 8)]), weights={"b": 1.0, "a": 2.0})
+    assert len(request.identity) == len(fields(PlacementRequest))
+    assert request.identity == PlacementRequest(
+        demand=demand([shape(1, 8)]), weights={"a": 2.0, "b": 1.0}).identity
+    for name, other in (("pin", "x"), ("selector", "a=b"), ("policy", "best-fit"),
+                        ("namespace", "team-b"), ("reasons", False), ("exhaustive", True)):
+        assert replace(request, **{name: other}).identity != request.identity, name
+    hash(request.identity)
+
+
+def test_a_choice_only_request_chooses_alike_and_leaves_the_rejected_out() -> None:
+    members = _members()
+    for policy in ("most-free", "best-fit"):
+        for pods, gpus in ((2, 4), (4, 8), (8, 8)):  # the last fits nowhere
+            wanted = demand([shape(pods, gpus, product=H100)])
+            full = decide(members, PlacementRequest(demand=wanted, policy=policy,
+                                                    exhaustive=True))
+            terse = decide(members, PlacementRequest(demand=wanted, policy=policy,
+                                                     reasons=False))
+            assert terse.chosen == full.chosen and terse.assignment == full.assignment
+            out_of_bounds = {v.member for v in full.verdicts if not v.feasible
+                             and "free" in v.reason and v.free < wanted.gpus}
+            assert not out_of_bounds & {v.member for v in terse.verdicts}
+    # a selector's gate rejects "big": no verdict for it without reasons
+    gated = decide(members, _request(selector="region=eu", reasons=False))
+    assert gated.chosen == "small" and [v.member for v in gated.verdicts] == ["small"]

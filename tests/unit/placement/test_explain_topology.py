@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from dispatcher.cli import main
+from dispatcher.control.placing import Ask, request_of
+from dispatcher.control.queue import Entry
 from dispatcher.fleet.fleetfile import load_fleet
-from dispatcher.sim.backend import Rules
 from dispatcher.sim.cores import CoreBackend
+from dispatcher.sim.engine import simulate
+from dispatcher.sim.results import SimWorkload
 
 from .builders import H100, demand, jobset_file, shape
 
@@ -69,15 +72,26 @@ def test_no_rack_holds_it_although_the_member_could(
 
 
 def test_simulate_places_in_a_rack_and_says_why_not() -> None:
-    backend = CoreBackend(load_fleet(FLEET))
-    rules = Rules.from_manifest({"metadata": {"annotations": TOPOLOGY}})
-    assert rules.topology is not None and rules.topology.level == "rack"
-    gang = demand([shape(2, 8, product=H100)])
-    choice = backend.place(gang, policy="most-free", rules=rules)
-    assert getattr(choice, "member", None) == "member-1"
-    assert {node.rsplit("-", 1)[0] for node, _ in getattr(choice, "pods", ())} in (
+    spec = load_fleet(FLEET)
+    annotations = tuple(sorted(TOPOLOGY.items()))
+
+    def job(uid: str, at: float, pods: int) -> SimWorkload:
+        return SimWorkload(uid=uid, namespace="default", name=uid, kind="JobSet",
+                           api_version="jobset.x-k8s.io/v1alpha2", template=uid, arrival=at,
+                           run_time=100.0, priority=0, annotations=annotations,
+                           demand=demand([shape(pods, 8, product=H100)]))
+
+    fits = job("fits", 0.0, 2)
+    request = request_of(Ask(entry=Entry(uid="fits", priority=0, created=0.0),
+                             demand=fits.demand, annotations=dict(annotations)),
+                         default_policy="most-free", choice_only=True)
+    assert request.topology is not None and request.topology.level == "rack"
+    result = simulate(fleet=spec, workloads=[fits, job("too-big", 1.0, 3)],
+                      backend=CoreBackend(spec), policy="most-free", duration=10.0,
+                      sample_interval=1.0)
+    [choice] = result.decisions
+    assert choice.member == "member-1"
+    assert {node.rsplit("-", 1)[0] for node, _ in choice.nodes} in (
         {"member-1-h100"}, {"member-1-h100-r2"})
-    too_big = backend.place(demand([shape(3, 8, product=H100)]), policy="most-free",
-                            view="empty", rules=rules)
-    reasons = getattr(too_big, "reasons", {})
-    assert "no rack holds gang g0 (3 pods, 24 GPUs)" in reasons["member-1"]
+    [too_big] = result.unplaceable
+    assert "no rack holds gang g0 (3 pods, 24 GPUs)" in too_big.reasons["member-1"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.fleet.fleetfile import FleetSpec, parse_fleet
-from dispatcher.sim.backend import NO_RULES, Rules
 from dispatcher.sim.results import SimWorkload
 from dispatcher.workloads.demand import Demand, Gang, PodShape
 
@@ -27,7 +26,8 @@ def demand(*gangs: tuple[int, int]) -> Demand:
 
 
 def workload(uid: str, *, at: float, run: float | None, need: Demand,
-             priority: int = 0, rules: Rules = NO_RULES) -> SimWorkload:
+             priority: int = 0, annotations: dict[str, str] | None = None) -> SimWorkload:
     return SimWorkload(uid=uid, namespace="default", name=uid, kind="Job",
                        api_version="batch/v1", template=uid, arrival=at, run_time=run,
-                       priority=priority, demand=need, rules=rules)
+                       priority=priority, demand=need,
+                       annotations=tuple(sorted((annotations or {}).items())))

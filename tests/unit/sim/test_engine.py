@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.fleet.fleetfile import FleetSpec, node_manifests, parse_fleet
-from dispatcher.sim.backend import Rules
 from dispatcher.sim.cores import CoreBackend
 from dispatcher.sim.engine import simulate
 from dispatcher.sim.results import RunResult, SimWorkload
 from dispatcher.sim.scenario import QueueSpec
+from dispatcher.sim.stream import annotations_of
 from tests.unit.sim.helpers import demand, fleet, workload
 
 
@@ -231,15 +231,16 @@ def test_annotations_pin_select_and_override_the_policy() -> None:
         {"name": "b", "labels": {"region": "eu"}, "nodePools": [{"name": "p", "count": 1,
                                                                   "gpus": 8}]}]})
     manifest = {"metadata": {"annotations": {"dispatcher.io/cluster-selector": "region=eu"}}}
+    pin = "dispatcher.io/cluster"
     result = run(spec, [
-        workload("pinned", at=0, run=10, need=demand((1, 2)), rules=Rules(pin="b")),
+        workload("pinned", at=0, run=10, need=demand((1, 2)), annotations={pin: "b"}),
         workload("selected", at=1, run=10, need=demand((1, 2)),
-                 rules=Rules.from_manifest(manifest)),
+                 annotations=dict(annotations_of(manifest))),
         workload("free", at=2, run=10, need=demand((1, 2))),          # most-free: a
         workload("packed", at=3, run=10, need=demand((1, 2)),         # best-fit: fuller b
-                 rules=Rules(policy="best-fit")),
-        workload("waits", at=4, run=10, need=demand((1, 4)), rules=Rules(pin="b")),
-        workload("ghost", at=5, run=10, need=demand((1, 1)), rules=Rules(pin="zz")),
+                 annotations={"dispatcher.io/policy": "best-fit"}),
+        workload("waits", at=4, run=10, need=demand((1, 4)), annotations={pin: "b"}),
+        workload("ghost", at=5, run=10, need=demand((1, 1)), annotations={pin: "zz"}),
     ])
     placed = {d.uid: (d.member, d.start) for d in result.decisions}
     assert placed["pinned"][0] == "b"
