@@ -21,6 +21,7 @@ import yaml
 
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.pending import DEFAULT_REFRESH_S
 from dispatcher.control.podpolicy import Allowed, PodFieldPolicy
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import (
@@ -321,6 +322,7 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     submit.done()
     queue = r.section("queue")
     backfill = queue.integer("backfillLimit", 50)
+    pending_refresh = queue.number("pendingRefresh", DEFAULT_REFRESH_S)
     priority = _priority(queue.section("priority"))
     queue.done()
     res = r.section("reservations")
@@ -330,7 +332,8 @@ def _control(r: _Reader, *, hub_mode: str, base: Path) -> ControlSettings:
     rules = Rules(policy=fo.choice("policy", "if-not-started", POLICIES),  # type: ignore[arg-type]
                   member_lost_after=fo.number("memberLostAfter", 300.0),
                   stuck_after=fo.number("stuckAfter", 0.0),
-                  max_attempts=fo.integer("maxAttempts", 3, minimum=1))
+                  max_attempts=fo.integer("maxAttempts", 3, minimum=1),
+                  pending_refresh_s=pending_refresh)
     fo.done()
     sweep = r.section("sweep")
     sweep_interval = sweep.number("interval", 60.0, strict=True)
