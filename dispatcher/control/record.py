@@ -285,6 +285,7 @@ def placed_status(*, decision: Decision, reservation: Reservation | None, attemp
         "phase": Phase.PLACED.value,
         "decision": _decision(decision, reservation, attempt, now),
         "remote": None, "genericStatus": None, "statuses": None,
+        "pending": None,  # what a Pending message meant, and when: no longer waiting
         "conditions": _placed_conditions(decision.summary, now),
     }
 

@@ -139,6 +139,9 @@ def test_pending_keeps_what_its_message_means_and_when_it_was_written() -> None:
     assert (pending.pending_message, pending.pending_reason) == ("full", "NoFeasibleMember")
     older = record.read(base())
     assert (older.pending_key, older.pending_written_at) == ("", None)
+    placed = record.read(with_status(obj, record.placed_status(
+        decision=decision(), reservation=None, attempt=1, now=NOW + 3)))
+    assert (placed.pending_key, placed.pending_written_at) == ("", None)
 
 
 def test_a_status_leftover_without_an_attempt_never_hides_the_first_decision() -> None:
