@@ -162,7 +162,9 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
 
 def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
     """What a Dispatch says about where its workload is and why (pure): phase, the
-    ``Placed`` condition (reason, message, since), member, attempts, excluded, failure,
+    ``Placed`` condition (reason, message, since), while it waits when that message was
+    written (``numbersAsOf``: its numbers are from then, rewritten at most every
+    ``queue.pendingRefresh`` when only they change), member, attempts, excluded, failure,
     and the member gang mechanism the copy's gangs were joined to (None before a copy)."""
     from dispatcher.control.record import decision_of
 
@@ -178,6 +180,8 @@ def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
         "reason": str(placed.get("reason") or ""),
         "message": str(placed.get("message") or decision.get("summary") or ""),
         "since": placed.get("lastTransitionTime"),
+        "numbersAsOf": ((status.get("pending") or {}).get("writtenAt")
+                        if phase in ("", "Pending") else None),
         "cluster": decision.get("cluster") or (status.get("remote") or {}).get("cluster"),
         "attempt": decision.get("attempt"),
         "attempts": [dict(a) for a in status.get("attempts") or () if isinstance(a, Mapping)],
@@ -205,7 +209,7 @@ def pending_rows(dispatches: Sequence[Mapping[str, Any]], *, now: float
                      "workload": f"{ref.get('kind', '?')}/{ref.get('name', '?')}",
                      "reason": summary["reason"] or "NotDecided",
                      "waiting": None if since is None else max(now - since, 0.0),
-                     "message": summary["message"]})
+                     "message": summary["message"], "numbersAsOf": summary["numbersAsOf"]})
     rows.sort(key=lambda r: (-(r["waiting"] or 0.0), r["namespace"], r["workload"]))
     return rows
 
@@ -251,6 +255,11 @@ def _print_report(report: dict[str, Any], *, output: str) -> None:
         print(f"{label}: Pending{waited}, {summary['reason'] or 'not decided yet'}")
         if summary["message"]:
             print(f"  {summary['message']}")
+            written = parse_time(summary.get("numbersAsOf"))
+            if written is not None:
+                print(f"  (the controller's numbers as of {_age(time.time() - written)} ago: "
+                      f"rewritten only when the reason changes, or every "
+                      f"queue.pendingRefresh; the members' numbers now are below)")
     else:
         where = f" on {summary['cluster']}" if summary["cluster"] else ""
         print(f"{label}: {summary['phase']}{where}"

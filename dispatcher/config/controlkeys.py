@@ -11,6 +11,7 @@ from typing import Any
 from dispatcher.config.reader import Reader, config_path
 from dispatcher.control.copies import PodMutations
 from dispatcher.control.decide import Rules
+from dispatcher.control.pending import DEFAULT_REFRESH_S
 from dispatcher.control.podpolicy import Allowed, PodFieldPolicy
 from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import (
@@ -107,12 +108,13 @@ def control_settings(r: Reader, *, hub_mode: str, base: Path) -> ControlSettings
     submit = _submit(r.section("submit"))
     queue = r.section("queue")
     backfill = queue.integer("backfillLimit", 50)
+    pending_refresh = queue.number("pendingRefresh", DEFAULT_REFRESH_S)
     priority = _priority(queue.section("priority"))
     queue.done()
     res = r.section("reservations")
     ttl = res.number("ttl", 300.0, strict=True)
     res.done()
-    rules = _failover(r.section("failover"))
+    rules = _failover(r.section("failover"), pending_refresh_s=pending_refresh)
     sweep = r.section("sweep")
     sweep_interval = sweep.number("interval", 60.0, strict=True)
     sweep.done()
@@ -154,12 +156,14 @@ def _submit(submit: Reader) -> dict[str, Any]:
             "pod_mutations": mutations, "pod_fields": pod_fields}
 
 
-def _failover(fo: Reader) -> Rules:
-    """``failover``: the failover and stuck rules."""
+def _failover(fo: Reader, *, pending_refresh_s: float) -> Rules:
+    """``failover``: the failover and stuck rules (with ``queue.pendingRefresh``, read
+    before: the rules ``decide`` applies)."""
     rules = Rules(policy=fo.choice("policy", "if-not-started", POLICIES),  # type: ignore[arg-type]
                   member_lost_after=fo.number("memberLostAfter", 300.0),
                   stuck_after=fo.number("stuckAfter", 0.0),
-                  max_attempts=fo.integer("maxAttempts", 3, minimum=1))
+                  max_attempts=fo.integer("maxAttempts", 3, minimum=1),
+                  pending_refresh_s=pending_refresh_s)
     fo.done()
     return rules
 

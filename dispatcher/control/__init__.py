@@ -12,7 +12,9 @@ workloads are parked, not queued), ``queue`` (the pending order: priority, turns
 namespaces, age; backfill bounded per namespace), ``priority`` (the annotation capped per
 namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set),
 ``record`` (the Dispatch object as a value, the body it is created with, its status
-patches), ``orphans`` (which of our copies the sweep deletes), ``gangsched`` (what a copy
+patches), ``pending`` (when a waiting workload's reason is written again: when what it
+means changes, its numbers at most every ``queue.pendingRefresh``), ``orphans`` (which of
+our copies the sweep deletes), ``gangsched`` (what a copy
 carries so the member binds each gang all or nothing), ``hubstatus`` (the hub
 status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
 (the Pods a copy's templates are dry-run as on a member, and the acceptances remembered;

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from dispatcher.control import pending
 from dispatcher.control import record as records
 from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import Action, ActionKind, Snapshot
@@ -126,13 +127,22 @@ async def _record_placement(w: Writer, uid: str, snap: Snapshot, placement: Plac
 
 async def _record_pending(w: Writer, uid: str, snap: Snapshot, placement: Placement
                           ) -> Outcome:
+    """The Pending status with the reason's meaning key and the time of this write; the
+    warning Event only when the meaning changed (``control.pending``), not when a refresh
+    only rewrites its numbers."""
     reason, message = placement.reason, placement.decision.summary
     assert reason is not None
+    judged = pending.judge(snap.record, placement, now=snap.now,
+                           refresh_s=snap.rules.pending_refresh_s,
+                           generation=pending.generation_of(snap.workload))
     await w.patch_record(uid, {**w.demand_patch(uid), **records.pending_status(
-        message=message, reason=reason, now=snap.now,
+        message=message, reason=reason, now=snap.now, key=judged.key,
         attempt=snap.record.attempt if snap.record is not None else 0)})
-    log.info("workload.pending", uid=uid, reason=reason.value, message=message)
-    w.event(snap.workload or {}, reason="Pending", message=message, warning=True)
+    changed = judged.write is pending.PendingWrite.CHANGED
+    log.info("workload.pending", uid=uid, reason=reason.value, message=message,
+             refresh=not changed)
+    if changed:
+        w.event(snap.workload or {}, reason="Pending", message=message, warning=True)
     return DONE
 
 

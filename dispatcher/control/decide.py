@@ -35,7 +35,12 @@ Branch order (first match wins):
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
 8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
 9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
-10  no member chosen, nothing feasible             RECORD_PENDING (NOTHING when unchanged)
+10  no member chosen, nothing feasible             RECORD_PENDING when what the reason means
+                                                   changed (kind, members, why-class), or
+                                                   only its numbers and the last write is
+                                                   ``pendingRefresh`` old; else NOTHING
+                                                   (looked at again when the refresh is due)
+                                                   (``control.pending``)
 11  member unreachable, the workload finished     NOTHING (its result is known: never re-run)
 11a member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
     failover policy allows
@@ -65,6 +70,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dispatcher.control.hubhold import controller_owner
 from dispatcher.control.names import FINALIZER, Phase
+from dispatcher.control.pending import DEFAULT_REFRESH_S, PendingWrite, generation_of, judge
 from dispatcher.control.placing import Placement, PlacementInput, alternatives_for, place
 from dispatcher.control.record import DispatchRecord
 from dispatcher.workloads.model import GenericStatus
@@ -156,7 +162,8 @@ class MemberHealth:
 
 @dataclass(frozen=True, kw_only=True)
 class Rules:
-    """The configured failover and stuck rules (``failover.*`` in the config file).
+    """The configured failover and stuck rules (``failover.*`` in the config file), and
+    how often a pending reason's numbers are rewritten (``queue.pendingRefresh``).
 
     ``stuck_after`` <= 0 disables stuck detection; ``max_attempts`` bounds placements of
     one workload (the last failed attempt makes it Failed).
@@ -166,6 +173,7 @@ class Rules:
     member_lost_after: float = 300.0
     stuck_after: float = 0.0
     max_attempts: int = 3
+    pending_refresh_s: float = DEFAULT_REFRESH_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,11 +280,13 @@ def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
     if decision.chosen is not None:
         return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
                       reason=decision.summary, placement=placement)
-    unchanged = (record.phase == Phase.PENDING
-                 and record.pending_message == decision.summary[:1000]
-                 and record.pending_reason == placement.reason)
-    return Action(kind=ActionKind.NOTHING if unchanged else ActionKind.RECORD_PENDING,
-                  reason=decision.summary, placement=placement)
+    judged = judge(record, placement, now=snap.now, refresh_s=snap.rules.pending_refresh_s,
+                   generation=generation_of(snap.workload))
+    if judged.write in (PendingWrite.NONE, PendingWrite.WAIT):
+        return Action(kind=ActionKind.NOTHING, reason=decision.summary, placement=placement,
+                      recheck_after=judged.recheck_after)
+    return Action(kind=ActionKind.RECORD_PENDING, reason=decision.summary,
+                  placement=placement)
 
 
 def _member_lost(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action:

@@ -94,6 +94,10 @@ class DispatchRecord:
     failure: str | None = None
     pending_message: str = ""
     pending_reason: str = ""  # the Placed=False condition's reason (a PendingReason)
+    # what that message means and when it was last written (``status.pending``): its
+    # numbers are rewritten at most every queue.pendingRefresh (``control.pending``)
+    pending_key: str = ""
+    pending_written_at: float | None = None
     summary: str = ""  # the placement decision's summary
     last_seen: float | None = None
     synced_generation: int = 0  # hub metadata.generation last written to the copy
@@ -152,6 +156,9 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
     pending = next((c for c in status.get("conditions") or ()
                     if c.get("type") == "Placed" and c.get("status") == "False"), None)
     remote = status.get("remote") or {}
+    written = status.get("pending")
+    if not isinstance(written, Mapping):
+        written = {}
     return DispatchRecord(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
         workload_uid=str(ref.get("uid", "")),
@@ -172,6 +179,8 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         failure=status.get("failure") or None,
         pending_message=str((pending or {}).get("message", "")),
         pending_reason=str((pending or {}).get("reason", "")),
+        pending_key=str(written.get("key") or ""),
+        pending_written_at=parse_time(written.get("writtenAt")),
         summary=str(decision.get("summary") or ""),
         last_seen=parse_time(remote.get("lastSeen")),
         synced_generation=int(remote.get("hubGeneration") or 0),
@@ -240,11 +249,14 @@ def demand_status(*, demand: Demand, definition: str) -> dict[str, Any]:
             "demand": {"pods": demand.pods, "gpus": demand.gpus, "gangs": gangs_json(demand)}}
 
 
-def pending_status(*, message: str, reason: PendingReason, now: float, attempt: int = 0
-                   ) -> dict[str, Any]:
+def pending_status(*, message: str, reason: PendingReason, now: float, attempt: int = 0,
+                   key: str = "") -> dict[str, Any]:
     """Status patch: no member can take it now; ``message`` is the decision summary;
-    ``attempt`` the placements so far. The decision is cleared to ``{"attempt": N}``, never
-    removed: without one in status, the first decision (``spec.decision``) would hold again.
+    ``attempt`` the placements so far; ``key`` what the message means
+    (``control.pending.meaning_key``), kept with the time of this write in
+    ``status.pending`` (its numbers are as of ``writtenAt``). The decision is cleared to
+    ``{"attempt": N}``, never removed: without one in status, the first decision
+    (``spec.decision``) would hold again.
 
     When the reason is that the workload cannot be resolved (no or a failing definition,
     a pod template that cannot be a valid Pod: ``PendingReason.unresolved``),
@@ -252,6 +264,7 @@ def pending_status(*, message: str, reason: PendingReason, now: float, attempt: 
     resolved = not reason.unresolved
     return {"phase": Phase.PENDING.value,
             "decision": {"cluster": None, "reservation": None, "attempt": attempt},
+            "pending": {"key": key, "writtenAt": format_time(now)},
             "conditions": [condition(type_="Placed", status=False, reason=reason,
                                      message=message, now=now),
                            condition(type_="Resolved", status=resolved,
@@ -285,6 +298,7 @@ def placed_status(*, decision: Decision, reservation: Reservation | None, attemp
         "phase": Phase.PLACED.value,
         "decision": _decision(decision, reservation, attempt, now),
         "remote": None, "genericStatus": None, "statuses": None,
+        "pending": None,  # what a Pending message meant, and when: no longer waiting
         "conditions": _placed_conditions(decision.summary, now),
     }
 

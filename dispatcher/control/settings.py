@@ -155,5 +155,7 @@ class ControlSettings:
             raise ValueError("reservations.ttl must be > 0")
         if self.rules.max_attempts < 1:
             raise ValueError("failover.maxAttempts must be >= 1")
+        if self.rules.pending_refresh_s < 0:
+            raise ValueError("queue.pendingRefresh must be >= 0")
         if self.leader.renew_every_s >= self.leader.lease_duration_s:
             raise ValueError("leaderElection.renewEvery must be below leaseDuration")

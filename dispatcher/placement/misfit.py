@@ -12,13 +12,18 @@ from collections.abc import Sequence
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement.fit import GPU_TOLERATION, PodGroup, eligible
 
-__all__ = ["explain_misfit"]
+__all__ = ["IN_FLIGHT", "explain_misfit"]
+
+IN_FLIGHT = " ({} GPUs reserved for dispatches in flight)"
+"""The clause a misfit reason ends with while GPUs are reserved on the member: a number
+that changes with every dispatch in flight, not a different reason
+(``control.pending`` leaves it out of what a Pending reason means)."""
 
 
 def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str:
     """Why the demand does not fit, with the numbers an operator can act on."""
     reserved = capacity.reserved
-    suffix = f" ({reserved} GPUs reserved for dispatches in flight)" if reserved else ""
+    suffix = IN_FLIGHT.format(reserved) if reserved else ""
     classes = capacity.classes()
     for group in groups:
         product_classes = [c for c in classes

@@ -251,3 +251,7 @@ def test_why_reads_where_a_workload_went_from_its_dispatch() -> None:
         "Unplaceable", "no member could", ["m2"])
     assert waiting["attempts"][0]["outcome"] == "rejected"
     assert dispatch_summary({})["phase"] == ""
+    assert waiting["numbersAsOf"] is None and placed["numbersAsOf"] is None
+    written = dispatch("a", phase="Pending", reason="NoFeasibleMember", message="full")
+    written["status"]["pending"] = {"key": "k", "writtenAt": "2026-01-01T00:30:00Z"}  # type: ignore[index]
+    assert dispatch_summary(written)["numbersAsOf"] == "2026-01-01T00:30:00Z"

@@ -29,7 +29,7 @@ from dispatcher.control.decide import (
 from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import Phase
 from dispatcher.control.observe import Metrics
-from dispatcher.control.record import DispatchRecord
+from dispatcher.control.record import DispatchRecord, format_time
 from dispatcher.control.submit import CopyUpdate
 from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, later
 from tests.unit.control import placing_builders as pb
@@ -203,6 +203,33 @@ def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
     assert w.names() == ["patch_record", "event"]
     placed = {c["type"]: c for c in w.calls[0][1]["conditions"]}["Placed"]
     assert placed["reason"] == "NoFeasibleMember" and placed["status"] == "False"
+
+
+def test_a_pending_refresh_rewrites_the_numbers_without_an_event() -> None:
+    """Only the free-GPU numbers changed and the last write is a refresh interval old:
+    the status is written again (key and time), no warning Event; another why-class on a
+    member writes with its Event."""
+    first = Snapshot(now=NOW, workload=workload(), record=None,
+                     placing=pb.given(workload(), fleet=pb.members(used_a=4)))
+    w = FakeWriter()
+    run(w, first)
+    status = w.calls[1][1]
+    assert status["pending"]["writtenAt"] == format_time(NOW)
+    placed = {c["type"]: c for c in status["conditions"]}["Placed"]
+    written = record(phase=Phase.PENDING, pending_reason=placed["reason"],
+                     pending_message=placed["message"], pending_key=status["pending"]["key"],
+                     pending_written_at=NOW)
+    later_on = Snapshot(now=NOW + 30, workload=workload(), record=written,
+                        placing=pb.given(workload(), fleet=pb.members(used_a=2)))
+    w = FakeWriter()
+    action, outcome = run(w, later_on)
+    assert action.kind is ActionKind.RECORD_PENDING and outcome == DONE
+    assert w.names() == ["patch_record"]
+    assert w.calls[0][1]["pending"] == {"key": status["pending"]["key"],
+                                        "writtenAt": format_time(NOW + 30)}
+    w = FakeWriter()
+    action, _ = run(w, replace(later_on, record=replace(written, pending_key="another")))
+    assert action.kind is ActionKind.RECORD_PENDING and w.names() == ["patch_record", "event"]
 
 
 def test_submit_then_adopt_writes_submitted_with_the_copy_status() -> None:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher import config
+from dispatcher.control.decide import Rules
 from dispatcher.control.settings import ControlSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -140,6 +141,18 @@ def test_any_value_is_accepted_or_named(value: object) -> None:
         config.parse({"queue": {"backfillLimit": value}}, source="f.yaml", base=Path("."))
     except config.ConfigError as exc:
         assert str(exc).startswith("f.yaml: queue.backfillLimit:")
+
+
+def test_pending_refresh_is_read_from_the_queue_section_and_named_when_wrong() -> None:
+    assert config.parse({}, source="f.yaml", base=Path(".")).control.rules \
+        .pending_refresh_s == 30.0
+    read = config.parse({"queue": {"pendingRefresh": 5}}, source="f.yaml", base=Path("."))
+    assert read.control.rules.pending_refresh_s == 5.0
+    for junk in (-1, "soon", True):
+        with pytest.raises(config.ConfigError, match=r"^f.yaml: queue.pendingRefresh: "):
+            config.parse({"queue": {"pendingRefresh": junk}}, source="f.yaml", base=Path("."))
+    with pytest.raises(ValueError, match=r"queue.pendingRefresh"):
+        ControlSettings(rules=Rules(pending_refresh_s=-1))
 
 
 @pytest.mark.parametrize("changes", [{"weaker_member_namespaces": "alow"},

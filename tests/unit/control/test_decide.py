@@ -24,6 +24,7 @@ from dispatcher.control.decide import (
     decide,
 )
 from dispatcher.control.names import FINALIZER, PendingReason, Phase
+from dispatcher.control.pending import meaning_key
 from dispatcher.control.placing import PlacementInput, place
 from dispatcher.control.record import DispatchRecord
 from tests.unit.control import placing_builders as pb
@@ -58,6 +59,18 @@ def placement(fits: bool) -> PlacementInput:
 
 
 FULL_SUMMARY = place(placement(False)).decision.summary
+FULL_KEY = meaning_key(place(placement(False)))
+# the same reason with other free-GPU numbers (2 of a0's GPUs taken, not 4)
+OLD_NUMBERS = place(pb.given(pb.job(gpus=8, parallelism=2),
+                             fleet=pb.members(used_a=2))).decision.summary
+assert OLD_NUMBERS != FULL_SUMMARY
+
+
+def pending_written(*, message: str, key: str, ago: float) -> DispatchRecord:
+    """Pending for no feasible member, ``message`` written ``ago`` seconds before NOW."""
+    return record(phase=Phase.PENDING, pending_message=message, pending_key=key,
+                  pending_reason=PendingReason.NO_FEASIBLE_MEMBER,
+                  pending_written_at=NOW - ago)
 
 
 PLACED = record(phase=Phase.PLACED, cluster="m1", attempt=1)
@@ -140,6 +153,21 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
         now=NOW, workload=workload(), placing=placement(False),
         record=record(phase=Phase.PENDING, pending_message=FULL_SUMMARY,
                       pending_reason=PendingReason.QUEUED)), ActionKind.RECORD_PENDING),
+    ("pending, only numbers changed, written 5 s ago", Snapshot(
+        now=NOW, workload=workload(), placing=placement(False),
+        record=pending_written(message=OLD_NUMBERS, key=FULL_KEY, ago=5)), ActionKind.NOTHING),
+    ("pending, only numbers changed, written 30 s ago", Snapshot(
+        now=NOW, workload=workload(), placing=placement(False),
+        record=pending_written(message=OLD_NUMBERS, key=FULL_KEY, ago=30)),
+     ActionKind.RECORD_PENDING),
+    ("pending, only numbers changed, refresh off (0 s)", Snapshot(
+        now=NOW, workload=workload(), placing=placement(False), rules=Rules(pending_refresh_s=0),
+        record=pending_written(message=OLD_NUMBERS, key=FULL_KEY, ago=0)),
+     ActionKind.RECORD_PENDING),
+    ("pending, a member's why-class changed", Snapshot(
+        now=NOW, workload=workload(), placing=placement(False),
+        record=pending_written(message=OLD_NUMBERS, key="another", ago=5)),
+     ActionKind.RECORD_PENDING),
     ("lost, not long", Snapshot(now=NOW, workload=workload(), record=SUBMITTED,
                                 health=LOST_NOW), ActionKind.MARK_UNKNOWN),
     ("lost, already unknown", Snapshot(now=NOW, workload=workload(),
@@ -222,6 +250,14 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
                          ids=[name for name, _, _ in ROWS])
 def test_branch_table(snap: Snapshot, wanted: ActionKind) -> None:
     assert decide(snap).kind is wanted
+
+
+def test_pending_numbers_not_written_are_looked_at_again_when_the_refresh_is_due() -> None:
+    action = decide(Snapshot(now=NOW, workload=workload(), placing=placement(False),
+                             record=pending_written(message=OLD_NUMBERS, key=FULL_KEY, ago=5)))
+    assert action.kind is ActionKind.NOTHING
+    assert action.recheck_after == pytest.approx(25)
+    assert action.reason == FULL_SUMMARY
 
 
 def test_requeue_names_member_and_recheck() -> None:

@@ -131,6 +131,19 @@ def test_pending_after_a_requeue_never_brings_the_first_decision_back() -> None:
     assert pending.attempt == 1
 
 
+def test_pending_keeps_what_its_message_means_and_when_it_was_written() -> None:
+    obj = with_status(base(), record.pending_status(message="full", now=NOW + 2, key="k1",
+                                            reason=PendingReason.NO_FEASIBLE_MEMBER))
+    pending = record.read(obj)
+    assert (pending.pending_key, pending.pending_written_at) == ("k1", NOW + 2)
+    assert (pending.pending_message, pending.pending_reason) == ("full", "NoFeasibleMember")
+    older = record.read(base())
+    assert (older.pending_key, older.pending_written_at) == ("", None)
+    placed = record.read(with_status(obj, record.placed_status(
+        decision=decision(), reservation=None, attempt=1, now=NOW + 3)))
+    assert (placed.pending_key, placed.pending_written_at) == ("", None)
+
+
 def test_a_status_leftover_without_an_attempt_never_hides_the_first_decision() -> None:
     res = Reservation(workload_uid="u1", member="m1", nodes=(("n1", 8),), expires_at=NOW + 60)
     obj = with_status(created_with_the_decision(res), {"decision": {"reservation": None}})
