@@ -204,9 +204,3 @@ class CopyCache:
         unsync the others (their copies would read as unknown until their next re-list)."""
         self.synced = {s for s in self.synced
                        if s[0] != member or (kind is not None and s[1] != kind)}
-
-
-def kind_key(api_version: str, kind: str) -> GroupVersionKind:
-    """The kind in ``synced`` sets: ``GroupVersionKind.of``, under the name callers not yet
-    moved to it use (``control/reconcile.py``); new code calls ``GroupVersionKind.of``."""
-    return GroupVersionKind.of(api_version, kind)

@@ -22,7 +22,7 @@ import structlog
 
 from dispatcher.control import actions
 from dispatcher.control import record as records
-from dispatcher.control.caches import CopyCache, HubCache, kind_key
+from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import written_generation
 from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
@@ -47,6 +47,7 @@ from dispatcher.control.writes import Writes
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import strip_nulls
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.model import Definition
 
@@ -127,7 +128,7 @@ class Reconciler:
         if self.copies.get(cluster, uid) is not None:
             return Copy(state=CopyState.OURS)
         api_version, kind, _ = record.workload_ref
-        synced = (cluster, kind_key(api_version, kind)) in self.copies.synced
+        synced = (cluster, GroupVersionKind.of(api_version, kind)) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
 
     def _copy(self, cluster: str, uid: str, workload: Mapping[str, Any]) -> Copy:
@@ -147,7 +148,7 @@ class Reconciler:
                         seen_at=found.seen_at, gang_mechanism=mechanism_of(found.obj))
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
-        key = kind_key(str(workload.get("apiVersion")), str(workload.get("kind")))
+        key = GroupVersionKind.of(str(workload.get("apiVersion")), str(workload.get("kind")))
         synced = (cluster, key) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
 

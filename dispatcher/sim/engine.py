@@ -40,7 +40,7 @@ from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.sim.backend import Backend
 from dispatcher.sim.cores import choice
 from dispatcher.sim.ledger import Ledger
-from dispatcher.sim.results import Decision, RunResult, Sample, SimWorkload, Unplaceable
+from dispatcher.sim.results import RunResult, Sample, SimDispatch, SimWorkload, Unplaceable
 from dispatcher.sim.scenario import QueueSpec
 from dispatcher.workloads.demand import Demand
 
@@ -100,7 +100,7 @@ class _Run:
     failed: dict[int, int] = field(default_factory=dict)
     epoch: int = 0
     freed_at: dict[str, int] = field(default_factory=dict)
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[SimDispatch] = field(default_factory=list)
     unplaceable: list[Unplaceable] = field(default_factory=list)
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     last_change: float = 0.0
@@ -145,7 +145,7 @@ class _Run:
         self.account()
         self.ledger.hold(uid=workload.uid, member=picked.member, pods=picked.pods)
         self.backend.bind(uid=workload.uid, choice=picked, durable=workload.run_time is None)
-        self.decisions.append(Decision(
+        self.decisions.append(SimDispatch(
             uid=workload.uid, name=workload.name, member=picked.member, start=self.now,
             wait=self.now - workload.arrival, nodes=picked.pods, template=workload.template,
             kind=workload.kind, gpus=workload.demand.gpus, namespace=workload.namespace))

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Decision", "RunResult", "Sample", "SimWorkload", "Unplaceable", "percentile"]
+__all__ = ["RunResult", "Sample", "SimDispatch", "SimWorkload", "Unplaceable", "percentile"]
 
 from dispatcher.workloads.demand import Demand
 
@@ -38,7 +38,7 @@ class SimWorkload:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Decision:
+class SimDispatch:
     """A dispatch: which member, which nodes, when, after how long in the queue."""
 
     uid: str
@@ -96,7 +96,7 @@ class RunResult:
     policy: str
     duration: float
     submitted: int
-    decisions: tuple[Decision, ...]
+    decisions: tuple[SimDispatch, ...]
     completed: int
     pending_at_end: int
     unplaceable: tuple[Unplaceable, ...]
@@ -152,7 +152,7 @@ class RunResult:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 3)
 
-        by_template: dict[str, list[Decision]] = {}
+        by_template: dict[str, list[SimDispatch]] = {}
         for decision in self.decisions:
             by_template.setdefault(decision.template, []).append(decision)
         templates = [{"template": name, "kind": group[0].kind, "gpus": group[0].gpus,

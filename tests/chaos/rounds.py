@@ -445,9 +445,12 @@ async def run_round(env: ChaosEnv, *, index: int, seed: int, samples: Sequence[S
     crashes_before = len(env.supervisor.crashes)
 
     chosen = pick(samples, rng, budget=GPU_BUDGET)[:rng.randint(4, 6)]
-    faults = [asyncio.create_task(inject(env, fault, rng))]
+    # The faults draw from their own generator: sharing one with the workload steps let
+    # the scheduling of the two tasks decide which workloads a seed deletes.
+    fault_rng = random.Random(rng.getrandbits(64))
+    faults = [asyncio.create_task(inject(env, fault, fault_rng))]
     if fault not in ("controller-kill", "hub-restart") and rng.random() < 0.5:
-        faults.append(asyncio.create_task(extra_kill(env, rng)))
+        faults.append(asyncio.create_task(extra_kill(env, random.Random(rng.getrandbits(64)))))
     tracked: list[Tracked] = []
     try:
         for i, sample in enumerate(chosen):

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.control.caches import CopyCache, kind_key
+from dispatcher.control.caches import CopyCache
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Unreachable
+from dispatcher.kube.resources import GroupVersionKind
 
 
 def test_a_broken_copy_watch_unsyncs_only_its_own_kind() -> None:
     copies = CopyCache()
-    jobsets = kind_key("jobset.x-k8s.io/v1alpha2", "JobSet")
-    nims = kind_key("apps.nvidia.com/v1alpha1", "NIMService")
+    jobsets = GroupVersionKind.of("jobset.x-k8s.io/v1alpha2", "JobSet")
+    nims = GroupVersionKind.of("apps.nvidia.com/v1alpha1", "NIMService")
     copies.relist("member-2", jobsets, {})
     copies.relist("member-2", nims, {})
     copies.relist("member-1", nims, {})

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dispatcher.control import record as records
-from dispatcher.control.caches import CopyCache, HubCache, MemberCopy, kind_key
+from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import MemberHealth
@@ -32,7 +32,7 @@ from dispatcher.control.submit import CopyUpdate
 from dispatcher.control.writer import Created
 from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations, Reservation
 from dispatcher.kube.patches import apply_merge
-from dispatcher.kube.resources import ResourceRef
+from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.catalog import Catalog
 from tests.unit.control import placing_builders as pb
@@ -207,7 +207,7 @@ def reconcile(reconciler: Reconciler) -> float | None:
 
 def list_copies(reconciler: Reconciler, member: str) -> None:
     """The member's copy watch listed (what lets ``decide`` tell absent from unknown)."""
-    reconciler.copies.synced.add((member, kind_key("batch/v1", "Job")))
+    reconciler.copies.synced.add((member, GroupVersionKind.of("batch/v1", "Job")))
 
 
 def test_a_first_dispatch_writes_the_decision_with_the_record_then_submits_and_adopts() -> None:
