@@ -81,7 +81,7 @@ class AdmittedPods:
         self._until: OrderedDict[tuple[str, str, str], float] = OrderedDict()
 
     @staticmethod
-    def _key(member: str, namespace: str, pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    def key(member: str, namespace: str, pod: Mapping[str, Any]) -> tuple[str, str, str]:
         """The pod without the dispatcher's own stamps (the hub uid on every pod of a copy
         differs per workload and is nothing admission judges)."""
         meta = dict(pod.get("metadata") or {})
@@ -95,7 +95,7 @@ class AdmittedPods:
     def admitted(self, member: str, namespace: str, pod: Mapping[str, Any], *,
                  now: float) -> bool:
         """The same pod was admitted there less than ``ttl_s`` ago."""
-        key = self._key(member, namespace, pod)
+        key = self.key(member, namespace, pod)
         until = self._until.get(key)
         if until is None:
             return False
@@ -106,7 +106,7 @@ class AdmittedPods:
 
     def remember(self, member: str, namespace: str, pod: Mapping[str, Any], *,
                  now: float) -> None:
-        key = self._key(member, namespace, pod)
+        key = self.key(member, namespace, pod)
         self._until[key] = now + self.ttl_s
         self._until.move_to_end(key)
         while len(self._until) > self.size:

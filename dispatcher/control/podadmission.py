@@ -2,7 +2,9 @@
 
 The Pods to send and the memo of pods admitted moments ago are ``control/dryrun`` (pure);
 this sends them with ``dryRun=All`` and turns the member's answer into a ``Rejection``
-(refused), nothing (admitted, or not the admission's word), or an error to retry.
+(refused), nothing (admitted, or not the admission's word), or an error to retry. The same
+pod asked about while its question is in flight joins it (``Admission``): a burst of
+identical copies into one namespace asks once, not once per worker that got there first.
 """
 
 from __future__ import annotations
@@ -12,31 +14,44 @@ from typing import Any
 
 import structlog
 
+from dispatcher.aiotasks import SingleFlight
 from dispatcher.control.copies import Rejection
 from dispatcher.control.dryrun import AdmittedPods
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Forbidden, Invalid, ServerError
 from dispatcher.kube.resources import PODS
 
-__all__ = ["admit"]
+__all__ = ["Admission", "admit"]
 
 log = structlog.get_logger("dispatcher")
 
 
-async def admit(client: KubeClient, admitted: AdmittedPods, *, cluster: str, namespace: str,
+class Admission:
+    """The pods admitted moments ago and the questions in flight (one per controller)."""
+
+    def __init__(self) -> None:
+        self.admitted = AdmittedPods()
+        self.asking: SingleFlight[None] = SingleFlight()
+
+
+async def admit(client: KubeClient, admission: Admission, *, cluster: str, namespace: str,
                 pods: Sequence[Mapping[str, Any]], now: Callable[[], float]
                 ) -> Rejection | None:
     """The member's admission verdict on each pod template (``dryRun=All``): a
     Rejection on a refusal (403); a pod invalid as such (422: an operator completes
     it) is not the admission's word and passes. A pod admitted there moments ago is
     not asked again (``dryrun.AdmittedPods``)."""
+    admitted = admission.admitted
     for pod in pods:
         if admitted.admitted(cluster, namespace, pod, now=now()):
             continue
-        try:
+
+        async def ask(pod: Mapping[str, Any] = pod) -> None:
             await client.request("POST", PODS.collection(namespace), body=pod,
                                  query=[("dryRun", "All")])
             admitted.remember(cluster, namespace, pod, now=now())
+        try:
+            await admission.asking.do(admitted.key(cluster, namespace, pod), ask)
         except (Forbidden, Invalid) as exc:
             if isinstance(exc, Invalid):
                 continue

@@ -77,7 +77,7 @@ class MemberWrites:
         self.copies = copies
         self.clock = clock
         self.monotonic = monotonic
-        self._admitted = dryrun.AdmittedPods()
+        self._admission = podadmission.Admission()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
         self._pod_fields = settings.pod_policy
 
@@ -189,7 +189,7 @@ class MemberWrites:
                                                       namespace=namespace)
                 if refused is None:
                     refused = await podadmission.admit(
-                        client, self._admitted, cluster=cluster, namespace=namespace,
+                        client, self._admission, cluster=cluster, namespace=namespace,
                         pods=pods, now=self.monotonic)
                 if refused is None and gang_plan is not None:
                     refused = await gangwrites.create_objects(
