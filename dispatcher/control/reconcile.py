@@ -93,6 +93,8 @@ class Reconciler:
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
         """The latest decisions, for the fleet view (in memory only)."""
+        self._settled: dict[str, tuple[object, ...]] = {}
+        """Per placed workload answered NOTHING: the inputs of that answer (``_inputs``)."""
 
     @property
     def catalog(self) -> Catalog:
@@ -206,7 +208,14 @@ class Reconciler:
     async def reconcile(self, uid: str) -> float | None:
         """Decide and act until nothing is left to do now (at most ``MAX_STEPS`` steps);
         answers when to look again (seconds), or None. Every log line written meanwhile
-        names the workload (``workload_fields``)."""
+        names the workload (``workload_fields``).
+
+        A placed workload whose last answer was NOTHING (in sync, no recheck) is not
+        decided again while nothing it was decided from changed (``_settled``): in a
+        burst, a watch event that is the echo of a write still in flight wakes its worker
+        once more for the same answer (about two such wake-ups per dispatch)."""
+        if self._still_settled(uid):
+            return None
         with structlog.contextvars.bound_contextvars(**self.workload_fields(uid)):
             return await self._reconcile(uid)
 
@@ -265,10 +274,43 @@ class Reconciler:
         if not record.deleting and await self.writes.workload_gone(record):
             self.memory.found_gone(uid)
 
+    def _inputs(self, uid: str) -> tuple[object, ...] | None:
+        """What ``decide`` reads for a placed workload, as the cache objects themselves
+        (every cache write stores a new one) and the values beside them; None when the
+        workload is not placed and present."""
+        item, raw = self.cache.workload(uid), self.cache.record(uid)
+        if item is None or raw is None:
+            return None
+        cluster = records.decision_of(raw).get("cluster")
+        if not cluster:
+            return None
+        found = self.copies.get(cluster, uid)
+        synced = found is not None or (cluster, GroupVersionKind.of(
+            str(item.obj.get("apiVersion")), str(item.obj.get("kind")))) in self.copies.synced
+        return (item, raw, found, synced, self.fleet.health(cluster),
+                self.memory.last_mirrored(uid), self.memory.refusal(uid),
+                self.memory.foreign(cluster, uid))
+
+    def _still_settled(self, uid: str) -> bool:
+        before = self._settled.get(uid)
+        if before is None:
+            return False
+        now = self._inputs(uid)
+        if now is not None and all(a is b for a, b in zip(before[:3], now[:3], strict=True)) \
+                and before[3:] == now[3:]:
+            return True
+        del self._settled[uid]
+        return False
+
     def _idle(self, uid: str, snap: Snapshot, action: Action) -> float | None:
         if snap.workload is None and action.kind is ActionKind.NOTHING:
+            self._settled.pop(uid, None)
             self.writes.drop(uid)
             return None
+        if action.kind is ActionKind.NOTHING and action.recheck_after is None:
+            inputs = self._inputs(uid)  # no await since the snapshot: what it was read from
+            if inputs is not None:
+                self._settled[uid] = inputs
         delay = action.recheck_after
         if delay is None and action.kind is ActionKind.WAIT:
             delay = _WAIT_FALLBACK_S
@@ -280,6 +322,7 @@ class Reconciler:
         """Drop every reading keyed by a definition's identity (a replaced definition's id
         may be reused by a new one)."""
         self.resolutions.clear()
+        self._settled.clear()  # a copy's status reads through the definitions
         forget_readings()
 
     async def note_definition(self, uid: str, *, present: bool, kind: str) -> None:

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dispatcher.control import reconcile as reconcile_module
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
@@ -364,3 +365,33 @@ def test_a_new_workload_waits_while_a_deleted_namesakes_record_holds_the_name() 
     w.calls.clear()
     reconcile(reconciler)
     assert w.names()[:2] == ["create_record", "hold"]
+
+
+def test_a_settled_workload_is_not_decided_again_until_an_input_changes(
+        monkeypatch: Any) -> None:
+    """In sync (NOTHING, no recheck): a wake-up with the same cache objects answers at once;
+    a new copy object (its status moved) is decided on."""
+    reconciler, w = world()
+    list_copies(reconciler, "a")
+    reconcile(reconciler)
+    assert "create_copy" in w.names()
+    decided: list[str] = []
+    real = reconcile_module.decide
+
+    def counting(snap: Any) -> Any:
+        action = real(snap)
+        decided.append(action.kind.value)
+        return action
+
+    monkeypatch.setattr(reconcile_module, "decide", counting)
+    w.calls.clear()  # the dispatch ended in sync: NOTHING, no recheck
+    assert reconcile(reconciler) is None
+    assert decided == [] and w.calls == []
+    found = reconciler.copies.get("a", UID)
+    assert found is not None
+    moved = {**found.obj, "status": {"active": 1}, "metadata": {
+        **found.obj["metadata"], "resourceVersion": "6"}}
+    reconciler.copies.put("a", UID, MemberCopy(obj=moved, generic="running", statuses=(),
+                                               seen_at=0.0))
+    reconcile(reconciler)
+    assert decided[0] == "mirror"
