@@ -46,6 +46,7 @@ class HubCache:
     def __init__(self) -> None:
         self._items: dict[str, HubItem] = {}
         self._records: dict[str, Mapping[str, Any]] = {}
+        self._parsed: dict[str, tuple[Mapping[str, Any], records.DispatchRecord]] = {}
         self.synced: set[tuple[GroupVersionKind, str]] = set()  # (kind, namespace or "")
 
     def workload(self, uid: str) -> HubItem | None:
@@ -96,6 +97,19 @@ class HubCache:
     def record(self, workload_uid: str) -> Mapping[str, Any] | None:
         return self._records.get(workload_uid)
 
+    def record_value(self, workload_uid: str) -> records.DispatchRecord | None:
+        """The record read (``record.read``) once per stored object: a snapshot is taken
+        several times per dispatch, the record changes about twice."""
+        raw = self._records.get(workload_uid)
+        if raw is None:
+            return None
+        hit = self._parsed.get(workload_uid)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        value = records.read(raw)
+        self._parsed[workload_uid] = (raw, value)
+        return value
+
     def records(self) -> Iterator[Mapping[str, Any]]:
         return iter(list(self._records.values()))
 
@@ -122,6 +136,7 @@ class HubCache:
         current = self._records.get(uid)
         if current is not None and _uid(current) == _uid(obj):
             del self._records[uid]
+            self._parsed.pop(uid, None)
         return uid
 
     def relist_records(self, objects: Iterable[Mapping[str, Any]], *, namespace: str = ""
@@ -131,6 +146,7 @@ class HubCache:
                if not namespace or (rec.get("metadata") or {}).get("namespace") == namespace}
         for uid in old:
             del self._records[uid]
+            self._parsed.pop(uid, None)
         for obj in objects:
             self.put_record(obj, force=True)
         fresh = {uid for uid, rec in self._records.items()

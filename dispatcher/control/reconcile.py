@@ -106,8 +106,7 @@ class Reconciler:
     def snapshot(self, uid: str, placing: PlacementInput | None = None) -> Snapshot:
         """The frozen input of ``decide`` for ``uid``, from the caches."""
         item = self.cache.workload(uid)
-        raw = self.cache.record(uid)
-        record = records.read(raw) if raw is not None else None
+        record = self.cache.record_value(uid)
         workload = item.obj if item is not None else None
         snap = Snapshot(now=self.clock(), workload=workload, record=record,
                         placing=placing, rules=self.settings.rules,

@@ -202,8 +202,8 @@ class Writes:
 
     def _domains(self, uid: str) -> tuple[GangDomain, ...]:
         """The topology domains the recorded decision chose (the copy keeps to them)."""
-        raw = self.cache.record(uid)
-        return records.read(raw).domains if raw is not None else ()
+        record = self.cache.record_value(uid)
+        return record.domains if record is not None else ()
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

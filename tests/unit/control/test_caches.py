@@ -70,3 +70,22 @@ def test_cached_objects_carry_no_managed_fields() -> None:
     dispatch["metadata"]["managedFields"] = managed
     cache.put_record(dispatch, force=True)
     assert all("managedFields" not in r["metadata"] for r in cache.records())
+
+
+def test_a_record_is_read_once_per_stored_object() -> None:
+    cache = HubCache()
+    body = {"apiVersion": "dispatcher.io/v1alpha1", "kind": "Dispatch",
+            "metadata": {"name": "job-a", "namespace": "team-a", "uid": "r1",
+                         "resourceVersion": "5"},
+            "spec": {"workload": {"uid": "w1", "kind": "Job", "name": "a"}},
+            "status": {"phase": "Pending"}}
+    cache.put_record(body)
+    first = cache.record_value("w1")
+    assert first is not None and first.phase == "Pending"
+    assert cache.record_value("w1") is first
+    cache.put_record({**body, "metadata": {**body["metadata"], "resourceVersion": "6"},
+                      "status": {"phase": "Submitted"}})
+    second = cache.record_value("w1")
+    assert second is not None and second.phase == "Submitted"
+    cache.drop_record(body)
+    assert cache.record_value("w1") is None
