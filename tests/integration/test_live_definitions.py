@@ -143,6 +143,12 @@ async def create_when_served(h: Harness, ref: ResourceRef, body: dict[str, Any])
     return await eventually(create, what=f"{body['metadata']['name']} created")
 
 
+async def submitted_dispatch_of(h: Harness, name: str) -> dict[str, Any] | None:
+    """The workload's Dispatch once its status has been written (Submitted or later)."""
+    found = await dispatch_of(h, name)
+    return found if found is not None and (found.get("status") or {}).get("remote") else None
+
+
 async def dispatch_of(h: Harness, name: str, namespace: str | None = None
                       ) -> dict[str, Any] | None:
     listed = await h.hub.request("GET", DISPATCHES.collection(namespace or h.namespace))
@@ -184,7 +190,10 @@ async def test_a_definition_applied_with_kubectl_makes_a_new_kind_dispatch(
         table = kubectl(dev_fleet, "get", "resourceinterfaces,kartas").stdout
         row = next(line for line in table.splitlines() if "xgboost" in line)
         assert row.split()[1:3] == ["XGBoostJob", "True"], table
-        record = await eventually(lambda: dispatch_of(h, "first"), what="its Dispatch")
+        # Submitted (which settles the definition into status) waits for the member's copy
+        # watch of the new kind, whose storage may still answer 429 for a moment.
+        record = await eventually(lambda: submitted_dispatch_of(h, "first"),
+                                  what="its Dispatch, Submitted")
         assert record["status"].get("definition") == "karta/xgboost"
 
         # A broken new definition: Accepted=False with the reason, nothing else changes.
