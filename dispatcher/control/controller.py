@@ -298,11 +298,10 @@ class Controller:
     async def _stale(self, uid: str, *, member: str, obj: Mapping[str, Any]) -> str | None:
         """Why our copy of ``uid`` on ``member`` should go, or None to keep it
         (``control.orphans``; the hub is read only when the judgement asks)."""
-        raw = self.cache.record(uid)
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
         judgement = orphans.judge(
             member=member, cached=self.cache.workload(uid) is not None,
-            record=records.read(raw) if raw is not None else None,
+            record=self.cache.record_value(uid),
             same_cluster=lambda a, b: self.fleet.same_cluster(a, b),  # noqa: PLW0108 (late)
             kind=GroupVersionKind.of(api_version, kind),
             listed_kinds={k for k, _ in self.cache.synced})

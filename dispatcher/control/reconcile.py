@@ -266,10 +266,9 @@ class Reconciler:
         """A record whose workload is not cached: ask the hub whether it is gone (a
         watch's label selector hides a live one that lost its label). Its record being
         deleted says so without a read (garbage collection of its owner)."""
-        raw = self.cache.record(uid)
-        if raw is None or self.cache.workload(uid) is not None or self.memory.gone(uid):
+        record = self.cache.record_value(uid)
+        if record is None or self.cache.workload(uid) is not None or self.memory.gone(uid):
             return
-        record = records.read(raw)
         if not record.deleting and await self.writes.workload_gone(record):
             self.memory.found_gone(uid)
 
@@ -278,11 +277,10 @@ class Reconciler:
         (every cache write stores a new one) and the values beside them; None when the
         workload is not placed and present."""
         item, raw = self.cache.workload(uid), self.cache.record(uid)
-        if item is None or raw is None:
+        record = self.cache.record_value(uid)
+        if item is None or raw is None or record is None or record.cluster is None:
             return None
-        cluster = records.decision_of(raw).get("cluster")
-        if not cluster:
-            return None
+        cluster = record.cluster
         found = self.copies.get(cluster, uid)
         synced = found is not None or (cluster, GroupVersionKind.of(
             str(item.obj.get("apiVersion")), str(item.obj.get("kind")))) in self.copies.synced
@@ -328,8 +326,8 @@ class Reconciler:
         """Say on a dispatched workload's Dispatch that its kind lost (or regained) its
         definition. Nothing else changes: the copy keeps running, its status keeps the
         last reading, nothing is deleted."""
-        raw = self.cache.record(uid)
-        if raw is None or records.read(raw).cluster is None:
+        record = self.cache.record_value(uid)
+        if record is None or record.cluster is None:
             return  # not dispatched: the next decision says "cannot resolve"
         message = (f"a definition serves {kind} again" if present else
                    f"no definition serves {kind} any more (its hub definition was deleted "
