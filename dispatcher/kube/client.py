@@ -10,7 +10,6 @@ objects (see reference/test-control-plane.md §5.3), which a controller cannot a
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import tempfile
 import time
@@ -26,7 +25,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from yarl import URL
 
 from dispatcher import __version__
-from dispatcher.kube import connections
+from dispatcher.kube import connections, wirejson
 from dispatcher.kube.errors import KubeError, Unreachable, error_for_status
 from dispatcher.kube.resources import Discovery
 
@@ -54,13 +53,6 @@ def observe_requests(observer: RequestObserver | None) -> RequestObserver | None
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-
-def _iso8601(value: object) -> str:
-    """JSON for the values ``sanitize_for_serialization`` converted (dates, times)."""
-    if isinstance(value, datetime.date):  # datetime.datetime included
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class KubeconfigError(KubeError):
@@ -179,8 +171,7 @@ class KubeClient:
             url += "?" + urlencode(params)
         data: bytes | str | None = None
         if body is not None and method in _BODY_METHODS:
-            data = body if isinstance(body, bytes) else json.dumps(
-                body, separators=(",", ":"), default=_iso8601)
+            data = body if isinstance(body, bytes) else wirejson.dumps(body)
         rest = api.rest_client
         extra: dict[str, Any] = {}
         if rest.proxy:
@@ -252,7 +243,7 @@ class KubeClient:
         if not raw:
             return None
         try:
-            return json.loads(raw)
+            return wirejson.loads(raw)
         except ValueError:
             return raw.decode(errors="replace")
 
@@ -275,7 +266,7 @@ class KubeClient:
                 if not line:
                     return
                 if line.strip():
-                    yield json.loads(line)
+                    yield wirejson.loads(line)
         finally:
             resp.release()
 
