@@ -70,6 +70,8 @@ def register(subparsers: Any) -> None:
                         help="act without a Lease (one replica only!)")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                         help="log level (log.level)")
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default=None,
+                        help="the event loop (default: uvloop when installed, else asyncio)")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration, print it as JSON and exit")
     parser.set_defaults(run=_run)
@@ -117,7 +119,9 @@ def _run(args: argparse.Namespace) -> int:
         for warning in asyncio.run(app.check_hub(config)):
             print(f"warning: {warning}", file=sys.stderr)
         return 0
-    return asyncio.run(app.run(config))
+    from dispatcher.shell import eventloop
+
+    return eventloop.run(app.run(config), loop=args.event_loop or eventloop.default_loop())
 
 
 def _plain(value: Any) -> Any:
