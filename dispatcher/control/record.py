@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +62,12 @@ def parse_time(text: Any) -> float | None:
     """RFC 3339 (``Z`` or offset, with or without fraction) -> Unix seconds; None if absent."""
     if not isinstance(text, str) or not text:
         return None
+    return _parsed_time(text)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_time(text: str) -> float | None:
+    # every decision step reads the same few timestamps of each object again
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
