@@ -5,12 +5,18 @@ MODULE ARGS...`` with ``time.thread_time`` as the timer: on a loaded machine a w
 profile charges a syscall with the time the process waited to be scheduled again (a
 loopback ``send`` looked like 1 ms), which is not CPU the controller spent. Only the main
 thread is profiled (the event loop's; worker threads show only in ``cpu_s``).
+
+With ``CPUPROFILE_WINDOW=1`` in the environment the profile starts off: the first SIGUSR1
+turns it on, the next one turns it off and writes OUT. ``benchmarks/dispatch.py`` signals
+the dispatch window that way, so start-up and the mirror phase stay out of the figures.
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import runpy
+import signal
 import sys
 import time
 
@@ -21,14 +27,27 @@ def main() -> None:
         raise SystemExit("usage: cpuprofile.py OUT -m MODULE [ARGS...]")
     sys.argv = [module, *args]
     profiler = cProfile.Profile(time.thread_time)
-    profiler.enable()
+    if os.environ.get("CPUPROFILE_WINDOW") == "1":
+        toggles = iter(("on", "off"))
+
+        def toggle(_signum: int, _frame: object) -> None:
+            if next(toggles, None) == "on":
+                profiler.enable()
+            else:
+                profiler.disable()
+                profiler.dump_stats(out)
+
+        signal.signal(signal.SIGUSR1, toggle)
+    else:
+        profiler.enable()
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit:
         pass
     finally:
         profiler.disable()
-        profiler.dump_stats(out)
+        if os.environ.get("CPUPROFILE_WINDOW") != "1":
+            profiler.dump_stats(out)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,22 @@ write counters quiet for a second, at most 30 s; the mirror phase is not in it) 
 reports the CPU seconds of every process (``cpu_s``: etcd, each kube-apiserver, the
 controller with its workers; ``benchmarks/procstats.py``), the controller's CPU per dispatch,
 and the write requests each cluster's apiserver served (``apiserver_request_total`` by verb
-and resource, scraped with the admin token). ``writes_per_dispatch`` counts every write on
-the hub and the members except this benchmark's own JobSet creates and Lease renewals
-(the apiservers' identity leases and the controller's leader lease: time-driven, not
-per dispatch; they stay in ``writes`` by cluster).
+and resource, scraped with the admin token). ``writes_per_dispatch_all`` counts every write
+request on the hub and the members except this benchmark's own JobSet creates and Lease
+renewals (the apiservers' identity leases and the controller's leader lease: time-driven,
+not per dispatch; they stay in ``writes`` by cluster). ``writes_per_dispatch`` is what each
+dispatch costs: that count without the case's one-time setup, reported apart —
+``setup_writes``, the member namespaces the controller creates for the case's new hub
+namespace (one per member it uses), and ``dry_runs``, the pod admission dry-runs (stored
+nowhere, no watch event; one per pod shape, member and namespace).
+
+``DISPATCH_BENCH_PROFILE=OUT`` profiles the controller (cProfile, wall clock);
+``DISPATCH_BENCH_PROFILE_CLOCK=cpu`` times it by the CPU clock, ``=window`` too but only
+over the first case's dispatch window (``benchmarks/cpuprofile.py``).
 
 Prints one JSON object per case (bench, members, workloads, throughput_per_s, p50_ms,
-p99_ms, mirror_p99_ms, cpu_s, controller_cpu_ms_per_dispatch, writes_per_dispatch, writes,
+p99_ms, mirror_p99_ms, cpu_s, controller_cpu_ms_per_dispatch, writes_per_dispatch,
+writes_per_dispatch_all, setup_writes, dry_runs, writes,
 load_avg, machine, ...). Runs in about a minute on 2 cores. The dev fleet is started in a
 temporary directory and removed afterwards (binaries are cached).
 """
@@ -37,6 +46,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -102,12 +112,15 @@ def start_controller(state: FleetState, workdir: Path, port: int,
     log = (workdir / "controller.log").open("wb")
     profile = os.environ.get("DISPATCH_BENCH_PROFILE")  # a path: profile the controller
     python = [sys.executable]
-    if profile and os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") == "cpu":
+    if profile and os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") in ("cpu", "window"):
         python += [str(Path(__file__).with_name("cpuprofile.py")), profile]  # CPU, not wall
     elif profile:
         python += ["-m", "cProfile", "-o", profile]
+    env = dict(os.environ)
+    if profile and os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") == "window":
+        env["CPUPROFILE_WINDOW"] = "1"  # SIGUSR1 at the window's start and end
     return subprocess.Popen([*python, "-m", "dispatcher", "run", "--config", str(path)],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 async def watch_until(client: KubeClient, ref: ResourceRef, *, namespace: str, selector: str,
@@ -156,16 +169,30 @@ def window_figures(*, workloads: int, cpu: dict[str, float], before: dict[str, A
     """CPU and write figures of one dispatch window (see the module docstring)."""
     by_cluster = {name: writes(before[name], after[name]) for name in before}
     own = {"hub": {"POST jobsets": workloads}}
-    total = 0
+    total = setup = dry_runs = 0
     for name, found in by_cluster.items():
         for what, count in found.items():
             if what.endswith((" leases", " leases/status")):
                 continue
-            total += max(0, count - own.get(name, {}).get(what, 0))
+            count = max(0, count - own.get(name, {}).get(what, 0))
+            total += count
+            if what.endswith(" (dry run)"):
+                dry_runs += count
+            elif name != "hub" and what == "POST namespaces":
+                setup += count
     controller = cpu.get("controller", 0.0)
     return {"cpu_s": cpu, "cpu_window": "dispatch (creates -> copies landed, writes quiet)",
             "controller_cpu_ms_per_dispatch": round(controller * 1000 / workloads, 2),
-            "writes_per_dispatch": round(total / workloads, 2), "writes": by_cluster}
+            "writes_per_dispatch": round((total - setup - dry_runs) / workloads, 2),
+            "writes_per_dispatch_all": round(total / workloads, 2),
+            "setup_writes": setup, "dry_runs": dry_runs, "writes": by_cluster}
+
+
+def profile_window(procs: Processes) -> None:
+    """Start or stop the controller's window profile (``DISPATCH_BENCH_PROFILE_CLOCK=window``:
+    ``benchmarks/cpuprofile.py`` toggles on SIGUSR1; the first case's window only)."""
+    if os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") == "window":
+        os.kill(procs.pids["controller"], signal.SIGUSR1)
 
 
 async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: float,
@@ -196,6 +223,7 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
     await asyncio.sleep(0.5)
     limit = asyncio.Semaphore(64)
     counts_before = await counters(state)
+    profile_window(procs)
     cpu_before = procs.cpu()
 
     async def create(name: str, delay: float) -> None:
@@ -212,6 +240,7 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
     elapsed = max(landed.values()) - start
     latencies = [(landed[n] - sent[n]) * 1000 for n in names]
     counts_after = await quiet_writes(state)
+    profile_window(procs)
     window = window_figures(workloads=workloads, cpu=procs.cpu_delta(cpu_before, procs.cpu()),
                             before=counts_before, after=counts_after)
 
