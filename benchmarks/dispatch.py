@@ -171,10 +171,10 @@ def window_figures(*, workloads: int, cpu: dict[str, float], before: dict[str, A
     own = {"hub": {"POST jobsets": workloads}}
     total = setup = dry_runs = 0
     for name, found in by_cluster.items():
-        for what, count in found.items():
+        for what, served in found.items():
             if what.endswith((" leases", " leases/status")):
                 continue
-            count = max(0, count - own.get(name, {}).get(what, 0))
+            count = max(0, served - own.get(name, {}).get(what, 0))
             total += count
             if what.endswith(" (dry run)"):
                 dry_runs += count
