@@ -127,7 +127,9 @@ class HubCache:
         if not uid:
             return ""
         old = self._records.get(uid)
-        if old is None or force or _rv(obj) >= _rv(old):
+        # the same version kept as it is (its parsed record memo too): a write's answer
+        # often arrives after the watch event of that write
+        if old is None or force or _rv(obj) > _rv(old) or not _rv(old):
             self._records[uid] = lean(obj)
         return uid
 

@@ -164,7 +164,8 @@ def build_copy(workload: Mapping[str, Any], *, hub_id: str, definition: Definiti
     return mutate_pods(out, definition, labels=pod_labels,
                        annotations=dict(mutations.annotations) or None,
                        scheduler_name=mutations.scheduler_name,
-                       priority_class_name=mutations.priority_class_name, locate=locate)
+                       priority_class_name=mutations.priority_class_name, locate=locate,
+                       in_place=True)  # ``out`` is this function's own copy
 
 
 def _strip_nested_stamps(node: Any) -> None:

@@ -137,7 +137,8 @@ class MemberWrites:
                      member_mechanism=gang_plan.member_mechanism,
                      gangs=[j.gang for j in gang_plan.joins],
                      skipped=list(gang_plan.skipped)[:5])
-        self.copies.put(cluster, uid, await self.reading(created))
+        if not self.copies.holds(cluster, uid, created):  # the watch may have been first
+            self.copies.put(cluster, uid, await self.reading(created))
         return True
 
     async def _built(self, uid: str, workload: Mapping[str, Any], *, client: KubeClient,

@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any, overload
 
 import jq
+import orjson
 
 from dispatcher.workloads.jqcheck import is_linear
 from dispatcher.workloads.jqlite import Program, Run, compile_program, run_one
@@ -74,7 +75,7 @@ class ObjectInput:
     (``jqlite``) may walk it directly.
     """
 
-    __slots__ = ("_float", "_text", "limits", "obj", "plain")
+    __slots__ = ("_float", "_simple", "_text", "limits", "obj", "plain")
 
     def __init__(self, obj: Any, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self.obj = obj
@@ -87,25 +88,43 @@ class ObjectInput:
             # small numbers): far below the limit the exact check cannot fail
             self.plain = flags == 0 and limits.max_bytes - budget[0] <= limits.max_bytes // 20
             self._float = bool(flags & _FLOAT)
+            self._simple = flags == 0
         else:
             self.plain = False
             self._float = False
+            self._simple = False
 
     @property
     def text(self) -> str:
         """The canonical JSON text (ValueError: not JSON data, or over ``max_bytes``)."""
         if self._text is None:
-            obj = _normalize_floats(self.obj) if self._float else self.obj
-            try:
-                text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False,
-                                  default=_timestamp)
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"not JSON data: {error}") from error
+            text = _ascii_text(self.obj) if self._simple else None
+            if text is None:
+                obj = _normalize_floats(self.obj) if self._float else self.obj
+                try:
+                    text = json.dumps(obj, sort_keys=True, separators=(",", ":"),
+                                      allow_nan=False, default=_timestamp)
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"not JSON data: {error}") from error
             if len(text) > self.limits.max_bytes:
                 raise ValueError(f"object is {len(text)} bytes as JSON, more than the "
                                  f"{self.limits.max_bytes} allowed")
             self._text = text
         return self._text
+
+
+def _ascii_text(obj: Any) -> str | None:
+    """``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` byte for byte, by orjson,
+    for an object of strings, integers within 2**53, booleans, None, lists and dicts (no
+    float, no timestamp: ``_scan`` found none), when that text is ASCII without DEL; else
+    None (what ``json`` escapes and orjson does not; a lone surrogate). Several times
+    faster; hashes and stamps made from the text stay the same."""
+    try:
+        raw = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: a key that is not a string, a surrogate
+        return None
+    # json escapes DEL too (ensure_ascii); orjson writes it as it is
+    return raw.decode("ascii") if raw.isascii() and b"\x7f" not in raw else None
 
 
 _FLOAT = 1

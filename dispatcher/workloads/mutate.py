@@ -51,8 +51,9 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                 priority_class_name: str | None = None,
                 workload_ref: Mapping[str, str] | None = None,
                 components: Iterable[str] | None = None,
-                locate: Locator = in_process) -> dict[str, Any]:
-    """A copy of ``obj`` with the given fields set on the pods of every instance.
+                locate: Locator = in_process, in_place: bool = False) -> dict[str, Any]:
+    """A copy of ``obj`` with the given fields set on the pods of every instance
+    (``in_place``: ``obj`` itself, a dict the caller has just built and owns).
 
     Maps (labels, annotations, nodeSelector) are merged over what the template has;
     tolerations are appended unless already present; strings and ``workload_ref`` are
@@ -70,7 +71,7 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
     if workload_ref is not None:
         wanted["workloadRef"] = dict(workload_ref)
     targets = _targets(definition, components)
-    out: dict[str, Any] = plain_copy(dict(obj))
+    out: dict[str, Any] = obj if in_place and isinstance(obj, dict) else plain_copy(dict(obj))
     if not wanted:
         return out
     try:
