@@ -2,10 +2,11 @@
 
 The controller is I/O bound on the event loop thread: every request, watch line and TLS
 record goes through the loop's transports. uvloop (libuv, Cython) runs those transports and
-TLS in C; on the dispatch benchmark it took the controller's CPU per dispatch from 3.15 to
-2.79 ms (four alternated runs each, ``benchmarks/dispatch.py``). Kopf makes the same
-choice. The controller's code is loop-agnostic (tests run it on asyncio's loop), so
-``--event-loop asyncio`` is a full fallback, not a degraded mode.
+TLS in C; on the dispatch benchmark (orjson on both sides, four alternated runs each) it
+took the controller's CPU per dispatch from 3.15 to 2.79 ms on average. Kopf makes the
+same choice (its CLI runs on uvloop when installed, ``kopf/_kits/loops.py``). The
+controller's code is loop-agnostic (tests run it on asyncio's loop), so ``--event-loop
+asyncio`` is a full fallback, not a degraded mode.
 """
 
 from __future__ import annotations
