@@ -1,7 +1,8 @@
 """Run a module under cProfile timed by this thread's CPU clock, not the wall clock.
 
 ``python benchmarks/cpuprofile.py OUT -m MODULE ARGS...`` is ``python -m cProfile -o OUT -m
-MODULE ARGS...`` with ``time.thread_time`` as the timer: on a loaded machine a wall-clock
+MODULE ARGS...`` (``%p`` in OUT: the pid, a file per process) with ``time.thread_time``
+as the timer: on a loaded machine a wall-clock
 profile charges a syscall with the time the process waited to be scheduled again (a
 loopback ``send`` looked like 1 ms), which is not CPU the controller spent. Only the main
 thread is profiled (the event loop's; worker threads show only in ``cpu_s``).
@@ -23,6 +24,7 @@ import time
 
 def main() -> None:
     out, flag, module, *args = sys.argv[1:]
+    out = out.replace("%p", str(os.getpid()))  # one file per process (restart.py starts several)
     if flag != "-m":
         raise SystemExit("usage: cpuprofile.py OUT -m MODULE [ARGS...]")
     sys.argv = [module, *args]
