@@ -33,9 +33,10 @@ def main() -> None:
         toggles = iter(("on", "off"))
 
         def toggle(_signum: int, _frame: object) -> None:
-            if next(toggles, None) == "on":
+            turn = next(toggles, None)  # later signals (later cases) change nothing
+            if turn == "on":
                 profiler.enable()
-            else:
+            elif turn == "off":
                 profiler.disable()
                 profiler.dump_stats(out)
 
