@@ -22,6 +22,17 @@ The objects are created *before* the copy (``control/gangwrites.py``): a pod who
 Workload is missing waits unschedulable forever, an object whose copy is missing only waits
 for it. Gangs of one pod, independent units and gangs sharing a pod template with other
 units are not joined (nothing to hold together, or no template to say it in).
+
+A member gang is only what the operator creates together. The scheduler holds a gang's
+pods until ``minCount`` of them exist, so a gang spanning pods the operator creates in
+stages (a JobSet with ``startupPolicy: InOrder`` or ``dependsOn``, an MPIJob whose launcher
+waits for its workers) deadlocks: the first stage waits for the second, which is created
+only once the first is ready. The resolved instances say when their pods are created
+(``Instance.stage``, ``Instance.waves``: ``scaleDefinition.creationStagePath`` and
+``podWavesPath``): a gang is split into one pod group per stage, each joined through its
+own instances' templates, and an instance whose pods come in waves is joined to none (its
+last wave may be smaller than any minimum). Placement is not changed by this: it still
+fits every pod of the workload at once (``workloads.gangs``).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.control.copies import object_key
@@ -48,6 +59,7 @@ from dispatcher.workloads.demand import Gang
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import Locator, in_process
+from dispatcher.workloads.resolve import Instance
 
 __all__ = ["GANG_OF_ANNOTATION", "MAX_POD_GROUPS", "MECHANISM_ANNOTATION", "GangPlan", "Join",
            "join", "mechanism_of", "owned", "plan"]
@@ -66,12 +78,30 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 @dataclass(frozen=True, kw_only=True)
 class Join:
     """The pod templates of ``components`` join one gang: through ``workload_ref``
-    (``spec.workloadRef``) or ``labels`` (the pod-group label)."""
+    (``spec.workloadRef``) or ``labels`` (the pod-group label). ``instances`` narrows a
+    component to the templates of some of its instances (their indexes); a component
+    not named there joins with every instance."""
 
     gang: str
     components: tuple[str, ...]
     workload_ref: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
+    instances: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Group:
+    """One member gang to hold: a pod group of the Workload, or one PodGroup."""
+
+    name: str
+    min_count: int
+    components: tuple[str, ...]
+    instances: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def templates(self) -> set[tuple[str, int | None]]:
+        """(component, instance index; None: all of them) it joins."""
+        every: tuple[int | None, ...] = (None,)
+        return {(c, i) for c in self.components for i in self.instances.get(c, every)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,10 +122,11 @@ class GangPlan:
 
 
 def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence[Gang],
-         units: Mapping[str, Sequence[str]], copy: Mapping[str, Any], hub_id: str
-         ) -> GangPlan:
+         units: Mapping[str, Sequence[str]], copy: Mapping[str, Any], hub_id: str,
+         instances: Sequence[Instance] = ()) -> GangPlan:
     """The plan for ``copy`` (the built member copy: its identity and stamps) on a member
-    with ``mechanism``; ``units`` is ``gang_components`` of the definition."""
+    with ``mechanism``; ``units`` is ``gang_components`` of the definition, ``instances``
+    the resolution's pod-creating instances (their creation stages split gangs)."""
     if mechanism == NONE or definition is None:
         return GangPlan(mechanism=NONE, member_mechanism=mechanism)
     if mechanism not in definition.member_gangs:
@@ -103,7 +134,7 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             f"{definition.kind}: its controllers do not carry {mechanism} from the pod "
             f"templates to the pods (copyDefinition.memberGangs: {carried})",))
-    chosen: list[Gang] = []
+    chosen: list[_Group] = []
     skipped: list[str] = []
     for gang in gangs:
         if gang.independent or gang.min_pods < 2:
@@ -114,23 +145,57 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
         if not _joinable(definition, units[gang.name], mechanism=mechanism):
             skipped.append(f"gang {gang.name}: a component describes no whole pod template")
             continue
-        chosen.append(gang)
+        groups, notes = _staged(gang, tuple(units[gang.name]), instances)
+        chosen.extend(groups)
+        skipped.extend(notes)
     if mechanism == WORKLOAD_API and len(chosen) > MAX_POD_GROUPS:
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             f"{len(chosen)} gangs: a Workload holds at most {MAX_POD_GROUPS} pod groups",))
     if not chosen:
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=tuple(skipped))
-    if _overlap([units[g.name] for g in chosen]):
+    if _overlap(chosen):
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             "gangs share a pod-creating component",))
     if mechanism == WORKLOAD_API:
-        return _workload_plan(copy, chosen, units, hub_id=hub_id, skipped=tuple(skipped))
+        return _workload_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
     assert mechanism == COSCHEDULING
-    return _pod_group_plan(copy, chosen, units, hub_id=hub_id, skipped=tuple(skipped))
+    return _pod_group_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
 
 
-def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
-                   units: Mapping[str, Sequence[str]], *, hub_id: str,
+def _staged(gang: Gang, components: tuple[str, ...], instances: Sequence[Instance]
+            ) -> tuple[list[_Group], list[str]]:
+    """The member gangs of one whole-component ``gang``: itself when its operator creates
+    all its pods at once, else one per creation stage (named ``<gang>-<stage>``; the
+    first stage keeps the gang's name), without the instances whose pods come in waves;
+    a stage of fewer than two pods holds nothing. The lines say what was left out."""
+    mine = [(i, index) for c in components
+            for index, i in enumerate(x for x in instances if x.component == c)]
+    if not any(i.stage or i.waves for i, _ in mine):
+        return [_Group(name=gang.name, min_count=gang.min_pods, components=components)], []
+    notes = [f"gang {gang.name}: {i.component} {i.id or '(one instance)'}'s pods come in "
+             f"waves: no gang can wait for its last one" for i, _ in mine if i.waves]
+    stages: dict[str, list[tuple[Instance, int]]] = {}
+    for each in mine:
+        if not each[0].waves:
+            stages.setdefault(each[0].stage, []).append(each)
+    out: list[_Group] = []
+    for stage, members in stages.items():
+        name = f"{gang.name}-{stage}" if stage else gang.name
+        count = min(sum(i.min_pods for i, _ in members), gang.min_pods)
+        if count < 2:
+            if len(stages) > 1:
+                notes.append(f"gang {gang.name}: stage {stage or '(first)'} has "
+                             f"{count} pod: nothing to hold together")
+            continue
+        indexes: dict[str, list[int]] = {}
+        for i, index in members:
+            indexes.setdefault(i.component, []).append(index)
+        out.append(_Group(name=name, min_count=count, components=tuple(indexes),
+                          instances={c: tuple(v) for c, v in indexes.items()}))
+    return out, notes
+
+
+def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *, hub_id: str,
                    skipped: tuple[str, ...]) -> GangPlan:
     """One Workload (the Workload API) holding a pod group per chosen gang."""
     meta = copy.get("metadata") or {}
@@ -143,17 +208,16 @@ def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
                      **_stamps(copy, hub_id=hub_id)},
         "spec": {"controllerRef": _controller_ref(copy),
                  "podGroups": [{"name": groups[g.name],
-                                "policy": {"gang": {"minCount": g.min_pods}}}
+                                "policy": {"gang": {"minCount": g.min_count}}}
                                for g in chosen]}}
-    joins = tuple(Join(gang=g.name, components=tuple(units[g.name]),
+    joins = tuple(Join(gang=g.name, components=g.components, instances=g.instances,
                        workload_ref={"name": name, "podGroup": groups[g.name]})
                   for g in chosen)
     return GangPlan(mechanism=WORKLOAD_API, member_mechanism=WORKLOAD_API,
                     objects=(workload,), joins=joins, skipped=skipped)
 
 
-def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
-                    units: Mapping[str, Sequence[str]], *, hub_id: str,
+def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *, hub_id: str,
                     skipped: tuple[str, ...]) -> GangPlan:
     """A coscheduling PodGroup per chosen gang, its pods joined by label."""
     namespace = (copy.get("metadata") or {}).get("namespace")
@@ -161,15 +225,15 @@ def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[Gang],
     stamps = _stamps(copy, hub_id=hub_id)
     objects = []
     joins_list = []
-    for gang in chosen:
-        name = _name(f"{base}-{gang.name}", _LABEL_MAX)
+    for group in chosen:
+        name = _name(f"{base}-{group.name}", _LABEL_MAX)
         objects.append({
             "apiVersion": POD_GROUP.api_version, "kind": POD_GROUP.kind,
             "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
                          **stamps},
-            "spec": {"minMember": gang.min_pods}})
-        joins_list.append(Join(gang=gang.name, components=tuple(units[gang.name]),
-                               labels={POD_GROUP_LABEL: name}))
+            "spec": {"minMember": group.min_count}})
+        joins_list.append(Join(gang=group.name, components=group.components,
+                               instances=group.instances, labels={POD_GROUP_LABEL: name}))
     return GangPlan(mechanism=COSCHEDULING, member_mechanism=COSCHEDULING,
                     objects=tuple(objects), joins=tuple(joins_list), skipped=skipped)
 
@@ -197,7 +261,8 @@ def join(copy: Mapping[str, Any], definition: Definition | None, gang_plan: Gang
         return out
     for each in gang_plan.joins:
         out = mutate_pods(out, definition, components=each.components, labels=each.labels,
-                          workload_ref=each.workload_ref, locate=locate)
+                          workload_ref=each.workload_ref, instances=each.instances,
+                          locate=locate)
     return out
 
 
@@ -234,12 +299,15 @@ def _joinable(definition: Definition, components: Sequence[str], *, mechanism: M
     return True
 
 
-def _overlap(groups: Sequence[Sequence[str]]) -> bool:
-    seen: set[str] = set()
+def _overlap(groups: Sequence[_Group]) -> bool:
+    """Whether two groups would write the same pod template."""
+    seen: set[tuple[str, int | None]] = set()
     for group in groups:
-        if seen & set(group):
+        mine = group.templates()
+        if any((c, i) in seen or (c, None) in seen or (i is None and any(
+                c == other for other, _ in seen)) for c, i in mine):
             return True
-        seen |= set(group)
+        seen |= mine
     return False
 
 

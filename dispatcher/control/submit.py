@@ -45,7 +45,6 @@ from dispatcher.workloads.bounded import (
     EvaluationUnavailable,
     ObjectQuarantined,
 )
-from dispatcher.workloads.demand import Gang
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.gangs import gang_components
 from dispatcher.workloads.model import Definition
@@ -146,7 +145,7 @@ class MemberWrites:
         """The copy's body, the pods to dry-run and the gang plan for ``cluster``, or the
         ``Rejection`` when the copy cannot be built (a busy evaluator raises instead)."""
         mechanism = await self._gang_mechanism(client, cluster)
-        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else None
         try:
             pins = await self._pins(uid, workload, domains)
             body, templates, gang_plan = await self._off_loop(
@@ -169,11 +168,11 @@ class MemberWrites:
         return await gangwrites.usable(
             client, snapshot.gang_mechanism if snapshot is not None else NONE)
 
-    async def _gangs(self, uid: str, workload: Mapping[str, Any]) -> tuple[Gang, ...]:
-        """The resolved gangs of ``workload`` (none when it cannot be resolved: its copy
-        is refused anyway by ``refused_fields``)."""
+    async def _gangs(self, uid: str, workload: Mapping[str, Any]) -> Resolution | None:
+        """The resolution whose gangs and instances the gang plan reads (None when it
+        cannot be resolved: its copy is refused anyway by ``refused_fields``)."""
         resolution = await self._resolution(uid, workload)
-        return () if isinstance(resolution, str) else resolution.demand.gangs
+        return None if isinstance(resolution, str) else resolution
 
     async def _submit(self, client: KubeClient, ref: ResourceRef, *, cluster: str,
                       namespace: str, body: Mapping[str, Any],
@@ -235,7 +234,7 @@ class MemberWrites:
                         uid: str = "", pins: Domains | None = None) -> dict[str, Any]:
         """The member copy of ``workload`` (stamped, mutated, kept to ``pins``; its gangs
         joined to ``mechanism``, as they were when the copy was created)."""
-        gangs = await self._gangs(uid, workload) if mechanism != NONE else ()
+        gangs = await self._gangs(uid, workload) if mechanism != NONE else None
         body, _ = await self._off_loop(workload, lambda w, d: self._joined(
             w, d, pins=pins, mechanism=mechanism, gangs=gangs))
         return body
@@ -263,7 +262,7 @@ class MemberWrites:
 
     def _copy_and_templates(self, workload: Mapping[str, Any], definition: Definition | None,
                             *, pins: Domains | None = None, mechanism: Mechanism = NONE,
-                            gangs: Sequence[Gang] = ()
+                            gangs: Resolution | None = None
                             ) -> tuple[dict[str, Any], list[PodTemplate], gangsched.GangPlan]:
         body, gang_plan = self._joined(workload, definition, pins=pins, mechanism=mechanism,
                                        gangs=gangs)
@@ -273,16 +272,19 @@ class MemberWrites:
             definition, subject=workload)), gang_plan
 
     def _joined(self, workload: Mapping[str, Any], definition: Definition | None, *,
-                mechanism: Mechanism, gangs: Sequence[Gang], pins: Domains | None = None
+                mechanism: Mechanism, gangs: Resolution | None, pins: Domains | None = None
                 ) -> tuple[dict[str, Any], gangsched.GangPlan]:
-        """The copy, kept to ``pins``, with its gangs joined to the member's mechanism
-        (``gangsched``)."""
+        """The copy, kept to ``pins``, with the gangs of the resolution ``gangs`` joined to
+        the member's mechanism (``gangsched``: its instances' creation stages split them)."""
         body = self._copy_of(workload, definition, pins)
         units = gang_components(definition, default_name=str(
             workload["metadata"].get("name") or definition.root.name)) \
             if definition is not None else {}
-        gang_plan = gangsched.plan(mechanism=mechanism, definition=definition, gangs=gangs,
-                                   units=units, copy=body, hub_id=self.settings.hub_id)
+        gang_plan = gangsched.plan(
+            mechanism=mechanism, definition=definition,
+            gangs=gangs.demand.gangs if gangs is not None else (), units=units, copy=body,
+            hub_id=self.settings.hub_id,
+            instances=[i for c in gangs.components for i in c.instances] if gangs else ())
         locate = self.live.evaluator.locator(definition, subject=workload) \
             if definition is not None else in_process
         return gangsched.join(body, definition, gang_plan, locate=locate), gang_plan

@@ -120,17 +120,29 @@ class SpecSource:
 
 @dataclass(frozen=True, kw_only=True)
 class Scale:
-    """Replica paths; ``pods_per_replica`` is the dispatcher's extension."""
+    """Replica paths; ``pods_per_replica``, ``creation_stage`` and ``pod_waves`` are the
+    dispatcher's extensions (docs/definitions.md §3.1, §3.8).
+
+    ``creation_stage`` says, per instance, when the operator creates its pods: instances
+    of one workload in different stages are created at different times (a later stage
+    once an earlier one is ready or done), so a member gang must never hold them
+    together. ``pod_waves`` says, per instance, that its pods come in waves (fewer exist
+    at once than it will run, later ones replacing finished ones): no minimum of them is
+    ever sure to exist at once.
+    """
 
     replicas: Expr | None = None
     min_replicas: Expr | None = None
     max_replicas: Expr | None = None
     pods_per_replica: Expr | None = None
+    creation_stage: Expr | None = None
+    pod_waves: Expr | None = None
 
     def exprs(self) -> tuple[Expr, ...]:
         """The defined paths resolve evaluates (maxReplicas is not), in a fixed order."""
         return tuple(e for e in (self.replicas, self.min_replicas, self.max_replicas,
-                                 self.pods_per_replica) if e is not None and e.slot >= 0)
+                                 self.pods_per_replica, self.creation_stage, self.pod_waves)
+                     if e is not None and e.slot >= 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,7 @@ all of one object's paths in one call.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,14 +51,16 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                 priority_class_name: str | None = None,
                 workload_ref: Mapping[str, str] | None = None,
                 components: Iterable[str] | None = None,
+                instances: Mapping[str, Collection[int]] | None = None,
                 locate: Locator = in_process, in_place: bool = False) -> dict[str, Any]:
     """A copy of ``obj`` with the given fields set on the pods of every instance
     (``in_place``: ``obj`` itself, a dict the caller has just built and owns).
 
     Maps (labels, annotations, nodeSelector) are merged over what the template has;
     tolerations are appended unless already present; strings and ``workload_ref`` are
-    replaced. ``components``
-    limits the change to those pod-creating components (all by default).
+    replaced. ``components`` limits the change to those pod-creating components (all by
+    default), ``instances`` a component to the templates of those instances (indexes in
+    the order its instance id path gives them: the order of its spec path's results).
     """
     wanted: dict[str, Any] = {}
     for key, value in (("labels", labels), ("annotations", annotations),
@@ -84,9 +86,11 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{plan[i][0].name}")
     for (comp, key, value, expr, suffix), each in zip(plan, found, strict=True):
-        for location in each:
-            _apply(out, [*location, *suffix], key=key, value=value,
-                   where=f"component {comp.name}: {expr.field}")
+        only = (instances or {}).get(comp.name)
+        for index, location in enumerate(each):
+            if only is None or index in only:
+                _apply(out, [*location, *suffix], key=key, value=value,
+                       where=f"component {comp.name}: {expr.field}")
     return out
 
 

@@ -43,7 +43,8 @@ _COMPONENT = frozenset({"name", "kind", "ownerRef", "specDefinition", "scaleDefi
 _SPECDEF = frozenset({"podTemplateSpecPath", "podSpecPath", "metadataPath",
                       "fragmentedPodSpecDefinition"})
 _SCALE = {"replicasPath": "replicas", "minReplicasPath": "min_replicas",
-          "maxReplicasPath": "max_replicas", "podsPerReplicaPath": "pods_per_replica"}
+          "maxReplicasPath": "max_replicas", "podsPerReplicaPath": "pods_per_replica",
+          "creationStagePath": "creation_stage", "podWavesPath": "pod_waves"}
 _SELECTOR = frozenset({"componentTypeSelector", "componentInstanceSelector", "replicaSelector"})
 
 

@@ -9,7 +9,7 @@ are upstream's (reference §2.5, §2.7); pod counts and gangs are the dispatcher
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from dispatcher.workloads.errors import ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
 from dispatcher.workloads.instances import MAPPINGS, SPEC_IN, instance_ids, pod_specs
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
-from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus
+from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus, Scale
 from dispatcher.workloads.podfields import PodField, scheduling_fields
 from dispatcher.workloads.podspec import pod_needs
 from dispatcher.workloads.status import StatusReading, read_status
@@ -37,12 +37,25 @@ Results = Sequence[list[Any] | JqFailure]
 
 @dataclass(frozen=True, kw_only=True)
 class Instance(Member):
-    """One instance of a pod-creating component at its desired scale (a gang member)."""
+    """One instance of a pod-creating component at its desired scale (a gang member).
+
+    ``stage`` is when its operator creates its pods (``scaleDefinition.creationStagePath``;
+    ``""``: with the workload) and ``waves`` whether they come in waves
+    (``podWavesPath``): what a member gang may hold together (``control.gangsched``)."""
+
+    stage: str = ""
+    waves: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The DESIGN.md ``components[].instances[]`` entry."""
-        return {"id": self.id, "replicas": self.replicas, "pods": self.pods,
-                "gpusPerPod": self.needs.gpus}
+        """The DESIGN.md ``components[].instances[]`` entry (``stage`` and ``waves`` only
+        when the definition says so)."""
+        out: dict[str, Any] = {"id": self.id, "replicas": self.replicas, "pods": self.pods,
+                               "gpusPerPod": self.needs.gpus}
+        if self.stage:
+            out["stage"] = self.stage
+        if self.waves:
+            out["waves"] = True
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,10 +290,34 @@ def _instances(comp: Component, values: BatchValues, scheduling: list[PodField]
         except ValueError as error:
             raise values.fail(spec_expr, str(error)) from None
         scheduling.extend(_scheduling(comp, values, spec_expr, index, spec))
+        stage, waves = _creation(scale, values, columns, index)
         out.append(Instance(component=comp.name, id=instance_id, replicas=replicas,
                             pods_per_replica=per, pods=replicas * per,
-                            min_pods=min(effective, replicas) * per, needs=needs))
+                            min_pods=min(effective, replicas) * per, needs=needs,
+                            stage=stage, waves=waves))
     return tuple(out)
+
+
+def _creation(scale: Scale | None, values: BatchValues, columns: Mapping[Expr, list[Any]],
+              index: int) -> tuple[str, bool]:
+    """(stage, waves) of instance ``index``: ``creationStagePath`` gives a string or a
+    number (null: with the workload), ``podWavesPath`` a boolean (null: false)."""
+    if scale is None:
+        return "", False
+    stage, waves = "", False
+    if scale.creation_stage is not None and scale.creation_stage.slot >= 0:
+        value = columns[scale.creation_stage][index]
+        if isinstance(value, bool) or not isinstance(value, str | int | float | None):
+            raise values.fail(scale.creation_stage, f"a creation stage must be a string or "
+                                                    f"a number, not {value!r}")
+        stage = "" if value is None else str(value)
+    if scale.pod_waves is not None and scale.pod_waves.slot >= 0:
+        value = columns[scale.pod_waves][index]
+        if value is not None and not isinstance(value, bool):
+            raise values.fail(scale.pod_waves, f"podWavesPath must give a boolean, not "
+                                               f"{value!r}")
+        waves = bool(value)
+    return stage, waves
 
 
 def _scheduling(comp: Component, values: BatchValues, expr: Expr, index: int, spec: Any

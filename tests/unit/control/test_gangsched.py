@@ -48,25 +48,31 @@ def _pod(gpus: int = 1) -> dict[str, Any]:
                  "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
 
 
-def jobset(*, name: str = "train", workers: int = 3) -> dict[str, Any]:
-    """A JobSet of a leader Job (1 pod) and a workers Job (``workers`` pods), 1 GPU each."""
-    def rjob(rname: str, pods: int) -> dict[str, Any]:
+def jobset(*, name: str = "train", workers: int = 3, leader: int = 1,
+           completions: int | None = None) -> dict[str, Any]:
+    """A JobSet of a leader Job (``leader`` pods) and a workers Job (``workers`` pods at
+    once, ``completions`` in all), 1 GPU each."""
+    def rjob(rname: str, pods: int, total: int | None = None) -> dict[str, Any]:
         return {"name": rname, "replicas": 1, "template": {"spec": {
-            "parallelism": pods, "completions": pods, "template": _pod()}}}
+            "parallelism": pods, "completions": total or pods, "template": _pod()}}}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": "team-a", "uid": "uid-1",
                          "generation": 1},
-            "spec": {"replicatedJobs": [rjob("leader", 1), rjob("workers", workers)]}}
+            "spec": {"replicatedJobs": [rjob("leader", leader),
+                                        rjob("workers", workers, completions)]}}
 
 
 def _planned(obj: dict[str, Any], mechanism: Any, definition: Definition | None = JOBSET
              ) -> tuple[dict[str, Any], Any]:
     assert definition is not None
     copy = build_copy(obj, hub_id=HUB, definition=definition)
-    gangs = CATALOG.resolve(obj).demand.gangs if definition is JOBSET else ()
+    resolution = CATALOG.resolve(obj) if definition is JOBSET else None
+    gangs = resolution.demand.gangs if resolution is not None else ()
+    instances = [i for c in resolution.components for i in c.instances] \
+        if resolution is not None else []
     units = gang_components(definition, default_name=obj["metadata"]["name"])
     return copy, plan(mechanism=mechanism, definition=definition, gangs=gangs, units=units,
-                      copy=copy, hub_id=HUB)
+                      copy=copy, hub_id=HUB, instances=instances)
 
 
 def _templates(copy: dict[str, Any]) -> list[dict[str, Any]]:
@@ -90,6 +96,69 @@ def test_jobset_gang_becomes_one_workload_with_one_pod_group() -> None:
     assert mechanism_of(joined) == WORKLOAD_API
     assert joined["metadata"]["annotations"][MECHANISM_ANNOTATION] == WORKLOAD_API
     assert "workloadRef" not in _templates(copy)[0]["spec"]  # the input is not modified
+
+
+def _pod_groups(found: Any) -> list[tuple[str, int]]:
+    (workload,) = found.objects
+    return [(g["name"], g["policy"]["gang"]["minCount"]) for g in workload["spec"]["podGroups"]]
+
+
+def test_an_in_order_jobset_is_one_gang_per_replicated_job() -> None:
+    """startupPolicy InOrder: the JobSet controller creates the workers' Job only once the
+    leader's is ready. One gang of both would hold the leader's pod for pods that do not
+    exist yet (the deadlock of issue 34): each replicated job is its own pod group."""
+    obj = jobset(leader=2, workers=3)
+    obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    copy, found = _planned(obj, WORKLOAD_API)
+    assert _pod_groups(found) == [("train-leader", 2), ("train-workers", 3)]
+    leader, workers = _templates(join(copy, JOBSET, found))
+    assert leader["spec"]["workloadRef"] == {"name": "jobset-train",
+                                             "podGroup": "train-leader"}
+    assert workers["spec"]["workloadRef"] == {"name": "jobset-train",
+                                              "podGroup": "train-workers"}
+    assert CATALOG.resolve(obj).demand.gangs[0].min_pods == 5  # placement: all at once
+
+
+def test_a_one_pod_stage_is_not_held_and_says_so() -> None:
+    obj = jobset(leader=1, workers=4)
+    obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    copy, found = _planned(obj, COSCHEDULING)
+    assert [g["metadata"]["name"] for g in found.objects] == ["jobset-train-train-workers"]
+    assert any("stage leader has 1 pod" in line for line in found.skipped)
+    leader, workers = _templates(join(copy, JOBSET, found))
+    assert POD_GROUP_LABEL not in leader["metadata"]["labels"]
+    assert workers["metadata"]["labels"][POD_GROUP_LABEL] == "jobset-train-train-workers"
+
+
+def test_depends_on_makes_the_dependent_a_stage_and_the_rest_stay_together() -> None:
+    obj = jobset(leader=2, workers=3)
+    obj["spec"]["replicatedJobs"].append({**obj["spec"]["replicatedJobs"][1],
+                                          "name": "eval", "dependsOn": [
+                                              {"name": "workers", "status": "Complete"}]})
+    copy, found = _planned(obj, WORKLOAD_API)
+    assert _pod_groups(found) == [("train", 5), ("train-eval", 3)]
+    leader, workers, evaluation = _templates(join(copy, JOBSET, found))
+    assert leader["spec"]["workloadRef"]["podGroup"] == "train"
+    assert workers["spec"]["workloadRef"]["podGroup"] == "train"
+    assert evaluation["spec"]["workloadRef"]["podGroup"] == "train-eval"
+
+
+def test_pods_in_waves_join_no_gang() -> None:
+    """parallelism 3 of completions 5: the Job's last wave has 2 pods, fewer than a gang
+    of 3 (or 4) would wait for; the scheduler does not count finished pods."""
+    copy, found = _planned(jobset(leader=2, workers=3, completions=5), WORKLOAD_API)
+    assert _pod_groups(found) == [("train", 2)]
+    assert any("workers's pods come in waves" in line for line in found.skipped)
+    leader, workers = _templates(join(copy, JOBSET, found))
+    assert leader["spec"]["workloadRef"]["podGroup"] == "train"
+    assert "workloadRef" not in workers["spec"]
+
+
+def test_a_jobset_without_stages_keeps_its_one_gang() -> None:
+    obj = jobset()
+    obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "AnyOrder"}
+    _, found = _planned(obj, WORKLOAD_API)
+    assert _pod_groups(found) == [("train", 4)]
 
 
 def test_gang_objects_carry_the_copys_ownership_stamps_but_are_not_copies() -> None:
