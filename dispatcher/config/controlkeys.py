@@ -162,6 +162,7 @@ def _failover(fo: Reader, *, pending_refresh_s: float) -> Rules:
     rules = Rules(policy=fo.choice("policy", "if-not-started", POLICIES),  # type: ignore[arg-type]
                   member_lost_after=fo.number("memberLostAfter", 300.0),
                   stuck_after=fo.number("stuckAfter", 0.0),
+                  gang_stall_after=fo.number("gangStalledAfter", 120.0),
                   max_attempts=fo.integer("maxAttempts", 3, minimum=1),
                   pending_refresh_s=pending_refresh_s)
     fo.done()

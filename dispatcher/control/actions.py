@@ -72,6 +72,8 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
         return await _report_conflict(w, uid, snap, action)
     if kind is ActionKind.MARK_UNKNOWN:
         return await _mark_unknown(w, uid, snap, action)
+    if kind in (ActionKind.REPORT_STALL, ActionKind.CLEAR_STALL):
+        return await _gang_stall(w, uid, snap, action)
     if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
         if action.rejection is not None:
             return await _rejected(w, uid, snap, action, action.rejection)
@@ -169,6 +171,20 @@ async def _report_conflict(w: Writer, uid: str, snap: Snapshot, action: Action) 
     log.warning("workload.conflict", uid=uid, member=action.member, reason=action.reason)
     w.event(snap.workload or {}, reason="Conflict", message=action.reason, warning=True)
     return later(30.0)
+
+
+async def _gang_stall(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+    """``GangStalled`` True (a warning Event too) or False again once pods bind."""
+    stalled = action.kind is ActionKind.REPORT_STALL
+    await w.patch_record(uid, {"conditions": [records.condition(
+        type_="GangStalled", status=stalled, reason="NoPodBound" if stalled else "PodsBound",
+        message=action.reason, now=snap.now)]})
+    if stalled:
+        log.warning("gang.stalled", uid=uid, member=action.member, reason=action.reason)
+        w.event(snap.workload or {}, reason="GangStalled", message=action.reason, warning=True)
+    else:
+        log.info("gang.moving", uid=uid, member=action.member, reason=action.reason)
+    return AGAIN
 
 
 async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:

@@ -57,7 +57,12 @@ Branch order (first match wins):
     past stuckAfter after submission
 18  copy ours, hub spec changed since written      UPDATE_COPY (the hub object is the truth)
 19  copy ours, status differs from the hub's       MIRROR
-20  otherwise                                      NOTHING (or WAIT until the stuck deadline)
+19a copy joined to a member gang, never up, no     REPORT_STALL (GangStalled=True, once)
+    GPU pod bound gangStalledAfter after
+    submission, the member has room for it
+19b GangStalled reported, pods bound since         CLEAR_STALL (GangStalled=False)
+20  otherwise                                      NOTHING (or WAIT until the stuck or the
+                                                   stall deadline)
 ==  =============================================  ==========================================
 """
 
@@ -119,6 +124,8 @@ class ActionKind(StrEnum):
     FAIL = "fail"
     MARK_UNKNOWN = "mark-unknown"
     REPORT_CONFLICT = "report-conflict"
+    REPORT_STALL = "report-stall"
+    CLEAR_STALL = "clear-stall"
     SUBMIT = "submit"
     ADOPT = "adopt"
     UPDATE_COPY = "update-copy"
@@ -150,6 +157,11 @@ class Copy:
     seen_at: float = 0.0
     gang_mechanism: str = "none"
     """The member gang mechanism its gangs were joined to (``control.gangsched``)."""
+    bound_pods: int = 0
+    """Of a copy joined to a gang: its GPU pods bound to a node and not finished."""
+    room_gpus: int | None = None
+    """Of a copy joined to a gang: the member's free GPUs plus those still reserved for
+    it (None: not known)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,12 +178,15 @@ class Rules:
     how often a pending reason's numbers are rewritten (``queue.pendingRefresh``).
 
     ``stuck_after`` <= 0 disables stuck detection; ``max_attempts`` bounds placements of
-    one workload (the last failed attempt makes it Failed).
+    one workload (the last failed attempt makes it Failed). ``gang_stall_after`` (<= 0:
+    off) is how long a copy joined to a member gang may have no pod bound, while the
+    member has room for it, before its Dispatch says ``GangStalled``.
     """
 
     policy: FailoverPolicy = "if-not-started"
     member_lost_after: float = 300.0
     stuck_after: float = 0.0
+    gang_stall_after: float = 120.0
     max_attempts: int = 3
     pending_refresh_s: float = DEFAULT_REFRESH_S
 
@@ -347,10 +362,42 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
     if (dict(copy.status or {}) != dict(workload.get("status") or {})
             or (copy.generic or None) != record.generic_status):
         return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)
-    if rules.stuck_after > 0 and stuck and record.submitted_at:
+    stall, stall_at = _gang_stall(snap, record, cluster, stuck=stuck)
+    if stall is not None:
+        return stall
+    deadlines = [at for at in (stall_at, record.submitted_at + rules.stuck_after
+                               if rules.stuck_after > 0 and stuck and record.submitted_at
+                               else None) if at is not None]
+    if deadlines:
         return Action(kind=ActionKind.WAIT, member=cluster, reason="not started yet",
-                      recheck_after=record.submitted_at + rules.stuck_after - snap.now)
+                      recheck_after=min(deadlines) - snap.now)
     return Action(kind=ActionKind.NOTHING, member=cluster, reason="in sync")
+
+
+def _gang_stall(snap: Snapshot, record: DispatchRecord, cluster: str, *, stuck: bool
+                ) -> tuple[Action | None, float | None]:
+    """Rows 19a/19b: a copy whose member gang holds every pod while the member has room
+    (a gang its operator never completes: pods created in stages the definition did not
+    declare) is said on the Dispatch, and unsaid once pods bind. Also the time to look
+    again when it may become one."""
+    copy, after = snap.copy, snap.rules.gang_stall_after
+    if record.gang_stalled:
+        if copy.bound_pods > 0 or not stuck:
+            return Action(kind=ActionKind.CLEAR_STALL, member=cluster,
+                          reason=f"{copy.bound_pods} pod(s) bound on {cluster}"), None
+        return None, None
+    if (after <= 0 or copy.gang_mechanism == "none" or not stuck or copy.bound_pods > 0
+            or not record.submitted_at or not record.gpus or copy.room_gpus is None
+            or copy.room_gpus < record.gpus):
+        return None, None  # CPU-only (its pods are not seen) or waiting for room
+    waited = snap.now - record.submitted_at
+    if waited < after:
+        return None, record.submitted_at + after
+    return Action(kind=ActionKind.REPORT_STALL, member=cluster, reason=(
+        f"no pod of the copy bound on {cluster} {waited:.0f}s after submission, with "
+        f"{copy.room_gpus} GPUs there for its {record.gpus}: its gangs are held by "
+        f"{copy.gang_mechanism} and its operator may never create the rest of a gang "
+        f"(pods created in stages its definition does not declare)")), None
 
 
 def decide(snap: Snapshot) -> Action:

@@ -46,6 +46,7 @@ from dispatcher.control.writer import Writer
 from dispatcher.control.writes import Writes
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
+from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
@@ -143,15 +144,29 @@ class Reconciler:
                 workload, strip_nulls(found.obj.get("status") or {}),
                 hub_owns_status=self._hub_owns_status(workload))
             status = hub if target is None else target
+            mechanism = mechanism_of(found.obj)
+            bound, room = self._gang_progress(cluster, uid) if mechanism != NONE \
+                else (0, None)
             return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
-                        seen_at=found.seen_at, gang_mechanism=mechanism_of(found.obj))
+                        seen_at=found.seen_at, gang_mechanism=mechanism,
+                        bound_pods=bound, room_gpus=room)
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
         key = GroupVersionKind.of(str(workload.get("apiVersion")), str(workload.get("kind")))
         synced = (cluster, key) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
+
+    def _gang_progress(self, cluster: str, uid: str) -> tuple[int, int | None]:
+        """(GPU pods bound, GPUs the member has for it: free plus still reserved for it)
+        of a copy joined to a member gang (``decide``'s GangStalled rows)."""
+        book = self.fleet.reservations(cluster)
+        member = self.fleet.snapshot(cluster)
+        if book is None or member is None:
+            return 0, None
+        held = book.get(uid)
+        return book.bound(uid), member.capacity.free + (held.gpus if held else 0)
 
     def _shared_definition(self, workload: Mapping[str, Any]) -> Definition | None:
         """The workload's definition when the hub is shared (its hold matters), else None."""

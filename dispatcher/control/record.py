@@ -110,6 +110,8 @@ class DispatchRecord:
     synced_generation: int = 0  # hub metadata.generation last written to the copy
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
     started_at: float | None = None  # first seen running (or past it): never stuck after
+    gpus: int | None = None  # the demand's GPUs (status, else the one made at create)
+    gang_stalled: bool = False  # GangStalled=True: the member's gang holds every pod
     domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
     # The first decision, demand and definition, made at create (``spec``) and not yet in
     # status: the ``Submitted`` write copies them there (``settled_status``).
@@ -194,8 +196,19 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         domains=tuple(domains),
         mirror_refused=any(c.get("type") == "StatusMirrored" and c.get("status") == "False"
                            for c in status.get("conditions") or ()),
+        gpus=_demand_gpus(status.get("demand"), spec.get("demand")),
+        gang_stalled=any(c.get("type") == "GangStalled" and c.get("status") == "True"
+                         for c in status.get("conditions") or ()),
         unsettled=unsettled,
     )
+
+
+def _demand_gpus(*demands: Any) -> int | None:
+    """The GPUs of the first demand that says them (status's, then spec's)."""
+    for demand in demands:
+        if isinstance(demand, Mapping) and isinstance(demand.get("gpus"), int):
+            return int(demand["gpus"])
+    return None
 
 
 def dispatch_name(workload: Mapping[str, Any], *, qualified: bool = False) -> str:

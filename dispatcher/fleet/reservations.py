@@ -105,6 +105,8 @@ class MemberReservations:
         self._held: dict[str, Reservation] = {}
         # Bound pods carrying HUB_UID_LABEL: pod key -> (workload uid, node, GPUs).
         self._pods: dict[str, tuple[str, str, int]] = {}
+        # ... how many of them each workload has (``bound``: no scan of every pod).
+        self._bound: dict[str, int] = {}
         # Pod keys already taken off each held reservation (rule 1).
         self._taken: dict[str, set[str]] = {}
 
@@ -120,6 +122,23 @@ class MemberReservations:
 
     def get(self, workload_uid: str) -> Reservation | None:
         return self._held.get(workload_uid)
+
+    def bound(self, workload_uid: str) -> int:
+        """How many of the workload's pods are bound to a node and not finished now."""
+        return self._bound.get(workload_uid, 0)
+
+    def _remember(self, key: str, entry: tuple[str, str, int] | None) -> None:
+        """Set (or with None, drop) a bound pod, keeping the per-workload counts."""
+        old = self._pods.pop(key, None)
+        if old is not None:
+            left = self._bound.get(old[0], 0) - 1
+            if left > 0:
+                self._bound[old[0]] = left
+            else:
+                self._bound.pop(old[0], None)
+        if entry is not None:
+            self._pods[key] = entry
+            self._bound[entry[0]] = self._bound.get(entry[0], 0) + 1
 
     def _apply(self, reservation: Reservation, sign: int) -> None:
         for node, gpus in reservation.nodes:
@@ -163,24 +182,24 @@ class MemberReservations:
         binding = pod_binding(pod)
         key = pod_key(pod)
         if owner is None or binding is None:
-            self._pods.pop(key, None)  # unbound or finished: nothing to give back (rule 1)
+            self._remember(key, None)  # unbound or finished: nothing to give back (rule 1)
             return
         entry = (owner, binding[0], binding[1])
         if self._pods.get(key) == entry:
             return
-        self._pods[key] = entry
+        self._remember(key, entry)
         self._take(owner, key, binding[0], binding[1])
 
     def delete_pod(self, pod: Mapping[str, Any] | str) -> None:
         """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""
-        self._pods.pop(pod if isinstance(pod, str) else pod_key(pod), None)
+        self._remember(pod if isinstance(pod, str) else pod_key(pod), None)
 
     def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full pod list: pods missing from it are forgotten, the rest upserted."""
         pods = list(pods)
         present = {pod_key(p) for p in pods}
         for key in [k for k in self._pods if k not in present]:
-            del self._pods[key]
+            self._remember(key, None)
         for raw in pods:
             self.upsert_pod(raw)
 

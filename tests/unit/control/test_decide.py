@@ -286,3 +286,50 @@ def test_never_submits_to_unreachable_or_foreign(*, copy: CopyState, phase: str,
         assert reachable and copy is CopyState.ABSENT and not deleting
     if action.kind is ActionKind.DELETE_COPY:
         assert reachable and copy is CopyState.OURS and deleting
+
+
+# -- GangStalled (rows 19a, 19b) ----------------------------------------------------------
+
+GANGED = replace(OURS, generic="initializing", gang_mechanism="workload-api", bound_pods=0,
+                 room_gpus=8)
+WAITING = replace(SUBMITTED, phase=Phase.INITIALIZING, generic_status="initializing",
+                  gpus=4, submitted_at=NOW - 200)
+
+
+def _ganged(record_: DispatchRecord = WAITING, **copy: Any) -> Snapshot:
+    return Snapshot(now=NOW, workload=workload(), record=record_,
+                    copy=replace(GANGED, **copy), rules=Rules(gang_stall_after=120))
+
+
+@pytest.mark.parametrize(("name", "snap", "wanted"), [
+    ("no pod bound past the bound, room there", _ganged(), ActionKind.REPORT_STALL),
+    ("not yet past the bound", _ganged(replace(WAITING, submitted_at=NOW - 60)),
+     ActionKind.WAIT),
+    ("a pod bound", _ganged(bound_pods=1), ActionKind.NOTHING),
+    ("no room: waiting for capacity, not stalled", _ganged(room_gpus=2), ActionKind.NOTHING),
+    ("room not known", _ganged(room_gpus=None), ActionKind.NOTHING),
+    ("no gang mechanism", _ganged(gang_mechanism="none"), ActionKind.NOTHING),
+    ("CPU only: its pods are not seen", _ganged(replace(WAITING, gpus=0)), ActionKind.NOTHING),
+    ("once started, never stalled", _ganged(replace(WAITING, started_at=NOW - 100)),
+     ActionKind.NOTHING),
+    ("already said", _ganged(replace(WAITING, gang_stalled=True)), ActionKind.NOTHING),
+    ("said, pods bound since", _ganged(replace(WAITING, gang_stalled=True), bound_pods=3),
+     ActionKind.CLEAR_STALL),
+    ("said, running since", _ganged(
+        replace(WAITING, gang_stalled=True, generic_status="running", phase=Phase.RUNNING),
+        generic="running"), ActionKind.CLEAR_STALL),
+    ("off", replace(_ganged(), rules=Rules(gang_stall_after=0)), ActionKind.NOTHING),
+])
+def test_gang_stall(name: str, snap: Snapshot, wanted: ActionKind) -> None:
+    assert decide(snap).kind is wanted, name
+
+
+def test_a_stall_names_the_numbers_and_the_wait_is_until_its_deadline() -> None:
+    action = decide(_ganged())
+    assert "no pod of the copy bound on m1 200s after submission" in action.reason
+    assert "8 GPUs there for its 4" in action.reason and "workload-api" in action.reason
+    waiting = decide(_ganged(replace(WAITING, submitted_at=NOW - 60)))
+    assert waiting.recheck_after == pytest.approx(60)
+    both = decide(replace(_ganged(replace(WAITING, submitted_at=NOW - 60)),
+                          rules=Rules(gang_stall_after=120, stuck_after=100)))
+    assert both.recheck_after == pytest.approx(40)  # the earlier deadline

@@ -221,3 +221,16 @@ def test_a_placement_says_resolved_true_over_an_earlier_resolved_false() -> None
     by_type = {c["type"]: c for c in merged}
     assert by_type["Placed"]["status"] == by_type["Resolved"]["status"] == "True"
     assert by_type["Resolved"]["reason"] == "Resolved" and by_type["Resolved"]["message"] == ""
+
+
+def test_a_stalled_gang_and_the_demands_gpus_read_back() -> None:
+    obj = with_status(base(), {"demand": {"pods": 5, "gpus": 4}, "conditions": [
+        record.condition(type_="GangStalled", status=True, reason="NoPodBound",
+                         message="m", now=NOW)]})
+    read = record.read(obj)
+    assert read.gang_stalled and read.gpus == 4
+    cleared = record.read(with_status(obj, {"conditions": [record.condition(
+        type_="GangStalled", status=False, reason="PodsBound", message="m", now=NOW)]}))
+    assert not cleared.gang_stalled
+    at_create = apply_merge(base(), {"spec": {"demand": {"gpus": 8}}})
+    assert record.read(at_create).gpus == 8 and record.read(base()).gpus is None

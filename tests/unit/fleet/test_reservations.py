@@ -67,6 +67,26 @@ def test_bound_pods_shrink_the_reservation_once_and_end_it() -> None:
     assert "w1" not in book and cap.free == 8 and cap.reserved == 0
 
 
+def test_bound_counts_each_workloads_bound_pods_through_every_event() -> None:
+    """``bound`` (the GangStalled rows' input) follows binds, finishes, deletes and
+    re-lists, and counts a repeated event once."""
+    cap, book = _cluster()
+    assert book.bound("w1") == 0
+    first = _bind(cap, book, "p1", "w1", node_name="n1", gpus=2)
+    _bind(cap, book, "p2", "w1", node_name="n2", gpus=2)
+    _bind(cap, book, "p3", "w2", node_name="n2", gpus=2)
+    book.upsert_pod(first)  # a repeated event
+    assert (book.bound("w1"), book.bound("w2")) == (2, 1)
+    done = {**first, "status": {"phase": "Succeeded"}}
+    book.upsert_pod(done)
+    assert book.bound("w1") == 1
+    book.delete_pod("team-a/p2")
+    assert book.bound("w1") == 0
+    book.relist_pods([pod("p9", 2, node_name="n1") | {"metadata": {
+        "name": "p9", "namespace": "team-a", "labels": {HUB_UID_LABEL: "w1"}}}])
+    assert (book.bound("w1"), book.bound("w2")) == (1, 0)
+
+
 def test_unlabelled_and_unbound_pods_do_not_shrink() -> None:
     cap, book = _cluster()
     book.add(_res("w1", (("n1", 8),)))
