@@ -261,8 +261,15 @@ class KubeClient:
             while True:
                 try:
                     line = await resp.content.readline()
-                except (TimeoutError, aiohttp.ClientError) as exc:
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     raise Unreachable(f"{self.name}: watch {path}: {_describe(exc)}") from None
+                except RuntimeError as exc:
+                    # The connection closed under the read (aiohttp: "Connection closed."),
+                    # e.g. the client closed while its watch streamed: an outage, as
+                    # ``_send`` says it, never a crash of the watcher.
+                    if not (self._closed or "closed" in str(exc).lower()):
+                        raise
+                    raise Unreachable(f"{self.name}: watch {path}: connection closed") from None
                 if not line:
                     return
                 if line.strip():

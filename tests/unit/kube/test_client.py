@@ -12,6 +12,7 @@ import pytest
 
 from dispatcher.kube import pki
 from dispatcher.kube.client import KubeClient, KubeconfigError
+from dispatcher.kube.errors import Unreachable
 
 
 def _kubeconfig(token: str, server: str) -> dict[str, object]:
@@ -161,3 +162,36 @@ async def test_a_request_carries_what_call_api_gave_it() -> None:
     assert json.loads(body) == {"spec": {"at": "2026-12-01", "n": [1, 2]}}
     assert (get, version, get_body) == ("GET", "/version", b"")
     assert get_headers["authorization"] == "Bearer fresh-token"
+
+
+async def test_a_watch_whose_connection_closes_under_its_read_is_an_outage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp raises ``RuntimeError("Connection closed.")`` from a response body read when
+    the connection goes (a member removed while its copy watch streamed crashed the
+    controller, issue 35): ``stream`` says Unreachable, as ``_send`` does."""
+    class Content:
+        def __init__(self) -> None:
+            self.lines = [b'{"type":"BOOKMARK","object":{}}\n']
+
+        async def readline(self) -> bytes:
+            if self.lines:
+                return self.lines.pop()
+            raise RuntimeError("Connection closed.")
+
+    class Response:
+        content = Content()
+
+        def release(self) -> None:
+            pass
+
+    async def send(*_: Any, **__: Any) -> Response:
+        return Response()
+
+    config = _kubeconfig("t", "https://127.0.0.1:1")
+    async with await KubeClient.from_kubeconfig(config, name="m1") as client:
+        monkeypatch.setattr(client, "_send", send)
+        seen = []
+        with pytest.raises(Unreachable, match="m1: watch /api/v1/pods: connection closed"):
+            async for line in client.stream("/api/v1/pods", query=[], read_timeout=1):
+                seen.append(line)
+        assert seen == [{"type": "BOOKMARK", "object": {}}]
