@@ -27,7 +27,8 @@ Branch order (first match wins):
     not lost long enough
 4   gone or being deleted, otherwise               RELEASE_FINALIZER (the record's, and a
                                                    legacy one on the hub object), else NOTHING
-5   no record, a controller owns it                NOTHING (its owner's pod, Job, ...: never ours)
+5   no record, a controller owns it                NOTHING (its owner's pod, Job, ...: never ours,
+                                                   whatever finalizer it carries)
 6   no Dispatch record, no placement input yet     PLACE (shell resolves, reads the views)
 6a  no Dispatch record                             CREATE_RECORD (with the Placement: its
                                                    decision rides on the create; Pending
@@ -412,8 +413,8 @@ def decide(snap: Snapshot) -> Action:
         return _deleting(snap, workload)
     if record is None:
         owner = controller_owner(workload)
-        if owner is not None and FINALIZER not in (meta.get("finalizers") or ()):
-            return Action(kind=ActionKind.NOTHING,  # never taken: its owner's, not ours
+        if owner is not None:  # never taken: its owner's, not ours (only a record says
+            return Action(kind=ActionKind.NOTHING,  # it was taken before: not a finalizer
                           reason=f"owned by {owner}: part of its owner's workload")
         if snap.placing is None:
             return Action(kind=ActionKind.PLACE, reason="new workload")

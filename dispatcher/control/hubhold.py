@@ -10,8 +10,14 @@ catalog kind; the answer is an AdmissionReview response:
 - CREATE of a kind nothing can hold (``hubHold.refuse``, or no ``hubHold``): denied with the
   reason, so it never runs twice silently;
 - UPDATE that would drop a hold the object had: the hold put back;
+- UPDATE that would put a hold on an object created without one, touch the webhook's
+  ``HOLD_ANNOTATION``, change a managedBy value or give a held object a controller owner:
+  denied (``update_refusal``: the hold is set at creation and kept for the object's life);
 - a ``managedBy`` someone else set (Kueue MultiKueue): allowed unchanged, with a warning;
-  the controller does not dispatch it either (``unheld_reason``);
+  the controller does not dispatch it either (``unheld_reason``); the kind's own
+  controller's value (``hubHold.managedBy.controllers``) is no one else's: replaced;
+- a ``HOLD_ANNOTATION`` a CREATE comes with is removed unless the webhook sets the pause
+  itself (only its own marker unpauses a member copy);
 - CREATE of an object a controller owns (an ownerReference with ``controller: true``: the
   pods of a DaemonSet, the Jobs of an Argo Workflow): allowed as is. It is part of its
   owner's workload, never one of its own (``controller_owner``); the controller does not
@@ -33,13 +39,20 @@ from typing import Any
 
 from dispatcher.placement.selector import Selector
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.holds import HoldState, hold_patch, hold_state
+from dispatcher.workloads.holds import (
+    HOLD_ANNOTATION,
+    Hold,
+    HoldState,
+    hold_patch,
+    hold_state,
+    marker,
+    value_of,
+)
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.paths import value_at
 
 __all__ = ["NOT_OWNED", "WEBHOOK_NAME", "WEBHOOK_PATH", "HoldScope", "configuration",
-           "controller_owner",
-           "review", "unheld_reason"]
+           "controller_owner", "review", "unheld_reason", "update_refusal"]
 
 WEBHOOK_NAME = "hold.dispatcher.io"
 WEBHOOK_PATH = "/mutate"
@@ -93,6 +106,35 @@ def unheld_reason(obj: Mapping[str, Any], definition: Definition) -> str | None:
             f"dispatcher's webhook is installed")
 
 
+def update_refusal(old: Mapping[str, Any], new: Mapping[str, Any], hold: Hold, *,
+                   kind: str) -> str | None:
+    """Why an UPDATE may not pass (None: it may): the hold is the object's whole life.
+
+    Only the webhook sets a hold, at creation: an object that was not held cannot become
+    held (a pause put on later leaves what the hub already runs running, and a managedBy
+    put on later came after the hub's controller took it); ``HOLD_ANNOTATION`` is the
+    webhook's record and cannot be added, changed or removed; a managedBy value, whatever
+    the kind's CRD enforces, never changes (dropping ours only has it put back); a held
+    object cannot gain a controller owner (the webhook never sees owned objects again, so
+    its next update could release it on the hub)."""
+    before, after = hold_state(old, hold), hold_state(new, hold)
+    if marker(old) != marker(new):
+        return (f"{HOLD_ANNOTATION} on {kind} records the hold the dispatcher set at "
+                f"creation: it cannot be added, changed or removed")
+    if before != HoldState.HELD and after == HoldState.HELD:
+        return (f"a hold is set at creation, by the dispatcher: {kind} was created without "
+                f"it ({hold.dotted}), so this hub may be running it already; recreate it "
+                f"to have it dispatched")
+    if hold.kind == "managedBy" and value_of(old, hold) != value_of(new, hold) \
+            and not (before == HoldState.HELD and after == HoldState.FREE):
+        return f"{hold.dotted} of {kind} says who runs it: it cannot change after creation"
+    if before == HoldState.HELD and controller_owner(new) is not None \
+            and controller_owner(old) is None:
+        return (f"{kind} is dispatched by the dispatcher: it cannot be given a controller "
+                f"owner ({controller_owner(new)})")
+    return None
+
+
 def _response(uid: str, *, allowed: bool = True, message: str = "",
               patch: list[dict[str, Any]] | None = None,
               warnings: list[str] | None = None) -> dict[str, Any]:
@@ -126,9 +168,12 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
     kind = f"{obj.get('kind')} {namespace}/{meta.get('name') or meta.get('generateName') or ''}"
     if request.get("operation") == "UPDATE":
         old = request.get("oldObject")
-        if (hold is None or hold.kind == "refuse" or not isinstance(old, Mapping)
-                or hold_state(old, hold) != HoldState.HELD
-                or hold_state(obj, hold) == HoldState.HELD):
+        if hold is None or hold.kind == "refuse" or not isinstance(old, Mapping):
+            return _response(uid)
+        refused = update_refusal(old, obj, hold, kind=kind)
+        if refused is not None:
+            return _response(uid, allowed=False, message=f"dispatcher.io: {refused}")
+        if hold_state(old, hold) != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:
             return _response(uid)
         return _response(uid, patch=hold_patch(obj, hold), warnings=[
             f"{hold.dotted} is how the dispatcher keeps {kind} from running on this hub: "

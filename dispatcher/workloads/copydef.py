@@ -73,7 +73,8 @@ class CopyReader(Recorder):
             if not reason:
                 self._issue(f"{field}.refuse", "say why nothing can hold this kind")
             return Hold(kind="refuse", reason=reason)
-        allowed = frozenset({"path"} if kind == "managedBy" else {"path", "value"})
+        allowed = frozenset({"path", "controllers"} if kind == "managedBy"
+                            else {"path", "value"})
         item = self._mapping(body, f"{field}.{kind}", required=True, allowed=allowed) or {}
         path = parse_path(str(item.get("path") or ""))
         if path is None:
@@ -81,7 +82,16 @@ class CopyReader(Recorder):
                         "must be a plain field path like .spec.managedBy (no indexes, no jq)")
             return None
         if kind == "managedBy":
-            return Hold(kind="managedBy", path=path, value=MANAGED_BY)
+            controllers = []
+            for i, given in enumerate(self._list(item.get("controllers"),
+                                                 f"{field}.managedBy.controllers")):
+                if not isinstance(given, str) or not given or given == MANAGED_BY:
+                    self._issue(f"{field}.managedBy.controllers[{i}]",
+                                "must be the kind's own controller's managedBy value")
+                else:
+                    controllers.append(given)
+            return Hold(kind="managedBy", path=path, value=MANAGED_BY,
+                        controllers=tuple(controllers))
         if item.get("value") is None or isinstance(item.get("value"), (dict, list)):
             self._issue(f"{field}.pause.value", "must be a scalar (e.g. true)")
             return None

@@ -7,7 +7,9 @@ the member copy has it removed, so only the member's controller runs it:
 
 - ``managedBy`` (a path, value ``dispatcher.io/dispatcher``): the hub's controller skips
   the object entirely and writes no status, so the mirror owns the hub status (Job,
-  JobSet, MPIJob).
+  JobSet, MPIJob). ``controllers`` are the kind's own controller's values (``kubernetes.io
+  /job-controller``): they mean "the hub runs it", so they count as free and are replaced
+  at creation, never taken for another system's.
 - ``pause`` (a path and a value): the hub's controller creates nothing for the object but
   keeps writing its status (Deployment ``spec.paused``), so on a shared hub the member's
   status goes to the Dispatch only. The webhook notes that it set the value
@@ -36,7 +38,10 @@ __all__ = [
     "dotted",
     "hold_patch",
     "hold_state",
+    "marker",
     "parse_path",
+    "unmarked",
+    "value_of",
 ]
 
 MANAGED_BY = "dispatcher.io/dispatcher"
@@ -82,6 +87,7 @@ class Hold:
     path: tuple[str, ...] = ()
     value: Any = None
     reason: str = ""
+    controllers: tuple[str, ...] = ()  # managedBy values of the kind's own controller
 
     @property
     def hub_writes_status(self) -> bool:
@@ -120,9 +126,20 @@ def hold_state(obj: Mapping[str, Any], hold: Hold) -> str:
     value = _get(obj, hold.path)
     if value == hold.value:
         return HoldState.HELD
-    if hold.kind == "managedBy" and value not in (None, ""):
+    if hold.kind == "managedBy" and value not in (None, "") and value not in hold.controllers:
         return HoldState.FOREIGN
     return HoldState.FREE
+
+
+def marker(obj: Mapping[str, Any]) -> Any:
+    """The ``HOLD_ANNOTATION`` ``obj`` carries (None: none)."""
+    annotations = _get(obj, ("metadata", "annotations"))
+    return annotations.get(HOLD_ANNOTATION) if isinstance(annotations, Mapping) else None
+
+
+def value_of(obj: Mapping[str, Any], hold: Hold) -> Any:
+    """What ``obj`` has at the hold's path."""
+    return _get(obj, hold.path)
 
 
 def _pointer(parts: tuple[str, ...]) -> str:
@@ -134,9 +151,12 @@ def hold_patch(obj: Mapping[str, Any], hold: Hold) -> list[dict[str, Any]]:
 
     Missing parents are added whole (``/spec/runPolicy`` with the value inside), since a
     JSON Patch ``add`` needs its parent to exist. A pause also records itself in
-    ``HOLD_ANNOTATION``."""
-    if hold.kind == "refuse" or _get(obj, hold.path) == hold.value:
+    ``HOLD_ANNOTATION``; a marker the object came with otherwise is removed (``unmarked``):
+    only the webhook says it paused an object."""
+    if hold.kind == "refuse":
         return []
+    if _get(obj, hold.path) == hold.value:
+        return unmarked(obj)  # held as written (a user's own pause): not the webhook's
     ops: list[dict[str, Any]] = []
     node: Any = obj
     for depth, part in enumerate(hold.path):
@@ -149,18 +169,28 @@ def hold_patch(obj: Mapping[str, Any], hold: Hold) -> list[dict[str, Any]]:
             ops.append({"op": "add", "path": _pointer(hold.path[:depth + 1]), "value": value})
             break
         node = child
-    if hold.kind == "pause":
-        annotations = (obj.get("metadata") or {}).get("annotations")
-        # a pause that is itself an annotation has just made the map, if there was none
-        made = hold.path[:2] == ("metadata", "annotations")
-        if not isinstance(annotations, Mapping) and not made:
-            ops.append({"op": "add", "path": "/metadata/annotations",
-                        "value": {HOLD_ANNOTATION: hold.dotted}})
-        else:
-            ops.append({"op": "add", "path": _pointer(("metadata", "annotations",
-                                                       HOLD_ANNOTATION)),
-                        "value": hold.dotted})
+    if hold.kind != "pause":
+        return ops + unmarked(obj)
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    # a pause that is itself an annotation has just made the map, if there was none
+    made = hold.path[:2] == ("metadata", "annotations")
+    if not isinstance(annotations, Mapping) and not made:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {HOLD_ANNOTATION: hold.dotted}})
+    else:
+        ops.append({"op": "add", "path": _pointer(("metadata", "annotations",
+                                                   HOLD_ANNOTATION)),
+                    "value": hold.dotted})
     return ops
+
+
+def unmarked(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch that removes a ``HOLD_ANNOTATION`` the object came with (only the
+    webhook writes it, when it sets a pause: a tenant's own would unpause the member copy
+    of an object the hub may be running)."""
+    if marker(obj) is None:
+        return []
+    return [{"op": "remove", "path": _pointer(("metadata", "annotations", HOLD_ANNOTATION))}]
 
 
 def clear_hold(obj: dict[str, Any], hold: Hold | None, *, hub_annotations: Mapping[str, Any]

@@ -123,9 +123,13 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("new", Snapshot(now=NOW, workload=workload(), record=None), ActionKind.PLACE),
     ("new, a controller owns it", Snapshot(now=NOW, workload=workload(owned=True),
                                            record=None), ActionKind.NOTHING),
-    ("taken before it got an owner", Snapshot(now=NOW, workload=workload(owned=True,
-                                                                         finalizer=True),
-                                              record=None), ActionKind.PLACE),
+    # issue 35: the finalizer is tenant-writable; only a Dispatch says it was taken
+    ("owned, with our finalizer, no record: never taken", Snapshot(
+        now=NOW, workload=workload(owned=True, finalizer=True), record=None),
+     ActionKind.NOTHING),
+    ("owned, its record exists: it was taken before it got an owner", Snapshot(
+        now=NOW, workload=workload(owned=True), record=SUBMITTED,
+        copy=replace(OURS, status={"a": 1}, generic="running")), ActionKind.MIRROR),
     ("record being deleted, workload alive: still in use", Snapshot(
         now=NOW, workload=workload(), record=replace(PLACED, deleting=True), copy=OURS),
      ActionKind.ADOPT),

@@ -204,14 +204,106 @@ def test_an_owned_deployment_is_not_paused() -> None:
     assert review(request(obj), catalog=CATALOG, scope=SCOPE) == {"uid": "r1", "allowed": True}
 
 
-def test_a_held_object_that_gains_an_owner_keeps_its_hold() -> None:
-    old = {"apiVersion": "apps/v1", "kind": "Deployment",
-           "metadata": {"name": "d", "namespace": "team-a",
-                        "annotations": {HOLD_ANNOTATION: ".spec.paused"}},
-           "spec": {"paused": True}}
-    new = _owned({**old, "metadata": dict(old["metadata"]), "spec": {}})
-    response = review(request(new, operation="UPDATE", old=old), catalog=CATALOG, scope=SCOPE)
-    assert patched(response, new)["spec"]["paused"] is True
+def _deployment(*, paused: bool | None = None, marked: bool = False,
+                **meta: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": "d", "namespace": "team-a", **meta},
+                           "spec": {"replicas": 2}}
+    if paused is not None:
+        obj["spec"]["paused"] = paused
+    if marked:
+        obj["metadata"]["annotations"] = {HOLD_ANNOTATION: ".spec.paused"}
+    return obj
+
+
+def _update(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    return review(request(new, operation="UPDATE", old=old), catalog=CATALOG, scope=SCOPE)
+
+
+def _denied(response: dict[str, Any], *words: str) -> None:
+    assert response["allowed"] is False, response
+    assert response["status"]["code"] == 403
+    for word in words:
+        assert word in response["status"]["message"], response["status"]["message"]
+
+
+def test_a_held_object_cannot_gain_a_controller_owner() -> None:
+    """Issue 35: an owner added to a held Deployment made its next update skip the webhook
+    (owned -> owned), so a later ``paused: false`` ran it on the hub and the member."""
+    old = _deployment(paused=True, marked=True)
+    new = _owned({**old, "metadata": dict(old["metadata"])})
+    _denied(_update(new, old), "cannot be given a controller owner", "Deployment team-a/d")
+
+
+def test_a_hold_cannot_be_put_on_by_an_update() -> None:
+    """Issue 35: a Deployment running on the hub (created owned, so never held), then
+    patched paused with a hand-written marker, was dispatched while its hub pods ran."""
+    free = _deployment()
+    _denied(_update(_deployment(paused=True), free), "a hold is set at creation",
+            "recreate it")
+    _denied(_update(_deployment(paused=True, marked=True), free), "hub-hold")
+    mpi = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "m", "namespace": "team-a"},
+           "spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}}
+    ours = {**mpi, "spec": {"runPolicy": {"managedBy": MANAGED_BY}}}
+    _denied(_update(ours, mpi), "a hold is set at creation")
+
+
+def test_the_marker_is_the_webhooks_alone() -> None:
+    held = _deployment(paused=True, marked=True)
+    unmarked_ = _deployment(paused=True)
+    _denied(_update(unmarked_, held), "cannot be added, changed or removed")
+    relabelled = {**held, "metadata": {**held["metadata"], "annotations": {
+        HOLD_ANNOTATION: ".spec.replicas"}}}
+    _denied(_update(relabelled, held), "hub-hold")
+    # a CREATE's own marker goes; the webhook writes its own when it pauses
+    forged = _deployment(paused=True, marked=True)
+    created = patched(review(request(forged), catalog=CATALOG, scope=SCOPE), forged)
+    assert HOLD_ANNOTATION not in created["metadata"]["annotations"]
+    assert created["spec"]["paused"] is True  # the user's own pause stays theirs
+    forged = _deployment(marked=True)
+    created = patched(review(request(forged), catalog=CATALOG, scope=SCOPE), forged)
+    assert created["metadata"]["annotations"][HOLD_ANNOTATION] == ".spec.paused"
+    job_marked = job()
+    job_marked["metadata"]["annotations"] = {HOLD_ANNOTATION: ".spec.paused"}
+    created = patched(review(request(job_marked), catalog=CATALOG, scope=SCOPE), job_marked)
+    assert created["metadata"]["annotations"] == {}
+    assert created["spec"]["managedBy"] == MANAGED_BY
+
+
+def test_a_managed_by_never_changes_after_creation() -> None:
+    mpi = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "m", "namespace": "team-a"},
+           "spec": {"runPolicy": {"managedBy": MANAGED_BY}}}
+    kueue = {**mpi, "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}}}
+    _denied(_update(kueue, mpi), "cannot change after creation")
+    _denied(_update(mpi | {"spec": {"runPolicy": {}}}, kueue), "cannot change")
+    # dropping ours only has it put back (as before)
+    dropped = _update(mpi | {"spec": {"runPolicy": {}}}, mpi)
+    assert patched(dropped, mpi | {"spec": {"runPolicy": {}}})["spec"]["runPolicy"] == {
+        "managedBy": MANAGED_BY}
+    # an update that changes nothing of the hold passes
+    assert _update({**mpi, "metadata": {**mpi["metadata"], "labels": {"x": "y"}}},
+                   mpi) == {"uid": "r1", "allowed": True}
+
+
+def test_the_kinds_own_controller_value_is_replaced_not_foreign() -> None:
+    """Issue 35: ``managedBy: kubernetes.io/job-controller`` (or the JobSet/MPI
+    controller's own value) opted a workload out of the hold."""
+    for obj, field in ((job(managedBy="kubernetes.io/job-controller"), ("spec",)),
+                       ({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                         "metadata": {"name": "j", "namespace": "team-a"},
+                         "spec": {"managedBy": "jobset.sigs.k8s.io/jobset-controller"}},
+                        ("spec",)),
+                       ({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                         "metadata": {"name": "m", "namespace": "team-a"},
+                         "spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}},
+                        ("spec", "runPolicy"))):
+        held = patched(review(request(obj), catalog=CATALOG, scope=SCOPE), obj)
+        node: Any = held
+        for part in field:
+            node = node[part]
+        assert node["managedBy"] == MANAGED_BY, obj["kind"]
 
 
 def test_an_llminferenceservice_is_stopped_by_its_annotation() -> None:

@@ -34,16 +34,20 @@ PAUSE = Hold(kind="pause", path=("spec", "paused"), value=True)
 
 
 def apply(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """JSON Patch ``add`` as RFC 6902 says: the parent must exist."""
+    """JSON Patch ``add`` and ``remove`` as RFC 6902 says: the parent (``remove``: the
+    member) must exist."""
     out = copy.deepcopy(obj)
     for op in ops:
-        assert op["op"] == "add"
+        assert op["op"] in ("add", "remove")
         *parents, last = [p.replace("~1", "/").replace("~0", "~")
                           for p in op["path"].split("/")[1:]]
         node = out
         for part in parents:
             node = node[part]  # KeyError: the patch would be refused
-        node[last] = op["value"]
+        if op["op"] == "remove":
+            del node[last]  # KeyError: the patch would be refused
+        else:
+            node[last] = op["value"]
     return out
 
 
