@@ -74,6 +74,8 @@ async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Out
         return await _mark_unknown(w, uid, snap, action)
     if kind in (ActionKind.REPORT_STALL, ActionKind.CLEAR_STALL):
         return await _gang_stall(w, uid, snap, action)
+    if kind is ActionKind.REPORT_NOT_HELD:
+        return await _not_held(w, uid, snap, action)
     if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
         if action.rejection is not None:
             return await _rejected(w, uid, snap, action, action.rejection)
@@ -184,6 +186,15 @@ async def _gang_stall(w: Writer, uid: str, snap: Snapshot, action: Action) -> Ou
         w.event(snap.workload or {}, reason="GangStalled", message=action.reason, warning=True)
     else:
         log.info("gang.moving", uid=uid, member=action.member, reason=action.reason)
+    return AGAIN
+
+
+async def _not_held(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+    """``Held=False``: the hub object stopped being held and its copy runs on (policy)."""
+    await w.patch_record(uid, {"conditions": [records.condition(
+        type_="Held", status=False, reason="NotHeld", message=action.reason, now=snap.now)]})
+    log.warning("workload.not_held", uid=uid, member=action.member, reason=action.reason)
+    w.event(snap.workload or {}, reason="NotHeld", message=action.reason, warning=True)
     return AGAIN
 
 

@@ -42,6 +42,9 @@ Branch order (first match wins):
                                                    ``pendingRefresh`` old; else NOTHING
                                                    (looked at again when the refresh is due)
                                                    (``control.pending``)
+10a shared hub: the placed hub object is no      FAIL (its copy deleted) when failover.policy
+    longer held (unheld), not finished            allows removing the copy, else
+                                                  REPORT_NOT_HELD (Held=False, once) and on
 11  member unreachable, the workload finished     NOTHING (its result is known: never re-run)
 11a member unreachable, lost >= memberLostAfter,   REQUEUE (or FAIL when attempts are used up)
     failover policy allows
@@ -126,6 +129,7 @@ class ActionKind(StrEnum):
     MARK_UNKNOWN = "mark-unknown"
     REPORT_CONFLICT = "report-conflict"
     REPORT_STALL = "report-stall"
+    REPORT_NOT_HELD = "report-not-held"
     CLEAR_STALL = "clear-stall"
     SUBMIT = "submit"
     ADOPT = "adopt"
@@ -207,6 +211,9 @@ class Snapshot:
     workload_gone: bool = False
     """The hub says the (uncached) workload is gone: its record is being deleted, or a read
     found no object of its name and uid. An uncached one is never taken for gone else."""
+    unheld: str | None = None
+    """Shared hub: why the hub object is not held there (``hubhold.unheld_reason``), so the
+    hub's own controllers may run it; None: held, or a dedicated hub."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,6 +332,28 @@ def _member_lost(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action
                   reason=f"member {cluster} unreachable for {lost_for:.0f}s")
 
 
+def _not_held(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action | None:
+    """Row 10a: a placed workload whose hub object stopped being held (a webhook that was
+    bypassed, a hold removed): the hub's controllers may run it too. Its copy goes when the
+    failover policy allows moving it (``always``; ``if-not-started`` before it started),
+    and the dispatcher gives up (terminal); otherwise the copy stays and the Dispatch says
+    both may run (``Held=False``). Never both running silently."""
+    copy, policy = snap.copy, snap.rules.policy
+    if record.generic_status in _FINISHED or copy.generic in _FINISHED:
+        return None
+    reason = f"the hub object is no longer held: {snap.unheld}"
+    if policy == "always" or (policy == "if-not-started"
+                              and not_started(copy.generic or record.generic_status)):
+        return Action(kind=ActionKind.FAIL, member=cluster,
+                      reason=f"{reason}; its copy on {cluster} is removed so it never runs "
+                             f"twice (failover.policy {policy})")
+    if record.not_held:
+        return None
+    return Action(kind=ActionKind.REPORT_NOT_HELD, member=cluster,
+                  reason=f"{reason}; its copy on {cluster} has started and failover.policy "
+                         f"{policy} keeps it: it may run on the hub as well")
+
+
 def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
             cluster: str) -> Action:
     copy, rules = snap.copy, snap.rules
@@ -332,6 +361,10 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         return _member_lost(snap, record, cluster)
     if copy.state is CopyState.UNKNOWN:
         return Action(kind=ActionKind.WAIT, member=cluster, reason="copy not listed yet")
+    if snap.unheld is not None and copy.state is not CopyState.FOREIGN:
+        unheld = _not_held(snap, record, cluster)
+        if unheld is not None:
+            return unheld
     if copy.state is CopyState.FOREIGN:
         if record.phase == Phase.CONFLICT:
             return Action(kind=ActionKind.NOTHING, member=cluster, reason="conflict reported")

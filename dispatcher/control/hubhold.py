@@ -106,6 +106,12 @@ def unheld_reason(obj: Mapping[str, Any], definition: Definition) -> str | None:
             f"dispatcher's webhook is installed")
 
 
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
 def update_refusal(old: Mapping[str, Any], new: Mapping[str, Any], hold: Hold, *,
                    kind: str) -> str | None:
     """Why an UPDATE may not pass (None: it may): the hold is the object's whole life.
@@ -160,17 +166,21 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
     raw_meta = obj.get("metadata")
     meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     namespace = str(request.get("namespace") or meta.get("namespace") or "")
-    raw_labels = meta.get("labels")
-    labels: Mapping[str, str] = raw_labels if isinstance(raw_labels, Mapping) else {}
-    if definition is None or not scope.covers(namespace, labels):
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    covered = scope.covers(namespace, _labels(obj))
+    was_covered = isinstance(old, Mapping) and scope.covers(namespace, _labels(old))
+    if definition is None or not (covered or was_covered):
         return _response(uid)
     hold = definition.hold
     kind = f"{obj.get('kind')} {namespace}/{meta.get('name') or meta.get('generateName') or ''}"
     if request.get("operation") == "UPDATE":
-        old = request.get("oldObject")
         if hold is None or hold.kind == "refuse" or not isinstance(old, Mapping):
             return _response(uid)
         refused = update_refusal(old, obj, hold, kind=kind)
+        if refused is None and not covered and hold_state(old, hold) == HoldState.HELD:
+            # past here its updates are not sent: an unpause would run it on the hub
+            refused = (f"{kind} is dispatched: it cannot leave what the dispatcher "
+                       f"watches (its labels select it); delete it instead")
         if refused is not None:
             return _response(uid, allowed=False, message=f"dispatcher.io: {refused}")
         if hold_state(old, hold) != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:

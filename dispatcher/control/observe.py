@@ -36,7 +36,8 @@ EVENTS = ("workload.pending", "workload.resolved", "placement.decided", "workloa
           "status.mirrored", "member.lost", "workload.requeued", "workload.deleted",
           "workload.failed", "workload.conflict", "workload.updated", "workload.finished",
           "copy.deleted", "copy.swept", "workload.rejected", "workload.retry",
-          "workload.update_refused", "workload.blocked", "gang.stalled", "gang.moving")
+          "workload.update_refused", "workload.blocked", "gang.stalled", "gang.moving",
+          "workload.not_held")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

@@ -123,7 +123,8 @@ class Reconciler:
         if health.reachable:
             copy = self._copy(cluster, uid, workload) if workload is not None \
                 else self._leftover(cluster, uid, record)
-        return replace(snap, health=health, copy=copy)
+        unheld = self._unheld(workload) if workload is not None else None
+        return replace(snap, health=health, copy=copy, unheld=unheld)
 
     def _leftover(self, cluster: str, uid: str, record: records.DispatchRecord) -> Copy:
         """The copy of a workload gone from the hub: only whether it is there matters."""

@@ -112,6 +112,7 @@ class DispatchRecord:
     started_at: float | None = None  # first seen running (or past it): never stuck after
     gpus: int | None = None  # the demand's GPUs (status, else the one made at create)
     gang_stalled: bool = False  # GangStalled=True: the member's gang holds every pod
+    not_held: bool = False  # Held=False: said that the hub object is not held any more
     domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
     # The first decision, demand and definition, made at create (``spec``) and not yet in
     # status: the ``Submitted`` write copies them there (``settled_status``).
@@ -199,6 +200,8 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
         gpus=_demand_gpus(status.get("demand"), spec.get("demand")),
         gang_stalled=any(c.get("type") == "GangStalled" and c.get("status") == "True"
                          for c in status.get("conditions") or ()),
+        not_held=any(c.get("type") == "Held" and c.get("status") == "False"
+                     for c in status.get("conditions") or ()),
         unsettled=unsettled,
     )
 

@@ -337,3 +337,39 @@ def test_a_stall_names_the_numbers_and_the_wait_is_until_its_deadline() -> None:
     both = decide(replace(_ganged(replace(WAITING, submitted_at=NOW - 60)),
                           rules=Rules(gang_stall_after=120, stuck_after=100)))
     assert both.recheck_after == pytest.approx(40)  # the earlier deadline
+
+
+# -- a placed workload that stops being held on a shared hub (row 10a) ---------------------
+
+UNHELD = "created without the hub hold (.spec.paused: True)"
+
+
+@pytest.mark.parametrize(("name", "snap", "wanted"), [
+    ("not started, if-not-started: the copy goes, terminal", Snapshot(
+        now=NOW, workload=workload(), record=SUBMITTED, copy=OURS, unheld=UNHELD),
+     ActionKind.FAIL),
+    ("running, if-not-started: said, the copy stays", Snapshot(
+        now=NOW, workload=workload(), record=RUNNING, unheld=UNHELD,
+        copy=replace(OURS, generic="running")), ActionKind.REPORT_NOT_HELD),
+    ("running, said already: mirrored on", Snapshot(
+        now=NOW, workload=workload(), record=replace(RUNNING, not_held=True), unheld=UNHELD,
+        copy=replace(OURS, status={"a": 1}, generic="running")), ActionKind.MIRROR),
+    ("running, always: the copy goes", Snapshot(
+        now=NOW, workload=workload(), record=RUNNING, unheld=UNHELD,
+        copy=replace(OURS, generic="running"), rules=Rules(policy="always")),
+     ActionKind.FAIL),
+    ("not started, never: said only", Snapshot(
+        now=NOW, workload=workload(), record=SUBMITTED, copy=OURS, unheld=UNHELD,
+        rules=Rules(policy="never")), ActionKind.REPORT_NOT_HELD),
+    ("copy gone before it started: never submitted again", Snapshot(
+        now=NOW, workload=workload(), record=SUBMITTED, copy=Copy(state=CopyState.ABSENT),
+        unheld=UNHELD), ActionKind.FAIL),
+    ("finished: its result stands", Snapshot(
+        now=NOW, workload=workload(status={"a": 1}), record=COMPLETED, unheld=UNHELD,
+        copy=replace(OURS, status={"a": 1}, generic="completed")), ActionKind.NOTHING),
+])
+def test_not_held(name: str, snap: Snapshot, wanted: ActionKind) -> None:
+    action = decide(snap)
+    assert action.kind is wanted, (name, action)
+    if wanted in (ActionKind.FAIL, ActionKind.REPORT_NOT_HELD):
+        assert UNHELD in action.reason

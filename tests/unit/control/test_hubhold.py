@@ -330,3 +330,21 @@ def test_a_cronjob_is_suspended_and_a_sandbox_suspended() -> None:
            "metadata": {"name": "s", "namespace": "team-a"}, "spec": {"podTemplate": {}}}
     assert patched(review(request(box), catalog=CATALOG, scope=SCOPE), box)[
         "spec"]["operatingMode"] == "Suspended"
+
+
+def test_a_dispatched_workload_cannot_leave_the_selector() -> None:
+    """Issue 35: with ``watch.labelSelector``, removing the label took a held Deployment
+    out of the webhook's sight; its next ``paused: false`` ran it on the hub too."""
+    scope = HoldScope(skip=frozenset({"dispatcher-system"}), selector=parse_selector("team=a"))
+    held = _deployment(paused=True, marked=True, labels={"team": "a"})
+    gone = {**held, "metadata": {**held["metadata"], "labels": {}}}
+    response = review(request(gone, operation="UPDATE", old=held), catalog=CATALOG,
+                      scope=scope)
+    _denied(response, "cannot leave what the dispatcher watches")
+    free = _deployment(labels={"team": "a"})  # never held (created before the webhook)
+    assert review(request({**free, "metadata": {**free["metadata"], "labels": {}}},
+                          operation="UPDATE", old=free), catalog=CATALOG,
+                  scope=scope) == {"uid": "r1", "allowed": True}
+    outside = _deployment(labels={"team": "b"})
+    assert review(request(outside, operation="UPDATE", old=outside), catalog=CATALOG,
+                  scope=scope) == {"uid": "r1", "allowed": True}
