@@ -12,8 +12,11 @@ may take it). ``control.placing`` decides which.
 "Could ever run" is the real placement over the *bare* fleet: each member with its nodes as
 they are now but nothing running and nothing reserved, Ready and not cordoned (a member's
 health and cordon come and go). Node-level state (a node NotReady or cordoned) is kept as
-is: it is re-checked on every change. A member that is not ready and has no nodes yet (never
-listed) is unknown, not empty: a workload it might take is not called unplaceable.
+is: it is re-checked on every change. A member that is not ready and lists no nodes now
+counts with the nodes it last listed (an unreachable member keeps its inventory); one never
+listed is unknown, not empty: a workload that only an unknown member might take is parked
+with that said, and re-checked when the fleet changes (the member connects), so it neither
+heads its namespace's queue nor is retried at every fleet change meanwhile.
 Pure: no I/O, no clock (``BareFleet`` only caches the bare copies; ``dispatcher simulate``,
 whose bare fleet never changes, gives its own ``BareView``).
 """
@@ -105,10 +108,15 @@ class BareFleet:
         the unknown ones (not ready, no nodes listed)."""
         out, unknown = [], []
         for member in members:
-            if not member.ready and member.capacity.node_count == 0:
-                unknown.append(member.name)
-            key = _fingerprint(member.capacity)
             cached = self._cache.get(member.name)
+            if not member.ready and member.capacity.node_count == 0:
+                if cached is None or cached[1].node_count == 0:
+                    unknown.append(member.name)
+                else:  # unreachable now: its last-known inventory
+                    out.append(replace(member, capacity=cached[1], ready=True,
+                                       not_ready_reason="", cordoned=False))
+                    continue
+            key = _fingerprint(member.capacity)
             if cached is None or cached[0] != key:
                 cached = self._cache[member.name] = (key, bare(member.capacity))
             out.append(replace(member, capacity=cached[1], ready=True, not_ready_reason="",
@@ -142,12 +150,16 @@ def never(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
     if request.pin is not None and request.pin not in names:
         return Never(f"{UNPLACEABLE}pinned member {request.pin!r} (dispatcher.io/cluster) "
                      f"does not exist; members: {', '.join(sorted(names)) or 'none'}")
-    maybe = [m for m in members if m.name in unknown and m.ready]  # ready: not restricted
-    if maybe and engine.eligible(maybe, request):
-        return None
-    decision = engine.decide(members, replace(request, exhaustive=True, count_fits=False))
+    known = [m for m in members if m.name not in unknown]
+    decision = engine.decide(known, replace(request, exhaustive=True, count_fits=False))
     if decision.chosen is not None:
         return None
+    maybe = [m.name for m in members if m.name in unknown and m.ready]  # ready: allowed
+    if maybe and engine.eligible([m for m in members if m.name in maybe], request):
+        return Never(f"{UNPLACEABLE}no member whose nodes are known could run it even with "
+                     f"every GPU free ({decision.summary}); {', '.join(sorted(maybe))} "
+                     f"might once connected (its nodes are not known yet): looked at again "
+                     f"when the fleet changes", decision)
     return Never(f"{UNPLACEABLE}even with every GPU free, {decision.summary}", decision)
 
 

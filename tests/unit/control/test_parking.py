@@ -72,12 +72,34 @@ def test_placeable_some_day(req: PlacementRequest) -> None:
 
 
 def test_member_not_listed_yet_is_unknown_not_empty() -> None:
+    """Issue 35: with one member never listed, an 8,000-GPU Job was queued (not parked),
+    headed its namespace and was retried at every fleet change. Parked now, saying that
+    only the unknown member might take it (re-checked when the fleet changes)."""
     members = [*fleet(), MemberSnapshot(name="c", capacity=ClusterCapacity(), ready=False,
                                         not_ready_reason="connecting")]
-    assert never(request(shape(1, 16)), members, unknown=("c",)) is None
-    # ... unless it could not take the workload anyway
-    pinned = request(shape(1, 16), pin="a")
-    assert never(pinned, members, unknown=("c",)) is not None
+    reason = never(request(shape(1000, 8)), members, unknown=("c",))
+    assert reason is not None and "c might once connected" in reason
+    assert "even with every GPU free" in reason
+    # ... and plainly unplaceable when it could not take the workload anyway
+    pinned = never(request(shape(1, 16), pin="a"), members, unknown=("c",))
+    assert pinned is not None and "might once connected" not in pinned
+    # a workload a known member could run some day is not parked
+    assert never(request(shape(2, 8)), members, unknown=("c",)) is None
+
+
+def test_an_unreachable_member_counts_with_its_last_known_nodes() -> None:
+    """A member that listed nodes and then went unreachable (nothing listed now) is judged
+    on the nodes it last listed, not taken for unknown."""
+    bare_fleet = BareFleet()
+    members = fleet()
+    bare_fleet.view(members)
+    lost = [members[0], replace(members[1], capacity=ClusterCapacity(), ready=False,
+                                not_ready_reason="unreachable")]
+    view, unknown = bare_fleet.view(lost)
+    assert unknown == ()
+    assert view[1].capacity.node_count == 4 and view[1].ready
+    reason = unplaceable(view, request(shape(1000, 8)), unknown=unknown)
+    assert reason is not None and "might once connected" not in reason
 
 
 def test_view_names_unknown_members_and_ignores_health_and_cordon() -> None:
