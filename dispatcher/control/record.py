@@ -30,6 +30,7 @@ from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.trace import gangs_json
 
 __all__ = [
+    "MEMBER_CONDITIONS",
     "DispatchRecord",
     "condition",
     "decision_of",
@@ -40,6 +41,7 @@ __all__ = [
     "failed_status",
     "first_placement",
     "format_time",
+    "leaves_member",
     "parse_time",
     "pending_status",
     "placed_status",
@@ -382,11 +384,24 @@ def failed_status(*, record: DispatchRecord, reason: str, now: float) -> dict[st
     return patch
 
 
-def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
-                     ) -> list[dict[str, Any]]:
+MEMBER_CONDITIONS = frozenset({"MemberReachable", "GangStalled", "Held", "StatusMirrored"})
+"""Conditions about the copy on the chosen member: they end when the workload leaves it."""
+
+
+def leaves_member(status: Mapping[str, Any]) -> bool:
+    """Whether a status patch takes the workload off its member (requeued or failed: its
+    decision names no member)."""
+    decision = status.get("decision")
+    return isinstance(decision, Mapping) and "cluster" in decision \
+        and decision["cluster"] is None
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], *,
+                     drop: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """``old`` with ``new`` replacing same-typed entries (keeping the transition time when
-    status did not change): a merge patch replaces lists wholesale, so send the full list."""
-    by_type = {str(c.get("type")): dict(c) for c in old}
+    status did not change) and the ``drop`` types gone: a merge patch replaces lists
+    wholesale, so send the full list."""
+    by_type = {str(c.get("type")): dict(c) for c in old if str(c.get("type")) not in drop}
     for item in new:
         previous = by_type.get(str(item["type"]))
         merged = dict(item)

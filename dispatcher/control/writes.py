@@ -108,9 +108,11 @@ class Writes:
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)
         assert raw is not None
-        if "conditions" in status:
+        if "conditions" in status:  # a move ends what was said of the member it left
+            drop = records.MEMBER_CONDITIONS if records.leaves_member(status) else frozenset()
             status = {**status, "conditions": records.merge_conditions(
-                (raw.get("status") or {}).get("conditions") or (), status["conditions"])}
+                (raw.get("status") or {}).get("conditions") or (), status["conditions"],
+                drop=drop)}
         meta = raw["metadata"]
         updated = await self.hub.request(
             "PATCH", DISPATCHES.item(meta["name"], meta["namespace"], "status"),

@@ -234,3 +234,21 @@ def test_a_stalled_gang_and_the_demands_gpus_read_back() -> None:
     assert not cleared.gang_stalled
     at_create = apply_merge(base(), {"spec": {"demand": {"gpus": 8}}})
     assert record.read(at_create).gpus == 8 and record.read(base()).gpus is None
+
+
+def test_a_move_ends_what_was_said_of_the_member_it_left() -> None:
+    """Issue 35: after failover, a Dispatch running on member-1 still said
+    ``MemberReachable=False ... member member-2 unreachable``."""
+    old = [record.condition(type_="MemberReachable", status=False, reason="MemberLost",
+                            message="member member-2 unreachable", now=NOW),
+           record.condition(type_="Resolved", status=True, reason="Resolved", message="",
+                            now=NOW)]
+    base_record = record.read(with_status(base(), {"decision": {"cluster": "member-2",
+                                                                "attempt": 1}}))
+    moved = record.requeued_status(record=base_record, reason="lost", outcome="requeued",
+                                   now=NOW)
+    assert record.leaves_member(moved)
+    merged = record.merge_conditions(old, moved["conditions"], drop=record.MEMBER_CONDITIONS)
+    assert {c["type"] for c in merged} == {"Resolved", "Placed"}
+    assert not record.leaves_member({"decision": {"attempt": 2}})  # pending: no member said
+    assert not record.leaves_member({"decision": {"cluster": "member-1"}})
