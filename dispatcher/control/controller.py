@@ -150,10 +150,20 @@ class Controller:
             self.kick(uid)
         self._tasks[:] = [t for t in self._tasks if not t.done()]
 
+    async def follow_definitions(self, stop: asyncio.Event, *, report: bool = True) -> None:
+        """Follow the hub's definitions into the live catalog (once; ``report``: write their
+        status too). A standby replica on a shared hub follows them without reporting, so
+        its webhook answers with the catalog the leader decides with."""
+        if not self.definitions.started:
+            self.definitions.reporting = report
+            await self.definitions.start()
+            await self._wait_definitions(stop)
+        elif report and not self.definitions.reporting:
+            self.definitions.report()
+
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set; then drain workers and stop every task."""
-        await self.definitions.start()
-        await self._wait_definitions(stop)
+        await self.follow_definitions(stop)
         await self.member_watchers.start()
         await self.hub_watchers.start()
         if self.events is not None:

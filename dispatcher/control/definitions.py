@@ -65,14 +65,24 @@ class DefinitionWatcher:
         self._changed = asyncio.Event()
         self.merged = asyncio.Event()
         """Set once both kinds were listed (or found not installed) and merged."""
+        self.reporting = True
+        """Whether the objects' status is written: only by the leader (a standby replica
+        follows the definitions for its webhook, and leaves their status to it)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
 
     @property
     def effective(self) -> Effective | None:
         """The last merge (verdicts per object), None before the first."""
         return self._effective
 
+    def report(self) -> None:
+        """Start writing the objects' status (this replica leads now)."""
+        self.reporting = True
+        self._changed.set()
+
     async def start(self) -> None:
+        self.started = True
         for kind, ref in REFS.items():
             self._tasks.append(guarded(
                 forever(f"hub {kind}", functools.partial(self._watch, ref),
@@ -193,7 +203,7 @@ class DefinitionWatcher:
 
     async def _write_statuses(self) -> None:
         effective = self._effective
-        if effective is None:
+        if effective is None or not self.reporting:
             return
         for key in list(self._written):
             if key not in effective.verdicts:

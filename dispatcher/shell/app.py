@@ -95,8 +95,9 @@ async def check_hub(config: Config) -> list[str]:
 
 async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller
                          ) -> Callable[[], Awaitable[None]]:
-    """Serve and register the shared hub's webhook (every replica serves it: the decision
-    needs only the catalog; the Service reaches the Ready one, the leader)."""
+    """Serve and register the shared hub's webhook. Every replica serves it and is Ready
+    once it does (the decision needs only the catalog, which every replica follows), so
+    the Service reaches them all and a leader's restart refuses nothing."""
     scope = HoldScope(namespaces=settings.namespaces,
                       skip=frozenset({settings.leader.namespace}),
                       selector=parse_selector(settings.label_selector))
@@ -113,6 +114,8 @@ class _Stops:
 
     server: Callable[[], Awaitable[None]] | None = None
     webhook: Callable[[], Awaitable[None]] | None = None
+    definitions: Callable[[], Awaitable[None]] | None = None
+    serving: bool = False  # the shared hub's webhook answers (a replica's readiness there)
 
 
 async def run(config: Config) -> int:
@@ -146,7 +149,7 @@ async def run(config: Config) -> int:
     stops = _Stops()
     code = 0
     try:
-        await _start_surfaces(config, hub, controller, metrics, stops)
+        await _start_surfaces(config, hub, controller, metrics, stops, stop=stop)
         led = await _lead(settings, hub, controller=controller, fleet=fleet, metrics=metrics,
                           stop=stop, crashed=crashed)
         if led is None:
@@ -158,6 +161,8 @@ async def run(config: Config) -> int:
         remove_crash_hook()
         if stops.webhook is not None:
             await stops.webhook()
+        if stops.definitions is not None:
+            await stops.definitions()
         if stops.server is not None:
             await stops.server()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -169,13 +174,17 @@ async def run(config: Config) -> int:
 
 
 async def _start_surfaces(config: Config, hub: KubeClient, controller: Controller,
-                          metrics: Metrics, stops: _Stops) -> None:
+                          metrics: Metrics, stops: _Stops, *, stop: asyncio.Event) -> None:
     """The metrics/health server (and fleet view), the hub mode checks, the webhook of a
     shared hub: what runs whether or not this replica leads."""
     settings = config.control
+    shared = settings.hub_mode == "shared"
     if settings.server.port:
+        # /readyz: on a shared hub, the webhook serves (every replica: the Service's
+        # endpoints); else the controller leads and runs
+        ready = (lambda: stops.serving) if shared else controller.ready
         stops.server = await serve(metrics=metrics, address=settings.server.address,
-                                   port=settings.server.port, ready=controller.ready,
+                                   port=settings.server.port, ready=ready,
                                    pages=fleetpage.pages(controller)
                                    if settings.server.fleet_view else ())
     log.info("controller.starting", config=config.source, hub=hub.server,
@@ -184,8 +193,11 @@ async def _start_surfaces(config: Config, hub: KubeClient, controller: Controlle
     for warning in await hub_warnings(hub, mode=settings.hub_mode,
                                       own_webhook=settings.webhook.configuration):
         log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
-    if settings.hub_mode == "shared":
+    if shared:
+        await controller.follow_definitions(stop, report=False)
+        stops.definitions = controller.definitions.stop
         stops.webhook = await _start_webhook(settings, hub, controller)
+        stops.serving = True
 
 
 async def _lead(settings: ControlSettings, hub: KubeClient, *, controller: Controller,
