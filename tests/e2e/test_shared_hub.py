@@ -261,3 +261,138 @@ async def test_run_check_warns_when_a_shared_hub_is_configured_as_dedicated(
     assert "warning" not in right.stderr, right.stderr
     dedicated = await asyncio.to_thread(check, real_fleet)
     assert "warning" not in dedicated.stderr, dedicated.stderr
+
+
+class Balancer:
+    """A loopback TCP balancer standing in for the webhook's Service (the dev fleet has no
+    kube-proxy): each connection goes to the next replica that accepts it, as a Service
+    sends it to a Ready endpoint. TLS passes through untouched. A replica killed -9
+    refuses at once here; behind a real Service, EndpointSlices drop it once the kubelet
+    sees it gone (seconds), and a create in that window can be refused."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.turn = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.turn += 1
+        for i in range(len(self.backends)):
+            port = self.backends[(self.turn + i) % len(self.backends)]
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                continue
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer),
+                                 return_exceptions=True)
+            return
+        writer.close()
+
+    @staticmethod
+    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_with_two_replicas_killing_the_leader_mid_burst_refuses_no_create(
+        shared_hub_fleet: FleetState, shared_clients: dict[str, KubeClient],
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Issue 35: with one replica, kill -9 during a 100-workload create refused 57 creates
+    (failurePolicy Fail). Two replicas, both serving the webhook and both Ready: the
+    leader is killed -9 once the first copies exist; every create is admitted (held), the
+    standby takes the lease, and each workload is dispatched once and completes."""
+    fleet, hub = shared_hub_fleet, shared_clients["hub"]
+    webhook_ports = [free_port(), free_port()]
+    balancer = Balancer(webhook_ports)
+    url_port = await balancer.start()
+    procs: list[ControllerProcess] = []
+    for index, port in enumerate(webhook_ports):
+        def extra(hub_id: str, port: int = port) -> dict[str, Any]:
+            return {**shared_settings(port)(hub_id),
+                    "webhook": {**shared_settings(port)(hub_id)["webhook"],
+                                "url": f"https://127.0.0.1:{url_port}"}}
+        replica_dir = tmp_path / f"replica-{index}"
+        replica_dir.mkdir()
+        for proc in _controller(fleet, replica_dir, request, extra=extra):
+            procs.append(proc)
+            break
+    first, second = procs
+    # one controller identity, two replicas: the same hub id, lease, webhook and Secret
+    second_config = yaml.safe_load(second.config.read_text())
+    first_config = yaml.safe_load(first.config.read_text())
+    for key in ("hubId", "watch", "leaderElection"):
+        second_config[key] = first_config[key]
+    second_config["webhook"] = {**first_config["webhook"],
+                                "port": webhook_ports[1]}
+    second.config.write_text(yaml.safe_dump(second_config))
+    second.hub_id, second.namespace = first.hub_id, first.namespace
+    ns, hub_id = first.namespace, first.hub_id
+    try:
+        kubectl(fleet, "create", "namespace", ns)
+        await start(first)
+        await start(second)  # Ready while standing by: its webhook serves
+        lease = await hub.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/dispatcher-system/leases/"
+                   f"lease-{hub_id}")
+        holder = str(lease["spec"]["holderIdentity"])
+        leader, standby = (first, second) if holder.split("-")[-2] == str(
+            first.procs[-1].pid) else (second, first)
+        assert holder.split("-")[-2] == str(leader.procs[-1].pid), holder
+
+        refused: list[str] = []
+
+        async def create(i: int) -> None:
+            try:
+                await hub.request("POST", JOBS.collection(ns),
+                                  body=job(f"burst-{i:03d}", pods=1, gpus=0, run_s=3))
+            except Exception as exc:  # every refusal counts, whatever it is
+                refused.append(f"burst-{i:03d}: {exc}")
+
+        async def killer() -> None:
+            await eventually(lambda: _some_copies(shared_clients, ns, hub_id),
+                             what="the first copies")
+            leader.kill9()
+
+        async def burst() -> None:
+            for start_at in range(0, 100, 10):
+                await asyncio.gather(*(create(i) for i in range(start_at, start_at + 10)))
+                await asyncio.sleep(0.2)
+
+        await asyncio.gather(burst(), killer())
+        assert refused == [], refused[:5]
+        assert standby.procs[-1].poll() is None, standby.output()
+
+        await eventually(lambda: all_completed(hub, ns, 100),
+                         what="all 100 completed through the new leader", within=300)
+        found = await copies(shared_clients, ns, hub_id)
+        assert sorted(n for _, n, _ in found) == [f"burst-{i:03d}" for i in range(100)]
+        await hub_made_nothing(hub, ns, own_jobs={f"burst-{i:03d}" for i in range(100)})
+        for name in ("burst-000", "burst-099"):
+            held = await hub.request("GET", JOBS.item(name, ns))
+            assert held["spec"]["managedBy"] == MANAGED_BY
+    finally:
+        for proc in procs:
+            proc.stop()
+        await balancer.stop()
+        kubectl(fleet, "delete", "mutatingwebhookconfiguration", f"dispatcher-{hub_id}",
+                "--ignore-not-found")
+        kubectl(fleet, "delete", "namespace", ns, "--ignore-not-found", "--wait=false")
+
+
+async def _some_copies(clients: dict[str, KubeClient], namespace: str, hub_id: str) -> bool:
+    return len(await copies(clients, namespace, hub_id)) >= 5

@@ -259,3 +259,22 @@ def test_shared_hub_overlay_holds_every_catalog_kind_and_fails_closed() -> None:
     assert [op["value"] for op in patch[:2]] == ["--hub-mode", "shared"]
     service = one(docs, "Service", "dispatcher-webhook")
     assert service["spec"]["ports"][0]["targetPort"] == patch[2]["value"]["name"]
+
+
+def test_both_installs_fence_the_controllers_ports() -> None:
+    """Issue 35: 8080 and 9443 were open to every pod of the hub. A NetworkPolicy lets
+    the metrics and health port in only from namespaces labelled ``dispatcher.io/metrics``
+    and, on a shared hub, the webhook port (from the apiserver, whose address is not a
+    pod's); nothing else."""
+    from tests.integration.test_chart import kustomize  # kustomize itself: patches applied
+
+    for overlay, webhook in ((DEPLOY, False), (DEPLOY / "shared-hub", True)):
+        policy = one(kustomize(overlay), "NetworkPolicy", "dispatcher")
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert policy["spec"]["podSelector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "dispatcher", "app.kubernetes.io/component": "controller"}
+        rules = policy["spec"]["ingress"]
+        assert rules[0] == {"ports": [{"port": "http", "protocol": "TCP"}], "from": [
+            {"namespaceSelector": {"matchLabels": {"dispatcher.io/metrics": "true"}}}]}
+        assert rules[1:] == ([{"ports": [{"port": "webhook", "protocol": "TCP"}]}]
+                             if webhook else [])

@@ -1,0 +1,220 @@
+"""The shared hub's hold against a tenant (security round 4, issue 35), on a real apiserver.
+
+The attacks of the round-4 audit, replayed by an impersonated tenant whose Role lets it
+create, patch and delete Deployments, MPIJobs and ConfigMaps in its own namespace (what
+any tenant of a shared hub has), against the controller's webhook registered with the
+hub (``HubWebhook``, failurePolicy Fail) and the controller itself in shared mode:
+
+- a Deployment created owned (its webhook skipped), then freed and paused with a
+  hand-written ``dispatcher.io/hub-hold``: the hold by UPDATE is denied;
+- the same while still owned (the webhook never sees owned -> owned updates): the hub
+  takes the patch, and the controller never dispatches an owned object without a record;
+- an MPIJob created with the MPI operator's own managedBy: held at creation all the same
+  (the kind's own controller's value is no one else's), and the value cannot be changed;
+- a held Deployment: the marker cannot be removed, no controller owner can be added, and
+  it cannot leave the watched labels.
+Before issue 35 each of these ran the workload on the hub while its copy ran on a member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.control.hubhold import HoldScope
+from dispatcher.control.settings import WebhookSettings
+from dispatcher.devfleet.controlplane import FleetState, free_port
+from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
+from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
+from dispatcher.placement.selector import parse_selector
+from dispatcher.shell.webhook import WEBHOOK_CONFIGURATIONS, HubWebhook
+from dispatcher.workloads.holds import HOLD_ANNOTATION, MANAGED_BY
+from tests.integration.harness import Harness, get_or_none, running
+
+pytestmark = pytest.mark.integration
+
+DEPLOYMENTS = ResourceRef(group="apps", version="v1", kind="Deployment", plural="deployments",
+                          namespaced=True)
+MPIJOBS = ResourceRef(group="kubeflow.org", version="v2beta1", kind="MPIJob",
+                      plural="mpijobs", namespaced=True)
+CONFIGMAPS = ResourceRef(group="", version="v1", kind="ConfigMap", plural="configmaps",
+                         namespaced=True)
+ROLES = ResourceRef(group="rbac.authorization.k8s.io", version="v1", kind="Role",
+                    plural="roles", namespaced=True)
+BINDINGS = ResourceRef(group="rbac.authorization.k8s.io", version="v1", kind="RoleBinding",
+                       plural="rolebindings", namespaced=True)
+SELECTED = {"team": "a"}
+
+
+class Tenant:
+    def __init__(self, h: Harness, client: KubeClient) -> None:
+        self.h, self.client, self.namespace = h, client, h.namespace
+
+    async def create(self, ref: ResourceRef, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = await self.client.request(
+            "POST", ref.collection(self.namespace), body=body)
+        return created
+
+    async def patch(self, ref: ResourceRef, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        patched: dict[str, Any] = await self.client.request(
+            "PATCH", ref.item(name, self.namespace), body=body,
+            content_type=JSON_MERGE_PATCH)
+        return patched
+
+    async def refused(self, ref: ResourceRef, name: str, body: dict[str, Any]) -> str:
+        """The patch is denied by the webhook: its message."""
+        with pytest.raises(KubeError) as caught:
+            await self.patch(ref, name, body)
+        assert "denied the request" in caught.value.detail, caught.value.detail
+        return caught.value.detail
+
+
+def deployment(name: str, **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": dict(SELECTED), **meta},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "containers": [{"name": "c", "image": "registry.invalid/s:1",
+                                         "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+
+
+async def _as_tenant(fleet: FleetState, h: Harness) -> KubeClient:
+    await h.hub.request("POST", ROLES.collection(h.namespace), body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "tenant"},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"],
+                   "verbs": ["create", "get", "patch", "update", "delete"]},
+                  {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"],
+                   "verbs": ["create", "get", "patch", "update", "delete"]},
+                  {"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["create", "get", "delete"]}]})
+    await h.hub.request("POST", BINDINGS.collection(h.namespace), body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": "mallory"}]})
+    kubeconfig = yaml.safe_load(Path(fleet.cluster("hub").kubeconfig).read_text())
+    client = await KubeClient.from_kubeconfig(kubeconfig, name="hub as mallory")
+    client._api.set_default_header("Impersonate-User", "mallory")
+    return client
+
+
+@pytest.fixture
+async def tenant(dev_fleet: FleetState) -> AsyncIterator[Tenant]:
+    async with running(dev_fleet, changes={"hub_mode": "shared",
+                                           "label_selector": "team=a"}) as h:
+        port = free_port()
+        suffix = uuid.uuid4().hex[:6]
+        system = f"hold-system-{suffix}"  # where the webhook keeps its certificate Secret
+        await h.hub.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": system}})
+        settings = WebhookSettings(address="127.0.0.1", port=port,
+                                   url=f"https://127.0.0.1:{port}",
+                                   configuration=f"dispatcher-hold-{suffix}",
+                                   secret_name=f"webhook-hold-{suffix}")
+        webhook = HubWebhook(hub=h.hub, settings=settings, namespace=system,
+                             catalog=lambda: h.controller.live.current,
+                             scope=HoldScope(namespaces=(h.namespace,),
+                                             skip=frozenset({system}),
+                                             selector=parse_selector("team=a")))
+        stop = await webhook.start()
+        client = await _as_tenant(dev_fleet, h)
+        try:
+            yield Tenant(h, client)
+        finally:
+            await client.close()
+            with contextlib.suppress(NotFound):
+                await h.hub.request("DELETE", WEBHOOK_CONFIGURATIONS.item(
+                    settings.configuration))
+            await stop()
+            with contextlib.suppress(NotFound):
+                await h.hub.request("DELETE", NAMESPACES.item(system))
+
+
+async def _owner(tenant: Tenant, name: str) -> dict[str, Any]:
+    cm = await tenant.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                          "metadata": {"name": name}})
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": name,
+            "uid": cm["metadata"]["uid"], "controller": True}
+
+
+async def _never_dispatched(tenant: Tenant, kind: str, name: str) -> None:
+    """No Dispatch for it, however long the controller looks (several decision rounds)."""
+    for _ in range(10):
+        assert await get_or_none(tenant.h.hub, DISPATCHES.item(
+            f"{kind.lower()}-{name}", tenant.namespace)) is None
+        await asyncio.sleep(0.3)
+
+
+async def test_a_hold_cannot_be_put_on_by_an_update(tenant: Tenant) -> None:
+    owner = await _owner(tenant, "anchor")
+    created = await tenant.create(DEPLOYMENTS, deployment("sneaky", ownerReferences=[owner]))
+    assert "paused" not in created["spec"]  # owned: the webhook never saw it (matchCondition)
+    # owned -> owned is not sent to the webhook: the hub takes the patch ...
+    paused = await tenant.patch(DEPLOYMENTS, "sneaky", {
+        "metadata": {"annotations": {HOLD_ANNOTATION: ".spec.paused"}},
+        "spec": {"paused": True}})
+    assert paused["spec"]["paused"] is True
+    # ... and the controller never takes an owned object that has no Dispatch
+    await _never_dispatched(tenant, "Deployment", "sneaky")
+    # freed of its owner (sent: it was owned, it is not), the hold cannot come by update
+    await tenant.patch(DEPLOYMENTS, "sneaky", {"metadata": {"ownerReferences": None},
+                                               "spec": {"paused": False}})
+    message = await tenant.refused(DEPLOYMENTS, "sneaky", {"spec": {"paused": True}})
+    assert "a hold is set at creation" in message
+    message = await tenant.refused(DEPLOYMENTS, "sneaky", {"metadata": {"annotations": {
+        HOLD_ANNOTATION: ".spec.paused"}}})
+    assert "cannot be added, changed or removed" in message
+    await _never_dispatched(tenant, "Deployment", "sneaky")
+
+
+async def test_an_mpijob_with_its_operators_own_value_is_held_and_stays_held(
+        tenant: Tenant) -> None:
+    created = await tenant.create(MPIJOBS, {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": "mpi", "labels": dict(SELECTED)},
+        "spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"},
+                 "mpiReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+                     "containers": [{"name": "c", "image": "registry.invalid/m:1"}]}}}}}})
+    assert created["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
+    message = await tenant.refused(MPIJOBS, "mpi", {"spec": {"runPolicy": {
+        "managedBy": "kubeflow.org/mpi-operator"}}})
+    assert "cannot change after creation" in message
+    again = await tenant.client.request("GET", MPIJOBS.item("mpi", tenant.namespace))
+    assert again["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
+
+
+async def test_a_held_deployment_keeps_its_hold_its_marker_and_its_labels(
+        tenant: Tenant) -> None:
+    created = await tenant.create(DEPLOYMENTS, deployment("web"))
+    assert created["spec"]["paused"] is True
+    assert created["metadata"]["annotations"][HOLD_ANNOTATION] == ".spec.paused"
+    owner = await _owner(tenant, "anchor-web")
+    message = await tenant.refused(DEPLOYMENTS, "web", {"metadata": {
+        "ownerReferences": [owner]}})
+    assert "cannot be given a controller owner" in message
+    message = await tenant.refused(DEPLOYMENTS, "web", {"metadata": {"annotations": {
+        HOLD_ANNOTATION: None}}})
+    assert "cannot be added, changed or removed" in message
+    message = await tenant.refused(DEPLOYMENTS, "web", {"metadata": {"labels": {
+        "team": None}}})
+    assert "cannot leave what the dispatcher watches" in message
+    # an unpause is put back (as before), with the webhook's warning
+    unpaused = await tenant.patch(DEPLOYMENTS, "web", {"spec": {"paused": False}})
+    assert unpaused["spec"]["paused"] is True
+    # a CREATE's own marker is not the webhook's: it goes, the user's own pause stays
+    forged = await tenant.create(DEPLOYMENTS, deployment(
+        "own-pause", annotations={HOLD_ANNOTATION: ".spec.paused"}) | {
+        "spec": {**deployment("own-pause")["spec"], "paused": True}})
+    assert HOLD_ANNOTATION not in (forged["metadata"].get("annotations") or {}), \
+        json.dumps(forged["metadata"])
