@@ -108,6 +108,8 @@ class Overview:
     members: tuple[MemberRow, ...]
     queue: tuple[QueueRow, ...]
     decisions: tuple[DecisionRow, ...]
+    waiting: int | None = None  # all that wait in the queue and all parked (None: the
+    parked: int | None = None  # rows'); ``queue`` holds at most ``limit`` rows of them
 
 
 def _taint(taint: tuple[str, str, str]) -> str:
@@ -163,15 +165,22 @@ def _decision_row(at: float, workload: Mapping[str, str], decision: Decision) ->
             free=v.free, fits=v.fits, reason=v.reason) for v in decision.verdicts))
 
 
-def overview(controller: Controller, *, now: float) -> Overview:
-    """The controller's state now (see the module docstring)."""
+QUEUE_ROWS = 200
+"""Rows of the queue an overview holds (the counts are of all): a tenant's 10,000 waiting
+Jobs must not make every look at the page build and render 10,000 rows (issue 35)."""
+
+
+def overview(controller: Controller, *, now: float, limit: int = QUEUE_ROWS) -> Overview:
+    """The controller's state now (see the module docstring); the first ``limit`` rows of
+    the queue (waiting first, then parked)."""
     fleet, queue, cache = controller.fleet, controller.queue, controller.cache
     reconciler = controller.reconciler
     members = tuple(member_row(s, reachable=fleet.health(s.name).reachable)
                     for s in sorted(fleet.snapshots(), key=lambda s: s.name))
     rows = []
-    waiting = [(i, e, "") for i, e in enumerate(queue.ordered(), start=1)]
-    parked = [(None, e, why) for e, why in queue.parked()]
+    ordered, parked_entries = queue.ordered(), list(queue.parked())
+    waiting = [(i, e, "") for i, e in enumerate(ordered[:limit], start=1)]
+    parked = [(None, e, why) for e, why in parked_entries[:max(limit - len(waiting), 0)]]
     for position, entry, why in waiting + parked:
         raw = cache.record(entry.uid)
         record = records.read(raw) if raw is not None else None
@@ -187,4 +196,5 @@ def overview(controller: Controller, *, now: float) -> Overview:
     decisions = tuple(_decision_row(d.at, d.workload, d.decision)
                       for d in reconciler.recent.newest_first())
     return Overview(at=now, hub_id=controller.settings.hub_id, ready=controller.ready(),
-                    members=members, queue=tuple(rows), decisions=decisions)
+                    members=members, queue=tuple(rows), decisions=decisions,
+                    waiting=len(ordered), parked=len(parked_entries))

@@ -41,6 +41,8 @@ __all__ = ["HEADERS", "PATH", "pages", "render"]
 PATH = "/fleet"
 REFRESH_S = 10
 OPEN_DECISIONS = 5
+CACHE_S = 1.0
+"""A page is rendered at most once a second, however many ask (it is built on the loop)."""
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -171,8 +173,10 @@ def render(view: Overview) -> str:
     """The whole page for ``view`` (every value escaped)."""
     free = sum(m.free for m in view.members)
     allocatable = sum(m.allocatable for m in view.members)
-    waiting = sum(1 for q in view.queue if q.position is not None)
-    parked = len(view.queue) - waiting
+    shown = sum(1 for q in view.queue if q.position is not None)
+    waiting = view.waiting if view.waiting is not None else shown
+    parked = view.parked if view.parked is not None else len(view.queue) - shown
+    hidden = waiting + parked - len(view.queue)
     members = _table(["member", "state", "GPUs free / allocatable",
                       "per product: free / allocatable, and free GPUs on single nodes",
                       "labels"], (_member(m) for m in view.members)) \
@@ -180,6 +184,8 @@ def render(view: Overview) -> str:
     queue = _table(["#", "workload", "GPUs", "reason", "waiting", "why"],
                    (_queued(q, view.at) for q in view.queue)) \
         if view.queue else '<p class="empty">nothing waiting</p>'
+    if hidden > 0:
+        queue += f'<p class="msg">and {hidden} more not shown</p>'
     decisions = "".join(_decision(d, opened=i < OPEN_DECISIONS)
                         for i, d in enumerate(view.decisions)) \
         or '<p class="empty">no decisions since the controller started</p>'
@@ -207,9 +213,14 @@ def pages(controller: Controller, *, clock: Callable[[], float] = time.time
           ) -> list[tuple[str, Handler]]:
     """The routes to serve (``observe.serve(pages=...)``): ``/fleet``, and ``/`` sending
     the browser there."""
+    cached: list[tuple[float, str]] = []  # (when, page): one render per CACHE_S at most
+
     async def fleet(_: web.Request) -> web.StreamResponse:
-        return web.Response(text=render(overview(controller, now=clock())),
-                            content_type="text/html", charset="utf-8", headers=HEADERS)
+        now = clock()
+        if not cached or now - cached[0][0] >= CACHE_S or now < cached[0][0]:
+            cached[:] = [(now, render(overview(controller, now=now)))]
+        return web.Response(text=cached[0][1], content_type="text/html", charset="utf-8",
+                            headers=HEADERS)
 
     async def root(_: web.Request) -> web.StreamResponse:
         raise web.HTTPFound(PATH, headers=HEADERS)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html.parser
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -113,6 +114,17 @@ def test_the_page_says_what_the_rows_say() -> None:
     assert "NoFeasibleMember" in text and "parked" in text and "100s" in text
     assert "parked" in text and "→ " in text
     assert "1 waiting, 1 parked" in text
+
+
+def test_a_long_queue_is_counted_whole_and_shown_in_part() -> None:
+    """Issue 35: ``/fleet`` rendered every queued row on the event loop (800 KB for 300
+    rows): an overview holds at most ``QUEUE_ROWS`` of them, the page counts them all."""
+    base = view()
+    long = replace(base, waiting=9_000, parked=1_000)
+    text = " ".join(" ".join(parsed(render(long)).text).split())
+    assert "9000 waiting, 1000 parked" in text
+    assert f"and {10_000 - len(base.queue)} more not shown" in text
+    assert "more not shown" not in " ".join(parsed(render(base)).text)
 
 
 def test_empty_state_reads_as_such() -> None:
