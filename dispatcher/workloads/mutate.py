@@ -23,6 +23,7 @@ from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
+from dispatcher.workloads.pathshape import path_shape_problem
 from dispatcher.workloads.plaincopy import plain_copy
 
 __all__ = ["PodTemplate", "mutate_pods", "pod_templates"]
@@ -103,26 +104,46 @@ class PodTemplate:
     spec: Mapping[str, Any]
 
 
+def _whole_spec_path(comp: Component) -> Expr | None:
+    """The path to a component's pod spec: its spec path, or for fragments the
+    ``containersPath`` (whose locations' parents are the pod spec the fragments are of)."""
+    spec = comp.spec
+    if spec is None:
+        return None
+    if spec.pattern == "fragmented":
+        containers = spec.fragment("containersPath")
+        # one that builds its list (KServe's model container) locates nothing
+        return containers if containers is not None \
+            and not path_shape_problem(containers.text) else None
+    return spec.path
+
+
 def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
                   locate: Locator = in_process) -> list[PodTemplate]:
-    """Every pod template of ``obj`` (template and pod-spec components; fragmented ones
-    describe no whole pod and are left out), in definition order."""
+    """Every pod template of ``obj``, in definition order: templates and pod specs as
+    written; for a component declared in fragments, the whole object its containers list
+    is in (a kind like LLMInferenceService keeps a full pod spec there: what the member
+    must judge is all of it, host namespaces and volumes included, not only the fields the
+    fragments name). A fragmented component without ``containersPath`` describes no pod
+    spec and is left out."""
     try:
         text = canonical_text(obj)
     except ValueError as error:
         raise MutationError(f"cannot read the object: {error}") from None
     out: list[PodTemplate] = []
-    comps = [c for c in _targets(definition, None) if c.spec is not None
-             and c.spec.pattern != "fragmented" and c.spec.path is not None]
-    found = expr_locations([c.spec.path for c in comps if c.spec and c.spec.path], text,
-                           locate=locate, verb="written",
+    comps = [(c, path) for c in _targets(definition, None)
+             if (path := _whole_spec_path(c)) is not None]
+    found = expr_locations([path for _, path in comps], text, locate=locate,
+                           verb="written",
                            where=lambda i: f"definition {definition.name}: component "
-                                           f"{comps[i].name}")
-    for comp, each in zip(comps, found, strict=True):
+                                           f"{comps[i][0].name}")
+    for (comp, _), each in zip(comps, found, strict=True):
         spec = comp.spec
         assert spec is not None
-        for location in each:
-            found = value_at(obj, location)
+        for at in each:
+            if spec.pattern == "fragmented" and (not at or at[-1] != "containers"):
+                continue  # not a pod spec's containers: nothing whole to judge
+            found = value_at(obj, at[:-1] if spec.pattern == "fragmented" else at)
             if not isinstance(found, Mapping):
                 continue
             if spec.pattern == "template":
