@@ -112,6 +112,14 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return labels if isinstance(labels, Mapping) else {}
 
 
+def _held_before(old: Mapping[str, Any], hold: Hold) -> str:
+    """The hold state an UPDATE starts from. An owned object was never reviewed (its
+    CREATE and its owned -> owned updates are not sent), so a hold it carries was not set
+    by the webhook: it counts as free, and freeing it from its owner cannot make it held."""
+    state = hold_state(old, hold)
+    return HoldState.FREE if state == HoldState.HELD and controller_owner(old) else state
+
+
 def update_refusal(old: Mapping[str, Any], new: Mapping[str, Any], hold: Hold, *,
                    kind: str) -> str | None:
     """Why an UPDATE may not pass (None: it may): the hold is the object's whole life.
@@ -123,7 +131,7 @@ def update_refusal(old: Mapping[str, Any], new: Mapping[str, Any], hold: Hold, *
     the kind's CRD enforces, never changes (dropping ours only has it put back); a held
     object cannot gain a controller owner (the webhook never sees owned objects again, so
     its next update could release it on the hub)."""
-    before, after = hold_state(old, hold), hold_state(new, hold)
+    before, after = _held_before(old, hold), hold_state(new, hold)
     if marker(old) != marker(new):
         return (f"{HOLD_ANNOTATION} on {kind} records the hold the dispatcher set at "
                 f"creation: it cannot be added, changed or removed")
@@ -177,13 +185,13 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
         if hold is None or hold.kind == "refuse" or not isinstance(old, Mapping):
             return _response(uid)
         refused = update_refusal(old, obj, hold, kind=kind)
-        if refused is None and not covered and hold_state(old, hold) == HoldState.HELD:
+        if refused is None and not covered and _held_before(old, hold) == HoldState.HELD:
             # past here its updates are not sent: an unpause would run it on the hub
             refused = (f"{kind} is dispatched: it cannot leave what the dispatcher "
                        f"watches (its labels select it); delete it instead")
         if refused is not None:
             return _response(uid, allowed=False, message=f"dispatcher.io: {refused}")
-        if hold_state(old, hold) != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:
+        if _held_before(old, hold) != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:
             return _response(uid)
         return _response(uid, patch=hold_patch(obj, hold), warnings=[
             f"{hold.dotted} is how the dispatcher keeps {kind} from running on this hub: "

@@ -13,6 +13,7 @@ this token (tests/e2e/test_deploy_rbac.py).
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 import time
@@ -321,3 +322,57 @@ async def test_in_cluster_kubeconfig_authenticates_with_the_mounted_token(
         await client.request("GET", MEMBER_CLUSTERS.collection())
         with pytest.raises(errors.Forbidden):
             await client.request("GET", "/api/v1/namespaces/default/secrets")
+
+
+async def test_the_controllers_writes_of_hub_workloads_are_fenced_to_finalizers_and_status(
+        controller: KubeClient, admin: KubeClient) -> None:
+    """Issue 35: the ClusterRole's cluster-wide ``patch`` let the controller's token
+    rewrite any Deployment or Pod (a dry-run patch of a kube-system Deployment to a foreign
+    image was accepted). The shipped ValidatingAdmissionPolicy lets its updates of the
+    catalog's kinds change only finalizers (and status, through the status subresource),
+    and nothing in kube-* namespaces; RBAC still allows the verbs."""
+    namespace = f"fence-{uuid.uuid4().hex[:6]}"
+    await admin.request("POST", NAMESPACES.collection(), body={
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    deployments = "/apis/apps/v1/namespaces/{ns}/deployments"
+    body = {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "finalizers": ["dispatcher.io/dispatch"]},
+            "spec": {"paused": True, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                         "containers": [{"name": "c", "image": "registry.invalid/web:1"}]}}}}
+    for ns in (namespace, "kube-system"):
+        await admin.request("POST", deployments.format(ns=ns), body=body)
+
+    async def patch(ns: str, change: dict[str, Any], *, sub: str = "",
+                    dry: bool = True) -> None:
+        path = deployments.format(ns=ns) + "/web" + (f"/{sub}" if sub else "")
+        await controller.request("PATCH", path, body=change, content_type=JSON_MERGE_PATCH,
+                                 query=[("dryRun", "All")] if dry else [])
+
+    try:
+        foreign = {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "attacker.invalid/own:1"}], "serviceAccountName": "admin"}}}}
+        for ns, change in ((namespace, foreign), ("kube-system", foreign),
+                           (namespace, {"metadata": {"labels": {"x": "y"}}}),
+                           (namespace, {"metadata": {"ownerReferences": [{
+                               "apiVersion": "v1", "kind": "ConfigMap", "name": "c",
+                               "uid": "u", "controller": True}]}}),
+                           ("kube-system", {"metadata": {"finalizers": None}})):
+            with pytest.raises(errors.KubeError) as caught:
+                await patch(ns, change)
+            assert "dispatcher-writes" in caught.value.detail, caught.value.detail
+        with pytest.raises(errors.KubeError):
+            await patch("kube-system", {"status": {"replicas": 0}}, sub="status")
+        # what it needs: the status, and the legacy finalizer off
+        await patch(namespace, {"status": {"observedGeneration": 1}}, sub="status")
+        await patch(namespace, {"metadata": {"finalizers": None}}, dry=False)
+        left = await admin.request("GET", deployments.format(ns=namespace) + "/web")
+        assert not left["metadata"].get("finalizers")
+    finally:
+        for ns in (namespace, "kube-system"):
+            with contextlib.suppress(errors.KubeError):
+                await admin.request("PATCH", deployments.format(ns=ns) + "/web",
+                                    body={"metadata": {"finalizers": None}},
+                                    content_type=JSON_MERGE_PATCH)
+                await admin.request("DELETE", deployments.format(ns=ns) + "/web")
+        await admin.request("DELETE", NAMESPACES.item(namespace))

@@ -278,3 +278,21 @@ def test_both_installs_fence_the_controllers_ports() -> None:
             {"namespaceSelector": {"matchLabels": {"dispatcher.io/metrics": "true"}}}]}
         assert rules[1:] == ([{"ports": [{"port": "webhook", "protocol": "TCP"}]}]
                              if webhook else [])
+
+
+def test_the_write_fence_covers_every_kind_the_controller_may_patch() -> None:
+    """The ValidatingAdmissionPolicy (``deploy/base/admission-policy.yaml``) must name
+    every resource the ClusterRole lets the controller patch outside its own API group:
+    a kind added to the RBAC but not to the policy would be patchable without a fence."""
+    docs = list(kustomized(DEPLOY / "base"))
+    role = one(docs, "ClusterRole", "dispatcher")
+    patchable = {(g, r) for (g, r), verbs in grants(role["rules"]).items()
+                 if "patch" in verbs
+                 and g not in ("dispatcher.io", "optimization.nvidia.com", "run.ai")}
+    policy = one(docs, "ValidatingAdmissionPolicy", "dispatcher-writes")
+    fenced = {(g, r) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+              for g in rule["apiGroups"] for r in rule["resources"]}
+    assert patchable == fenced, (patchable - fenced, fenced - patchable)
+    assert patchable >= {(g, r) for g, r in catalog_resources()}
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "dispatcher-writes")
+    assert binding["spec"] == {"policyName": "dispatcher-writes", "validationActions": ["Deny"]}

@@ -10,7 +10,8 @@ hub (``HubWebhook``, failurePolicy Fail) and the controller itself in shared mod
 - the same while still owned (the webhook never sees owned -> owned updates): the hub
   takes the patch, and the controller never dispatches an owned object without a record;
 - an MPIJob created with the MPI operator's own managedBy: held at creation all the same
-  (the kind's own controller's value is no one else's), and the value cannot be changed;
+  (the kind's own controller's value is no one else's); set back to it, ours is put back;
+  set to anyone else's, denied;
 - a held Deployment: the marker cannot be removed, no controller owner can be added, and
   it cannot leave the watched labels.
 Before issue 35 each of these ran the workload on the hub while its copy ran on a member.
@@ -148,11 +149,22 @@ async def _owner(tenant: Tenant, name: str) -> dict[str, Any]:
             "uid": cm["metadata"]["uid"], "controller": True}
 
 
-async def _never_dispatched(tenant: Tenant, kind: str, name: str) -> None:
-    """No Dispatch for it, however long the controller looks (several decision rounds)."""
+async def _never_dispatched(tenant: Tenant, kind: str, name: str, *,
+                            owned: bool = False) -> None:
+    """Never sent to a member, however long the controller looks (several decision
+    rounds): an owned one has no Dispatch at all, a free one is parked ``NotHeld``."""
     for _ in range(10):
-        assert await get_or_none(tenant.h.hub, DISPATCHES.item(
-            f"{kind.lower()}-{name}", tenant.namespace)) is None
+        record = await get_or_none(tenant.h.hub, DISPATCHES.item(
+            f"{kind.lower()}-{name}", tenant.namespace))
+        if owned or record is None:
+            assert record is None, record
+        else:
+            status = record.get("status") or {}
+            decision = {**((record.get("spec") or {}).get("decision") or {}),
+                        **(status.get("decision") or {})}
+            assert not decision.get("cluster"), record
+            placed = [c for c in status.get("conditions") or () if c["type"] == "Placed"]
+            assert not placed or placed[0]["reason"] == "NotHeld", placed
         await asyncio.sleep(0.3)
 
 
@@ -166,14 +178,18 @@ async def test_a_hold_cannot_be_put_on_by_an_update(tenant: Tenant) -> None:
         "spec": {"paused": True}})
     assert paused["spec"]["paused"] is True
     # ... and the controller never takes an owned object that has no Dispatch
-    await _never_dispatched(tenant, "Deployment", "sneaky")
+    await _never_dispatched(tenant, "Deployment", "sneaky", owned=True)
+    # freeing it from its owner does not make that forged hold a real one
+    message = await tenant.refused(DEPLOYMENTS, "sneaky", {"metadata": {
+        "ownerReferences": None}})
+    assert "a hold is set at creation" in message
     # freed of its owner (sent: it was owned, it is not), the hold cannot come by update
     await tenant.patch(DEPLOYMENTS, "sneaky", {"metadata": {"ownerReferences": None},
                                                "spec": {"paused": False}})
     message = await tenant.refused(DEPLOYMENTS, "sneaky", {"spec": {"paused": True}})
     assert "a hold is set at creation" in message
     message = await tenant.refused(DEPLOYMENTS, "sneaky", {"metadata": {"annotations": {
-        HOLD_ANNOTATION: ".spec.paused"}}})
+        HOLD_ANNOTATION: ".spec.replicas"}}})
     assert "cannot be added, changed or removed" in message
     await _never_dispatched(tenant, "Deployment", "sneaky")
 
@@ -187,8 +203,13 @@ async def test_an_mpijob_with_its_operators_own_value_is_held_and_stays_held(
                  "mpiReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
                      "containers": [{"name": "c", "image": "registry.invalid/m:1"}]}}}}}})
     assert created["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
-    message = await tenant.refused(MPIJOBS, "mpi", {"spec": {"runPolicy": {
+    # the operator's own value again means "run it here": it is put back, as a dropped one
+    back = await tenant.patch(MPIJOBS, "mpi", {"spec": {"runPolicy": {
         "managedBy": "kubeflow.org/mpi-operator"}}})
+    assert back["spec"]["runPolicy"]["managedBy"] == MANAGED_BY
+    # anyone else's value is a change of who runs it: denied
+    message = await tenant.refused(MPIJOBS, "mpi", {"spec": {"runPolicy": {
+        "managedBy": "kueue.x-k8s.io/multikueue"}}})
     assert "cannot change after creation" in message
     again = await tenant.client.request("GET", MPIJOBS.item("mpi", tenant.namespace))
     assert again["spec"]["runPolicy"]["managedBy"] == MANAGED_BY

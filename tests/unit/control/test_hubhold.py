@@ -249,6 +249,21 @@ def test_a_hold_cannot_be_put_on_by_an_update() -> None:
     _denied(_update(ours, mpi), "a hold is set at creation")
 
 
+def test_an_owned_objects_forged_hold_does_not_survive_its_freeing() -> None:
+    """An owned object's updates are not sent (owned -> owned), so a tenant can pause and
+    mark it unseen; freeing it from its owner then must not make it a held workload (its
+    hub pods, made before the pause, still run)."""
+    forged = _owned(_deployment(paused=True, marked=True))
+    freed = {**forged, "metadata": {k: v for k, v in forged["metadata"].items()
+                                    if k != "ownerReferences"}}
+    _denied(_update(freed, forged), "a hold is set at creation")
+    # an owned object that was never held is freed as it is
+    owned = _owned(_deployment())
+    plain = {**owned, "metadata": {k: v for k, v in owned["metadata"].items()
+                                   if k != "ownerReferences"}}
+    assert _update(plain, owned) == {"uid": "r1", "allowed": True}
+
+
 def test_the_marker_is_the_webhooks_alone() -> None:
     held = _deployment(paused=True, marked=True)
     unmarked_ = _deployment(paused=True)
