@@ -40,19 +40,14 @@ from dispatcher.placement.selector import parse_selector
 from dispatcher.shell.webhook import WEBHOOK_CONFIGURATIONS, HubWebhook
 from dispatcher.workloads.holds import HOLD_ANNOTATION, MANAGED_BY
 from tests.integration.harness import Harness, get_or_none, running
+from tests.integration.test_real_members import DEPLOYMENTS
+from tests.integration.test_real_operators import MPIJOBS
+from tests.security.tenancy.test_two_tenants import BINDINGS, ROLES
 
 pytestmark = pytest.mark.integration
 
-DEPLOYMENTS = ResourceRef(group="apps", version="v1", kind="Deployment", plural="deployments",
-                          namespaced=True)
-MPIJOBS = ResourceRef(group="kubeflow.org", version="v2beta1", kind="MPIJob",
-                      plural="mpijobs", namespaced=True)
 CONFIGMAPS = ResourceRef(group="", version="v1", kind="ConfigMap", plural="configmaps",
                          namespaced=True)
-ROLES = ResourceRef(group="rbac.authorization.k8s.io", version="v1", kind="Role",
-                    plural="roles", namespaced=True)
-BINDINGS = ResourceRef(group="rbac.authorization.k8s.io", version="v1", kind="RoleBinding",
-                       plural="rolebindings", namespaced=True)
 SELECTED = {"team": "a"}
 
 
