@@ -50,13 +50,15 @@ from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.model import Definition
+from dispatcher.workloads.model import Definition, GenericStatus
 
 __all__ = ["Reconciler"]
 
 log = structlog.get_logger("dispatcher")
 
 MAX_STEPS = 12
+_NOT_UP = frozenset({"", GenericStatus.PENDING, GenericStatus.INITIALIZING,
+                     GenericStatus.UNKNOWN})
 _WAIT_FALLBACK_S = 5.0
 
 
@@ -146,8 +148,9 @@ class Reconciler:
                 hub_owns_status=self._hub_owns_status(workload))
             status = hub if target is None else target
             mechanism = mechanism_of(found.obj)
-            bound, room = self._gang_progress(cluster, uid) if mechanism != NONE \
-                else (0, None)
+            # read only while it may be stalled (decide's GangStalled rows)
+            bound, room = self._gang_progress(cluster, uid) \
+                if mechanism != NONE and found.generic in _NOT_UP else (0, None)
             return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
