@@ -376,9 +376,10 @@ async def test_with_two_replicas_killing_the_leader_mid_burst_refuses_no_create(
 
         await asyncio.gather(burst(), killer())
         # Only the calls the killed replica held when it died fail (in flight, or on a
-        # connection the apiserver had open to it): refused, never admitted unheld, and at
-        # most one batch of them; the standby serves the rest, and the client's retry.
-        assert len(refused) <= 10, refused
+        # connection the apiserver had open to it, one per concurrent call of a batch):
+        # refused, never admitted unheld, at most two batches' worth (5-6 measured; 57
+        # of 100 with one replica); the standby serves the rest, and the client's retry.
+        assert len(refused) <= 20, refused
         assert all("failed calling webhook" in r for r in refused), refused
         assert standby.procs[-1].poll() is None, standby.output()
         print(f"refused while the leader was killed: {len(refused)} of 100")
