@@ -347,10 +347,13 @@ async def test_with_two_replicas_killing_the_leader_mid_burst_refuses_no_create(
         kubectl(fleet, "create", "namespace", ns)
         await start(first)
         await start(second)  # Ready while standing by: its webhook serves
-        lease = await hub.request(
-            "GET", f"/apis/coordination.k8s.io/v1/namespaces/dispatcher-system/leases/"
-                   f"lease-{hub_id}")
-        holder = str(lease["spec"]["holderIdentity"])
+        async def lease_holder() -> str:
+            lease = await hub.request(
+                "GET", f"/apis/coordination.k8s.io/v1/namespaces/dispatcher-system/leases/"
+                       f"lease-{hub_id}")
+            return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+        holder = await eventually(lease_holder, what="a replica leading")  # Ready is not leading
         leader, standby = (first, second) if holder.split("-")[-2] == str(
             first.procs[-1].pid) else (second, first)
         assert holder.split("-")[-2] == str(leader.procs[-1].pid), holder
