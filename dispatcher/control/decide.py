@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from dispatcher.control.copies import Rejection  # copies reads CopyState from here
 
 __all__ = [
+    "STUCK",
     "Action",
     "ActionKind",
     "Copy",
@@ -105,9 +106,10 @@ FailoverPolicy = Literal["never", "if-not-started", "always"]
 
 _NOT_STARTED = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
                           GenericStatus.SUSPENDED})
-# Stuck: never got going (pods unschedulable) or a gang only partly up (still initializing).
-_STUCK = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
-                    GenericStatus.INITIALIZING})
+STUCK = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
+                   GenericStatus.INITIALIZING})
+"""Never got going (pods unschedulable) or a gang only partly up (still initializing):
+what may be stuck, or a stalled gang."""
 # Finished: its result is known; whatever happens to the member or the copy now, it is
 # never run again (failover, a copy the member's TTL controller removed).
 _FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
@@ -383,7 +385,7 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
     # Stuck is about getting going: a copy that was once up (running, degraded, finished)
     # and dips back to initializing (a restart, a scale-up) is not stuck.
-    stuck = copy.generic in _STUCK and record.started_at is None
+    stuck = copy.generic in STUCK and record.started_at is None
     if rules.stuck_after > 0 and stuck and record.submitted_at:
         waited = snap.now - record.submitted_at
         if waited >= rules.stuck_after:
@@ -399,9 +401,9 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
     stall, stall_at = _gang_stall(snap, record, cluster, stuck=stuck)
     if stall is not None:
         return stall
-    deadlines = [at for at in (stall_at, record.submitted_at + rules.stuck_after
-                               if rules.stuck_after > 0 and stuck and record.submitted_at
-                               else None) if at is not None]
+    stuck_at = record.submitted_at + rules.stuck_after \
+        if rules.stuck_after > 0 and stuck and record.submitted_at else None
+    deadlines = [at for at in (stall_at, stuck_at) if at is not None]
     if deadlines:
         return Action(kind=ActionKind.WAIT, member=cluster, reason="not started yet",
                       recheck_after=min(deadlines) - snap.now)

@@ -46,7 +46,6 @@ from dispatcher.workloads.holds import (
     hold_patch,
     hold_state,
     marker,
-    value_of,
 )
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.paths import value_at
@@ -139,7 +138,7 @@ def update_refusal(old: Mapping[str, Any], new: Mapping[str, Any], hold: Hold, *
         return (f"a hold is set at creation, by the dispatcher: {kind} was created without "
                 f"it ({hold.dotted}), so this hub may be running it already; recreate it "
                 f"to have it dispatched")
-    if hold.kind == "managedBy" and value_of(old, hold) != value_of(new, hold) \
+    if hold.kind == "managedBy" and value_at(old, hold.path) != value_at(new, hold.path) \
             and not (before == HoldState.HELD and after == HoldState.FREE):
         return f"{hold.dotted} of {kind} says who runs it: it cannot change after creation"
     if before == HoldState.HELD and controller_owner(new) is not None \
@@ -185,13 +184,14 @@ def review(request: Mapping[str, Any], *, catalog: Catalog, scope: HoldScope
         if hold is None or hold.kind == "refuse" or not isinstance(old, Mapping):
             return _response(uid)
         refused = update_refusal(old, obj, hold, kind=kind)
-        if refused is None and not covered and _held_before(old, hold) == HoldState.HELD:
+        before = _held_before(old, hold)
+        if refused is None and not covered and before == HoldState.HELD:
             # past here its updates are not sent: an unpause would run it on the hub
             refused = (f"{kind} is dispatched: it cannot leave what the dispatcher "
                        f"watches (its labels select it); delete it instead")
         if refused is not None:
             return _response(uid, allowed=False, message=f"dispatcher.io: {refused}")
-        if _held_before(old, hold) != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:
+        if before != HoldState.HELD or hold_state(obj, hold) == HoldState.HELD:
             return _response(uid)
         return _response(uid, patch=hold_patch(obj, hold), warnings=[
             f"{hold.dotted} is how the dispatcher keeps {kind} from running on this hub: "

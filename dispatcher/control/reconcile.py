@@ -25,7 +25,15 @@ from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import written_generation
-from dispatcher.control.decide import Action, ActionKind, Copy, CopyState, Snapshot, decide
+from dispatcher.control.decide import (
+    STUCK,
+    Action,
+    ActionKind,
+    Copy,
+    CopyState,
+    Snapshot,
+    decide,
+)
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.gangsched import mechanism_of
@@ -50,15 +58,13 @@ from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.model import Definition, GenericStatus
+from dispatcher.workloads.model import Definition
 
 __all__ = ["Reconciler"]
 
 log = structlog.get_logger("dispatcher")
 
 MAX_STEPS = 12
-_NOT_UP = frozenset({"", GenericStatus.PENDING, GenericStatus.INITIALIZING,
-                     GenericStatus.UNKNOWN})
 _WAIT_FALLBACK_S = 5.0
 
 
@@ -150,7 +156,7 @@ class Reconciler:
             mechanism = mechanism_of(found.obj)
             # read only while it may be stalled (decide's GangStalled rows)
             bound, room = self._gang_progress(cluster, uid) \
-                if mechanism != NONE and found.generic in _NOT_UP else (0, None)
+                if mechanism != NONE and found.generic in STUCK else (0, None)
             return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
                         generic=found.generic, statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),

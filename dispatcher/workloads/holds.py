@@ -41,7 +41,6 @@ __all__ = [
     "marker",
     "parse_path",
     "unmarked",
-    "value_of",
 ]
 
 MANAGED_BY = "dispatcher.io/dispatcher"
@@ -133,13 +132,7 @@ def hold_state(obj: Mapping[str, Any], hold: Hold) -> str:
 
 def marker(obj: Mapping[str, Any]) -> Any:
     """The ``HOLD_ANNOTATION`` ``obj`` carries (None: none)."""
-    annotations = _get(obj, ("metadata", "annotations"))
-    return annotations.get(HOLD_ANNOTATION) if isinstance(annotations, Mapping) else None
-
-
-def value_of(obj: Mapping[str, Any], hold: Hold) -> Any:
-    """What ``obj`` has at the hold's path."""
-    return _get(obj, hold.path)
+    return _get(obj, ("metadata", "annotations", HOLD_ANNOTATION))
 
 
 def _pointer(parts: tuple[str, ...]) -> str:
