@@ -15,7 +15,8 @@ namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set
 patches), ``pending`` (when a waiting workload's reason is written again: when what it
 means changes, its numbers at most every ``queue.pendingRefresh``), ``orphans`` (which of
 our copies the sweep deletes), ``gangsched`` (what a copy
-carries so the member binds each gang all or nothing), ``hubstatus`` (the hub
+carries so the member binds each gang all or nothing), ``copyplan`` (the member copy as a
+plan: its body, gang objects, pods to dry-run and namespace, or why none may be written), ``hubstatus`` (the hub
 status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
 (the Pods a copy's templates are dry-run as on a member, and the acceptances remembered;
 ``podadmission`` sends them),
@@ -30,8 +31,10 @@ status read through the current catalog by ``readings``), ``workers`` (one seria
 workload uid), ``reconcile`` (snapshot -> decide -> execute; ``resolutions`` resolves each
 workload once per generation before it is placed; ``memory`` holds what the last steps saw
 that the hub does not say: the version last mirrored, foreign sightings, a member's
-refusal), ``actions`` (the writes of each action, through a ``writer`` ``Writer``: the
-real one is ``writes`` on the hub and ``submit`` on the members, with ``copies`` for what a
+refusal), ``planner`` (gathers a copy plan's input between decide and the write, and runs it where
+the definition may run), ``actions`` (the writes of each action, through a ``writer``
+``Writer``: the real one is ``writes`` on the hub and ``submit`` on the members (which
+only sends a plan and maps the answers), with ``copies`` for what a
 copy carries and whose a member object is, and
 ``namespaces`` for the member namespace, never weaker than the hub's, and ``gangwrites``
 for the gang objects created with a copy), ``controller``

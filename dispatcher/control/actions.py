@@ -18,7 +18,7 @@ from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import Action, ActionKind, Snapshot
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.control.placing import Placement
-from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, Writer, later
+from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Writer, later
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.workloads.model import GenericStatus
@@ -156,7 +156,9 @@ async def _submit(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
         # The record's reservation is the one in force (it may not be in the book: a
         # record found on a create conflict, a create whose answer was lost).
         w.hold(snap.record.reservation)
-    outcome = await w.create_copy(uid, cluster=action.member, workload=snap.workload)
+    plan = action.plan
+    assert plan is not None, "SUBMIT is planned by the shell (control.planner)"
+    outcome = plan if isinstance(plan, Rejection) else await w.create_copy(plan)
     if isinstance(outcome, Rejection):
         # Refused for good: the reservation goes at once; the next ``decide`` answers
         # requeue or fail from the snapshot (the refusal is in it).
@@ -236,7 +238,13 @@ async def _update_copy(w: Writer, uid: str, snap: Snapshot, action: Action) -> O
     """The hub object's spec changed: write it to the copy. Placement is not re-run: a
     resize that no longer fits shows up as a stuck copy."""
     assert action.member is not None and snap.workload is not None
-    update = await w.update_copy(uid, cluster=action.member, workload=snap.workload)
+    plan = action.plan
+    if isinstance(plan, Rejection):  # nothing to write: said on the record, not retried
+        update: CopyUpdate | None = CopyUpdate(
+            generation=int(snap.workload["metadata"].get("generation") or 0), changed=(),
+            refused=plan.message)
+    else:
+        update = None if plan is None else await w.update_copy(plan)
     if update is None:
         return DONE
     if update.refused is not None:

@@ -86,6 +86,7 @@ from dispatcher.workloads.model import GenericStatus
 
 if TYPE_CHECKING:
     from dispatcher.control.copies import Rejection  # copies reads CopyState from here
+    from dispatcher.control.copyplan import CopyPlan
 
 __all__ = [
     "STUCK",
@@ -224,7 +225,8 @@ class Action:
     the member concerned; ``recheck_after`` (seconds) asks the shell to look again later;
     ``placement`` is the placement made in this step (its queue step and reservation are
     the shell's to apply, whatever the action); ``rejection`` the member's refusal a
-    REQUEUE or FAIL answers."""
+    REQUEUE or FAIL answers; ``plan`` the copy a SUBMIT or UPDATE_COPY writes (the shell
+    plans it after deciding: ``control.planner``), or why none may be written."""
 
     kind: ActionKind
     reason: str = ""
@@ -232,6 +234,7 @@ class Action:
     recheck_after: float | None = None
     placement: Placement | None = None
     rejection: Rejection | None = None  # REQUEUE/FAIL answering this refusal
+    plan: CopyPlan | Rejection | None = None
 
 
 def not_started(generic: str | None) -> bool:

@@ -24,7 +24,8 @@ from dispatcher.control import actions
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import written_generation
+from dispatcher.control.copies import Rejection, written_generation
+from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.decide import (
     STUCK,
     Action,
@@ -44,6 +45,7 @@ from dispatcher.control.meters import placed
 from dispatcher.control.observe import Metrics
 from dispatcher.control.parking import BareFleet
 from dispatcher.control.placing import Placement, PlacementInput, QueueStep
+from dispatcher.control.planner import CopyPlanner
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import forget_readings
 from dispatcher.control.recent import RecentDecisions
@@ -90,13 +92,15 @@ class Reconciler:
         if writer is None:  # the real one; unit tests inject a recording writer
             assert hub is not None, "the real writer writes to the hub"
             members = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
-                                   copies=copies, clock=clock, monotonic=monotonic,
-                                   memory=StepMemory(clock=clock),
-                                   resolutions=self.resolutions)
+                                   copies=copies, monotonic=monotonic,
+                                   memory=StepMemory(clock=clock))
             writer = Writes(hub=hub, cache=hub_cache, members=members, fleet=fleet,
                             queue=queue, resolutions=self.resolutions, metrics=metrics,
                             events=events, monotonic=monotonic, hub_mode=settings.hub_mode)
         self.writes: Writer = writer
+        self.planner = CopyPlanner(settings=settings, live=live, resolutions=self.resolutions,
+                                   fleet=fleet, copies=copies)
+        """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.copyplan``)."""
         self.memory = writer.memory
         """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
@@ -259,10 +263,24 @@ class Reconciler:
                 continue
             if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
                 return self._idle(uid, snap, action)
+            if action.kind in (ActionKind.SUBMIT, ActionKind.UPDATE_COPY):
+                action = replace(action, plan=await self.plan_copy(uid, snap, action))
             outcome = await actions.execute(self.writes, uid=uid, snap=snap, action=action)
             if not outcome.again:
                 return outcome.after
         return None
+
+    async def plan_copy(self, uid: str, snap: Snapshot, action: Action
+                        ) -> CopyPlan | Rejection | None:
+        """The copy the action writes on its member, kept to the recorded decision's
+        topology domains (None: an update with no copy to write to)."""
+        assert action.member is not None and snap.workload is not None
+        domains = snap.record.domains if snap.record is not None else ()
+        if action.kind is ActionKind.UPDATE_COPY:
+            return await self.planner.update(uid, cluster=action.member,
+                                             workload=snap.workload, domains=domains)
+        return await self.planner.submit(uid, cluster=action.member, workload=snap.workload,
+                                         domains=domains)
 
     def _apply(self, placement: Placement) -> None:
         """Take the placement's reservation and queue step (synchronously: no other

@@ -21,10 +21,10 @@ from dispatcher.control.observe import Metrics
 from dispatcher.fleet.reservations import Reservation
 
 if TYPE_CHECKING:
+    from dispatcher.control.copyplan import CopyPlan
     from dispatcher.control.record import DispatchRecord
-    from dispatcher.control.submit import CopyUpdate
 
-__all__ = ["AGAIN", "DONE", "Created", "Outcome", "Writer", "later"]
+__all__ = ["AGAIN", "DONE", "CopyUpdate", "Created", "Outcome", "Writer", "later"]
 
 
 class Created(StrEnum):
@@ -41,6 +41,17 @@ class Outcome:
 
     again: bool = False
     after: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyUpdate:
+    """What an update of a copy wrote: the hub generation and the top-level spec keys
+    changed; ``refused``: why nothing was written (a pod template sets a refused field,
+    or the spec cannot be built into a copy)."""
+
+    generation: int
+    changed: tuple[str, ...]
+    refused: str | None = None
 
 
 AGAIN = Outcome(again=True)
@@ -74,13 +85,12 @@ class Writer(Protocol):
     async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
         """Merge-patch the hub object's status; False when it is gone."""
 
-    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool | Rejection:
-        """True: the copy exists; False: look again later; Rejection: refused for good."""
+    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
+        """Send the planned copy. True: it exists; False: look again later; Rejection:
+        refused for good."""
 
-    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> CopyUpdate | None:
-        """Write the hub spec to the copy; None when there is nothing to write to."""
+    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
+        """Write the planned spec to the copy; None when there is nothing to write to."""
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

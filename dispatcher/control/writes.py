@@ -11,6 +11,7 @@ from typing import Any
 from dispatcher.control import record as records
 from dispatcher.control.caches import HubCache
 from dispatcher.control.copies import Rejection
+from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER
@@ -24,7 +25,6 @@ from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES
-from dispatcher.placement.model import GangDomain
 
 __all__ = ["Writes"]
 
@@ -192,20 +192,11 @@ class Writes:
 
     # -- members --------------------------------------------------------------------------
 
-    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool | Rejection:
-        return await self.members.create_copy(uid, cluster=cluster, workload=workload,
-                                              domains=self._domains(uid))
+    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
+        return await self.members.create_copy(plan)
 
-    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> CopyUpdate | None:
-        return await self.members.update_copy(uid, cluster=cluster, workload=workload,
-                                              domains=self._domains(uid))
-
-    def _domains(self, uid: str) -> tuple[GangDomain, ...]:
-        """The topology domains the recorded decision chose (the copy keeps to them)."""
-        record = self.cache.record_value(uid)
-        return record.domains if record is not None else ()
+    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
+        return await self.members.update_copy(plan)
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
                           ) -> bool:

@@ -57,7 +57,7 @@ DYNAMIC: dict[tuple[str, str, str, str], Callable[[], set[str]]] = {
     # a member's own refusal: its Kubernetes reason (Invalid, Forbidden, ...), said in prose
     ("control/submit.py", "create_copy", "", "exc.reason or type(exc).__name__"): set,
     # a copy that cannot be built: its object quarantined, or any other definition failure
-    ("control/submit.py", "_built", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
+    ("control/copyplan.py", "plan", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
 }
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control import actions
+from dispatcher.control import actions, copyplan
 from dispatcher.control.copies import Rejection
+from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.decide import (
     Action,
     ActionKind,
@@ -32,6 +33,7 @@ from dispatcher.control.observe import Metrics
 from dispatcher.control.record import DispatchRecord, format_time
 from dispatcher.control.submit import CopyUpdate
 from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, later
+from dispatcher.workloads.catalog import Catalog
 from tests.unit.control import placing_builders as pb
 
 NOW = pb.NOW
@@ -70,14 +72,12 @@ class FakeWriter:
         self.calls.append(("mirror_status", diff))
         return self._mirror_ok
 
-    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool | Rejection:
-        self.calls.append(("create_copy", cluster))
+    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
+        self.calls.append(("create_copy", plan.member))
         return self._create
 
-    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> CopyUpdate | None:
-        self.calls.append(("update_copy", cluster))
+    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
+        self.calls.append(("update_copy", plan.member))
         return self._update
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
@@ -132,8 +132,22 @@ OURS = Copy(state=CopyState.OURS, uid="r1", generic="running", statuses=("runnin
             seen_at=0.0)
 
 
-def run(writer: FakeWriter, snap: Snapshot) -> tuple[Action, Outcome]:
+def planned(snap: Snapshot, action: Action) -> Action:
+    """A SUBMIT or UPDATE_COPY with its copy planned, as the reconciler plans it."""
+    if action.kind not in (ActionKind.SUBMIT, ActionKind.UPDATE_COPY):
+        return action
+    assert snap.workload is not None and action.member is not None
+    catalog = Catalog.builtin()
+    return replace(action, plan=copyplan.plan(copyplan.PlanInput(
+        uid="uid-train", member=action.member, workload=snap.workload,
+        definition=catalog.find("batch/v1", "Job"), resolution=catalog.resolve(snap.workload),
+        hub_id="hub")))
+
+
+def run(writer: FakeWriter, snap: Snapshot, *, plan: Rejection | None = None
+        ) -> tuple[Action, Outcome]:
     action = decide(snap)
+    action = planned(snap, action) if plan is None else replace(action, plan=plan)
     return action, asyncio.run(actions.execute(writer, uid="uid-train", snap=snap,
                                                action=action))
 
@@ -345,18 +359,19 @@ def test_a_refused_spec_change_is_not_written_and_the_dispatch_says_why() -> Non
     its spec, the generation counts as handled (mirroring goes on), Updated=False says
     why, with a warning Event."""
     why = "pod template refused: spec.template.spec.nodeName: ..."
-    w = FakeWriter(update=CopyUpdate(generation=3, changed=(), refused=why))
+    w = FakeWriter()
     snap = Snapshot(now=NOW, workload=workload(generation=3, status={"active": 2}),
                     record=RUNNING, copy=OURS)
-    action, outcome = run(w, snap)
+    action, outcome = run(w, snap, plan=Rejection.of(
+        "m1", status=0, reason="PodTemplateRefused", message=why))
     assert action.kind is ActionKind.UPDATE_COPY and outcome == AGAIN
-    assert w.names() == ["update_copy", "patch_record", "event"]
-    patch = w.calls[1][1]
+    assert w.names() == ["patch_record", "event"]  # nothing sent to the member
+    patch = w.calls[0][1]
     assert patch["remote"] == {"hubGeneration": 3}
     (updated,) = patch["conditions"]
     assert (updated["type"], updated["status"], updated["reason"], updated["message"]) == \
         ("Updated", "False", "PodTemplateRefused", why)
-    assert w.calls[2][1] == "UpdateRefused"
+    assert w.calls[1][1] == "UpdateRefused"
 
 
 def test_member_lost_marks_unknown_and_rechecks_when_it_may_count_as_lost() -> None:

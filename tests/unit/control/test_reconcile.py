@@ -22,6 +22,7 @@ from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import Rejection
+from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.decide import MemberHealth
 from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import FINALIZER, ORIGIN_LABEL
@@ -123,13 +124,13 @@ class WorldWriter:
             "status": diff, "metadata": {"resourceVersion": self._next_rv()}}))
         return True
 
-    async def create_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool | Rejection:
+    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
+        cluster, uid = plan.member, plan.uid
         self.calls.append(("create_copy", cluster))
         if self.refuse is not None:
             return self.refuse
         copy = {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": workload["metadata"]["name"], "uid": "remote-1",
+                "metadata": {"name": plan.name, "uid": "remote-1",
                              "resourceVersion": "5",
                              "labels": {ORIGIN_LABEL: "hub", HUB_UID_LABEL: uid}},
                 "status": {}}
@@ -137,9 +138,8 @@ class WorldWriter:
                                                  seen_at=0.0))
         return True
 
-    async def update_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> CopyUpdate | None:
-        self.calls.append(("update_copy", cluster))
+    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
+        self.calls.append(("update_copy", plan.member))
         return None
 
     async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]

@@ -1,0 +1,93 @@
+"""The shell around ``copyplan.plan``: gather its input, run it where the definition may run.
+
+Called by the reconciler between ``decide`` and the member writer, for SUBMIT and
+UPDATE_COPY: the resolution is the one placing used (``Resolutions``, kept per generation:
+no second evaluation; ``prepare`` resolves a spec changed since, and raises a busy host's
+``EvaluationUnavailable`` for the worker's back-off); the gang mechanism is the member's
+(its MemberCluster's, checked against discovery: a member that stopped serving the API
+gets none) for a submit, and the one the copy was created with for an update. A tenant's
+definition runs the plan on the evaluator's threads in its namespace's turn: its path
+expressions must not hold the event loop, nor another tenant's turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dispatcher.control import gangwrites
+from dispatcher.control.caches import CopyCache
+from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.copies import Rejection
+from dispatcher.control.copyplan import CopyPlan, PlanInput, namespace_of, plan
+from dispatcher.control.fleetview import FleetView
+from dispatcher.control.gangsched import mechanism_of
+from dispatcher.control.resolutions import Resolutions
+from dispatcher.control.settings import ControlSettings
+from dispatcher.kube.gangapis import NONE, Mechanism
+from dispatcher.placement.model import GangDomain
+from dispatcher.workloads.bounded import DefinitionQuarantined
+
+__all__ = ["CopyPlanner"]
+
+Planned = CopyPlan | Rejection
+
+
+class CopyPlanner:
+    """Plans the copies of the control loop (one instance, shared by all workers)."""
+
+    def __init__(self, *, settings: ControlSettings, live: LiveCatalog,
+                 resolutions: Resolutions, fleet: FleetView, copies: CopyCache) -> None:
+        self.settings = settings
+        self.live = live
+        self.resolutions = resolutions
+        self.fleet = fleet
+        self.copies = copies
+
+    async def submit(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
+                     domains: Sequence[GangDomain] = ()) -> Planned:
+        """The copy to create on ``cluster``."""
+        return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
+                                mechanism=await self._mechanism(cluster),
+                                dry_run=self.settings.admission_check)
+
+    async def update(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
+                     domains: Sequence[GangDomain] = ()) -> Planned | None:
+        """The copy whose spec an update writes on ``cluster``; None without a copy."""
+        found = self.copies.get(cluster, uid)
+        if found is None:
+            return None
+        return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
+                                mechanism=mechanism_of(found.obj), dry_run=False)
+
+    async def _plan(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
+                    domains: Sequence[GangDomain], mechanism: Mechanism,
+                    dry_run: bool) -> Planned:
+        await self.resolutions.prepare(uid, workload)
+        definition = self.live.current.find(str(workload.get("apiVersion")),
+                                            str(workload.get("kind")))
+        given = PlanInput(uid=uid, member=cluster, workload=workload, definition=definition,
+                          resolution=self.resolutions.get(uid, workload),
+                          hub_id=self.settings.hub_id, mechanism=mechanism,
+                          domains=tuple(domains), mutations=self.settings.pod_mutations,
+                          pod_fields=self.settings.pod_policy, dry_run=dry_run)
+        try:
+            if definition is None or self.live.trusted(definition):
+                return plan(given)
+            evaluator = self.live.evaluator
+            locate = evaluator.locator(definition, subject=workload)
+            return await evaluator.run(namespace_of(workload),
+                                       lambda: plan(given, locate=locate))
+        except DefinitionQuarantined as exc:
+            self.live.notify_quarantine()
+            return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
+
+    async def _mechanism(self, cluster: str) -> Mechanism:
+        """The member's gang mechanism (its MemberCluster's), ``none`` when the member does
+        not serve its API right now (discovery, cached per client)."""
+        snapshot = self.fleet.snapshot(cluster)
+        mechanism = snapshot.gang_mechanism if snapshot is not None else NONE
+        if mechanism == NONE:
+            return NONE
+        client = self.fleet.client(cluster)
+        return NONE if client is None else await gangwrites.usable(client, mechanism)
