@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+from dispatcher.kube.gangapis import MECHANISMS
 from dispatcher.placement.offline import fleet_snapshots
 
 if TYPE_CHECKING:
@@ -40,6 +42,10 @@ examples:
   dispatcher explain -f train.yaml --fleet clusters/local.yaml --policy best-fit -o wide
   dispatcher explain -f train.yaml --fleet clusters/local.yaml -o json | jq .decision.summary
   kubectl get jobset train -o yaml | dispatcher explain -f - --fleet clusters/local.yaml
+  dispatcher explain -f train.yaml --fleet clusters/local.yaml --show-copy \
+                     --gang-mechanism workload-api
+                     also the copy the controller would create on the chosen member: the
+                     object, its gang objects, the pods dry-run against its admission
   dispatcher explain -n team-a jobset/train --config config/local.yaml
                      live: the hub object, over the members as the controller sees them
 
@@ -82,6 +88,13 @@ def register(subparsers: Any) -> None:
                              "else most-free)")
     parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"),
                         default="table", help="output format (default: %(default)s)")
+    parser.add_argument("--show-copy", action="store_true",
+                        help="also print the copy the controller would create on the chosen "
+                             "member (control.copyplan: the object as sent, the Workload or "
+                             "PodGroups of its gangs), or why it would not be written")
+    parser.add_argument("--gang-mechanism", choices=MECHANISMS, default=None,
+                        help="offline: the members' gang mechanism the copy is joined to "
+                             "(default: none; live mode reads each member's)")
     parser.add_argument("--definitions", action="append", default=[], metavar="PATH",
                         help="extra definition file or directory (added to the built-in "
                              "catalog); repeatable")
@@ -161,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     from dispatcher.kube.errors import KubeError
     from dispatcher.workloads.errors import DefinitionError
 
+    if args.target and args.gang_mechanism:
+        print("error: --gang-mechanism is offline only (live mode reads each member's)",
+              file=sys.stderr)
+        return 1
     if args.target and (args.filename or args.fleet):
         print("error: KIND/NAME (live) and -f/--fleet (offline) do not mix", file=sys.stderr)
         return 1
@@ -180,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
             default_policy, control = config.control.default_policy, config.control
         else:
             members = _offline_source(args.fleet)()
+            if args.gang_mechanism:
+                members = [replace(m, gang_mechanism=args.gang_mechanism) for m in members]
             objects = read_objects(args.filename)
     except (FleetFileError, ValueError, KubeError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -194,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     reports, code = explain_objects(objects, members=members, catalog=catalog,
                                     policy=args.policy, default_policy=default_policy,
                                     source=args.filename or "hub", control=control,
-                                    excluded=excluded)
+                                    excluded=excluded, show_copy=args.show_copy)
     print_reports(reports, output=args.output)
     return code
 
@@ -202,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
 def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot],
                     catalog: Any, policy: str | None, default_policy: str, source: str,
                     control: ControlSettings | None = None,
-                    excluded: Mapping[str, Sequence[str]] | None = None
-                    ) -> tuple[list[dict[str, Any]], int]:
+                    excluded: Mapping[str, Sequence[str]] | None = None,
+                    show_copy: bool = False) -> tuple[list[dict[str, Any]], int]:
     """One report per object that resolves and reaches the members (the others are said
     on stderr, naming ``source``, with the reason the controller would park them), and the
     exit code (see ``EPILOG``). A report holds the workload, ``decision`` (its dict),
@@ -211,6 +230,8 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
     parks it after asking the members: never placeable; else None) and ``gangMechanism``:
     the gang mechanism the chosen member's copy would be built for (None: none chosen).
     ``control`` and ``excluded`` (by workload uid) are live mode's (``explain_placement``).
+    ``show_copy``: with a member chosen, ``copy`` is the copy the controller would create
+    there (``copy_report``).
     """
     from dispatcher.commands.inspect import object_label
     from dispatcher.workloads.errors import NoDefinitionError, WorkloadError
@@ -251,7 +272,36 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
                         "parked": {"reason": str(placement.reason),
                                    "message": placement.decision.summary} if parked else None,
                         "gangMechanism": chosen.gang_mechanism if chosen else None})
+        if show_copy and chosen is not None:
+            reports[-1]["copy"] = copy_report(obj, resolution, catalog=catalog,
+                                              member=chosen, decision=decision,
+                                              control=control)
     return reports, code
+
+
+def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
+                member: MemberSnapshot, decision: Decision,
+                control: ControlSettings | None) -> dict[str, Any]:
+    """The controller's own copy plan (``control.copyplan.plan``) for ``member``, from the
+    same resolution, the member's gang mechanism and the decision's topology domains;
+    ``control``'s hub id, pod mutations and pod field policy (defaults offline). A copy
+    that would not be written says why (``refused``). The definition's paths run
+    in-process: explain runs the local catalog, not a tenant's on a shared host."""
+    from dispatcher.control.copies import Rejection
+    from dispatcher.control.copyplan import PlanInput, plan
+    from dispatcher.control.settings import ControlSettings
+
+    settings = control or ControlSettings()
+    definition = catalog.find(resolution.api_version, resolution.kind)
+    planned = plan(PlanInput(
+        uid=str((obj.get("metadata") or {}).get("uid") or ""), member=member.name,
+        workload=obj, definition=definition, resolution=resolution, hub_id=settings.hub_id,
+        mechanism=member.gang_mechanism, domains=tuple(decision.domains),
+        mutations=settings.pod_mutations, pod_fields=settings.pod_policy,
+        dry_run=settings.admission_check))
+    if isinstance(planned, Rejection):
+        return {"member": member.name, "refused": planned.describe()}
+    return planned.to_dict()
 
 
 def print_reports(reports: Sequence[Mapping[str, Any]], *, output: str) -> None:
@@ -339,6 +389,28 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
     parked = report.get("parked")
     if parked:
         print(f"parked ({parked['reason']}): {parked['message']}")
+    if "copy" in report:
+        _print_copy(report["copy"])
+
+
+def _print_copy(copy: Mapping[str, Any]) -> None:
+    """The planned copy as YAML documents: the object, then its gang objects."""
+    import yaml
+
+    print()
+    if "refused" in copy:
+        print(f"copy on {copy['member']}: not written: {copy['refused']}")
+        return
+    gangs = len(copy["gangObjects"])
+    print(f"copy on {copy['member']} (namespace {copy['namespace']}; gang mechanism "
+          f"{copy['gangMechanism']}, the member's {copy['memberGangMechanism']}; "
+          f"{gangs} gang object(s); {copy['dryRunPods']} pod(s) dry-run first):")
+    for line in copy["gangsSkipped"]:
+        print(f"  gang not joined: {line}")
+    first = ("apiVersion", "kind", "metadata")
+    documents = [{**{k: o[k] for k in first if k in o}, **o}
+                 for o in (copy["object"], *copy["gangObjects"])]
+    print(yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True), end="")
 
 
 def _print_domains(decision: Decision) -> None:

@@ -16,10 +16,10 @@ patches), ``pending`` (when a waiting workload's reason is written again: when w
 means changes, its numbers at most every ``queue.pendingRefresh``), ``orphans`` (which of
 our copies the sweep deletes), ``gangsched`` (what a copy
 carries so the member binds each gang all or nothing), ``copyplan`` (the member copy as a
-plan: its body, gang objects, pods to dry-run and namespace, or why none may be written), ``hubstatus`` (the hub
-status the mirror writes), ``hubhold`` (the shared hub's admission decision), ``dryrun``
-(the Pods a copy's templates are dry-run as on a member, and the acceptances remembered;
-``podadmission`` sends them),
+plan: its body, gang objects, pods to dry-run and namespace, or why none may be
+written), ``hubstatus`` (the hub status the mirror writes), ``hubhold`` (the shared
+hub's admission decision), ``dryrun`` (the Pods a copy's templates are dry-run as on a
+member, and the acceptances remembered; ``podadmission`` sends them),
 ``topology`` (the required node affinity that keeps a copy's gangs in the topology domains
 placement chose),
 ``overview``/``recent`` (the fleet view's rows, the last decisions), ``names`` (labels,

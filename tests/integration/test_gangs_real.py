@@ -3,8 +3,9 @@ GangScheduling plugin, kube-controller-manager, the JobSet operator, kwok).
 
 Contention, made deterministic: a *local* Job submitted straight to the member takes 2 of
 the 4 GPUs of its L40S node first; then the 4-pod JobSet gang (1 GPU per pod) is
-submitted to that member through the controller's own submit path
-(``MemberWrites.create_copy``, what SUBMIT runs after a decision), as when the dispatcher
+submitted to that member through the controller's own submit path (the copy planned by
+``CopyPlanner.submit``, sent by ``MemberWrites.create_copy``: what SUBMIT runs after a
+decision), as when the dispatcher
 decided while the node was still free. With the member's mechanism (discovered:
 ``workload-api``) no pod of the gang is bound while the local Job runs (so no GPU is held
 by half a gang), and the whole gang binds once it finishes. With the member set to
@@ -21,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from dispatcher.commands.explain import explain_objects
+from dispatcher.control.copies import Rejection
 from dispatcher.control.gangsched import GANG_OF_ANNOTATION, MECHANISM_ANNOTATION
 from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.writes import Writes
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.fleet.reservations import HUB_UID_LABEL
@@ -85,6 +89,16 @@ async def _hub_namespace(hub: KubeClient) -> str:
     return name
 
 
+async def _submit(h: Harness, hub_obj: dict[str, Any]) -> bool | Rejection:
+    """SUBMIT's two steps on ``MEMBER``: the copy planned, then sent."""
+    reconciler = h.controller.reconciler
+    plan = await reconciler.planner.submit(hub_obj["metadata"]["uid"], cluster=MEMBER,
+                                           workload=hub_obj)
+    if isinstance(plan, Rejection):
+        return plan
+    return await cast(Writes, reconciler.writes).members.create_copy(plan)
+
+
 async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
     """Local Job first (2 of the node's 4 GPUs, bound), then the gang's copy through the
     controller's submit path; returns (local namespace, gang namespace, pod selector)."""
@@ -98,9 +112,7 @@ async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
     await eventually(local_bound, what="the local Job's 2 pods bound", within=60.0)
     gang_ns = await _hub_namespace(h.hub)
     hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns), body=gang_jobset(name))
-    writes = h.controller.reconciler.writes.members
-    created = await writes.create_copy(hub_obj["metadata"]["uid"], cluster=MEMBER,
-                                       workload=hub_obj)
+    created = await _submit(h, hub_obj)
     assert created is True, created
     return local_ns, gang_ns, f"jobset.sigs.k8s.io/jobset-name={name}"
 
@@ -233,8 +245,7 @@ async def test_a_copy_the_member_refuses_leaves_no_gang_object_behind(
         name = "g" * 56
         hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns),
                                       body=gang_jobset(name))
-        refused = await h.controller.reconciler.writes.members.create_copy(
-            hub_obj["metadata"]["uid"], cluster=MEMBER, workload=hub_obj)
+        refused = await _submit(h, hub_obj)
         assert not isinstance(refused, bool) and "too long" in refused.message, refused
         member = h.members[MEMBER]
         assert await get_or_none(member, JOBSETS.item(name, gang_ns)) is None
@@ -242,3 +253,59 @@ async def test_a_copy_the_member_refuses_leaves_no_gang_object_behind(
         for client in (member, h.hub):
             with contextlib.suppress(NotFound):
                 await client.request("DELETE", NAMESPACES.item(gang_ns))
+
+
+def _differences(planned: Any, actual: Any, path: str = "") -> list[str]:
+    """Where ``actual`` (the member's object) does not hold ``planned``: every planned
+    field present and equal; the member may add (its defaulting, its controllers)."""
+    if isinstance(planned, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: {actual!r} is not an object"]
+        return [d for k, v in planned.items()
+                for d in (_differences(v, actual[k], f"{path}.{k}") if k in actual
+                          else [f"{path}.{k}: missing"])]
+    if isinstance(planned, list):
+        if not isinstance(actual, list) or len(actual) != len(planned):
+            return [f"{path}: {actual!r} is not {planned!r}"]
+        return [d for i, (p, a) in enumerate(zip(planned, actual, strict=True))
+                for d in _differences(p, a, f"{path}[{i}]")]
+    return [] if planned == actual else [f"{path}: {actual!r} != {planned!r}"]
+
+
+async def test_explain_shows_the_copy_and_gang_objects_the_controller_creates(
+        real_fleet: FleetState) -> None:
+    """``dispatcher explain --show-copy`` (its report, from the members as the controller
+    sees them and its settings) holds what the controller's dispatch created on the real
+    member: the JobSet copy and its Workload, field for field (the member only adds)."""
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    async with running(real_fleet) as h:
+        member = h.members[MEMBER]
+        body = gang_jobset("planned", pin=True)
+        for rjob in body["spec"]["replicatedJobs"]:
+            rjob["template"]["spec"]["template"]["spec"] = gpu_pod_spec(h100)
+        await h.hub.request("POST", JOBSETS.collection(h.namespace), body=body)
+
+        async def copy_created() -> dict[str, Any] | None:
+            record = await get_or_none(h.hub, DISPATCHES.item("jobset-planned", h.namespace))
+            remote = ((record or {}).get("status") or {}).get("remote") or {}
+            return remote if remote.get("gangMechanism") else None
+
+        await eventually(copy_created, what="the copy submitted", within=60.0)
+        hub_obj = await h.hub.request("GET", JOBSETS.item("planned", h.namespace))
+        controller = h.controller
+        (report,), code = explain_objects(
+            [hub_obj], members=list(controller.reconciler.fleet.snapshots()),
+            catalog=controller.live.current, policy=None,
+            default_policy=controller.settings.default_policy, source="hub",
+            control=controller.settings, show_copy=True)
+        assert code == 0, report["decision"]["summary"]
+        planned = report["copy"]
+        assert planned["member"] == MEMBER and planned["gangMechanism"] == "workload-api"
+        copy = await member.request("GET", JOBSETS.item("planned", h.namespace))
+        assert _differences(planned["object"], copy) == []
+        (gang_object,) = planned["gangObjects"]
+        workload = await member.request("GET", WORKLOADS.item(
+            gang_object["metadata"]["name"], h.namespace))
+        assert _differences(gang_object, workload) == []
+        # and the comparison can fail: a field the plan holds that the member lacks
+        assert _differences({**planned["object"], "extra": 1}, copy) == [".extra: missing"]

@@ -93,3 +93,54 @@ def test_policy_precedence_flag_then_annotation_then_the_configured_default() ->
                           default_policy="best-fit").policy == "most-free"
     assert explain_demand(gang, members=members, annotations=annotated, policy="best-fit",
                           default_policy="most-free").policy == "best-fit"
+
+
+def test_show_copy_prints_the_copy_and_its_gang_objects_for_the_chosen_member(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The copy the controller would create (``control.copyplan``): stamped, joined to the
+    member's gang mechanism, with the Workload created before it."""
+    path = jobset_file(tmp_path, replicas=2)
+    code = main(["explain", "-f", path, "--fleet", str(FLEET), "--show-copy",
+                 "--gang-mechanism", "workload-api", "-o", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    copy = data["copy"]
+    assert copy["member"] == data["decision"]["chosen"] == "member-1"
+    assert copy["gangMechanism"] == "workload-api"
+    body = copy["object"]
+    assert body["kind"] == "JobSet" and body["metadata"]["labels"]["dispatcher.io/origin"]
+    (workload,) = copy["gangObjects"]
+    assert workload["kind"] == "Workload"
+    pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["workloadRef"]["name"] == workload["metadata"]["name"]
+    assert main(["explain", "-f", path, "--fleet", str(FLEET), "--show-copy"]) == 0
+    out = capsys.readouterr().out
+    assert "copy on member-1 (namespace team-a; gang mechanism none" in out
+    assert out.count("\n---\n") == 1 and "kind: JobSet" in out  # no gang object without one
+
+
+def test_show_copy_says_why_a_copy_would_not_be_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused one is said, not built (placing parks such a workload first, so the
+    report is called as the CLI calls it, past placement)."""
+    import yaml
+
+    from dispatcher.commands.explain import copy_report, print_table
+    from dispatcher.workloads.catalog import Catalog
+
+    obj = yaml.safe_load(Path(jobset_file(tmp_path, replicas=1)).read_text())
+    obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeName"] = "x"
+    catalog = Catalog.builtin()
+    member = fleet_snapshots(load_fleet(str(FLEET)))[0]
+    decision = explain_demand(demand([shape(1, 8)]), members=[member])
+    copy = copy_report(obj, catalog.resolve(obj), catalog=catalog, member=member,
+                       decision=decision, control=None)
+    assert copy["member"] == "member-1" and "nodeName" in copy["refused"]
+    print_table({"workload": {"kind": "JobSet", "name": "train"}, "_decision": decision,
+                 "copy": copy}, wide=False)
+    assert "copy on member-1: not written: PodTemplateRefused" in capsys.readouterr().out
+
+
+def test_gang_mechanism_is_offline_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "-n", "team-a", "jobset/train", "--gang-mechanism", "none"]) == 1
+    assert "offline only" in capsys.readouterr().err
