@@ -1,13 +1,13 @@
 """The per-workload decision: one frozen snapshot in, one small action out.
 
 The shell (``control.reconcile``) reads a ``Snapshot`` (hub object, its Dispatch record, the
-member copy if known, that member's health, and — once a placement is needed — the
-``PlacementInput``: the resolved workload, the queue and the member views), calls ``decide``
-and executes the returned ``Action``; then it reads a fresh snapshot and asks again, until
-the answer is ``NOTHING`` or a wait. Placement is part of the decision (``control.placing``):
-the action carries the ``Placement`` (queue step, reservation) the shell applies before its
-first write. Nothing here does I/O or reads a clock, so every branch is a table row in the
-unit tests.
+member copy if known, that member's health, and — when ``placing_needed`` says the rows it
+falls in read it — the ``PlacementInput``: the resolved workload, the queue and the member
+views), calls ``decide`` once and executes the returned ``Action``; then it reads a fresh
+snapshot and asks again, until the answer is ``NOTHING`` or a wait. Placement is part of
+the decision (``control.placing``): the action carries the ``Placement`` (queue step,
+reservation) the shell applies before its first write. Nothing here does I/O or reads a
+clock, so every branch is a table row in the unit tests.
 
 The finalizer is the record's (``names.FINALIZER``, set on its create): the hub object is
 never written to hold it, so its delete returns at once and the record waits for the copy
@@ -29,12 +29,10 @@ Branch order (first match wins):
                                                    legacy one on the hub object), else NOTHING
 5   no record, a controller owns it                NOTHING (its owner's pod, Job, ...: never ours,
                                                    whatever finalizer it carries)
-6   no Dispatch record, no placement input yet     PLACE (shell resolves, reads the views)
-6a  no Dispatch record                             CREATE_RECORD (with the Placement: its
+6   no Dispatch record                             CREATE_RECORD (with the Placement: its
                                                    decision rides on the create; Pending
                                                    is written right after when none fits)
 7   dispatcher gave up (record.failure)            NOTHING (terminal)
-8   no member chosen, no placement input yet       PLACE (shell resolves, reads the views)
 9   no member chosen, ``place`` chose one          RECORD_PLACEMENT (with the Placement)
 10  no member chosen, nothing feasible             RECORD_PENDING when what the reason means
                                                    changed (kind, members, why-class), or
@@ -52,9 +50,9 @@ Branch order (first match wins):
 13  copy state not known yet (watch not synced)    WAIT
 14  a foreign object holds the name                REPORT_CONFLICT (once)
 15  copy absent, the workload finished             NOTHING (removed after it finished)
-15a copy absent, the member refused it             PLACE for the input, then REQUEUE (the
-                                                   member excluded) or FAIL when no other
-                                                   member could take it (``after_rejection``)
+15a copy absent, the member refused it             REQUEUE (the member excluded) or FAIL
+                                                   when no other member could take it
+                                                   (``after_rejection``, over the input)
 15b copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
 17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
@@ -96,11 +94,13 @@ __all__ = [
     "CopyState",
     "FailoverPolicy",
     "MemberHealth",
+    "PlacingMissing",
     "Rules",
     "Snapshot",
     "after_rejection",
     "decide",
     "not_started",
+    "placing_needed",
 ]
 
 FailoverPolicy = Literal["never", "if-not-started", "always"]
@@ -124,7 +124,6 @@ class ActionKind(StrEnum):
     DELETE_COPY = "delete-copy"
     RELEASE_FINALIZER = "release-finalizer"
     CREATE_RECORD = "create-record"
-    PLACE = "place"
     RECORD_PLACEMENT = "record-placement"
     RECORD_PENDING = "record-pending"
     REQUEUE = "requeue"
@@ -208,7 +207,7 @@ class Snapshot:
     record: DispatchRecord | None
     copy: Copy = Copy(state=CopyState.UNKNOWN)
     health: MemberHealth = MemberHealth(reachable=True)
-    placing: PlacementInput | None = None  # what placing reads (asked for by PLACE)
+    placing: PlacementInput | None = None  # what placing reads (``placing_needed``)
     rules: Rules = Rules()
     refusal: Rejection | None = None  # the member refused the copy (``StepMemory``)
     workload_gone: bool = False
@@ -235,6 +234,34 @@ class Action:
     placement: Placement | None = None
     rejection: Rejection | None = None  # REQUEUE/FAIL answering this refusal
     plan: CopyPlan | Rejection | None = None
+
+
+class PlacingMissing(ValueError):
+    """``decide`` was asked without the placement input its row reads: the shell did not
+    follow ``placing_needed`` (a bug, not a state of the world)."""
+
+
+def placing_needed(snap: Snapshot) -> bool:
+    """Whether ``decide``'s row for ``snap`` may read the placement input (rows 6, 9-10,
+    15a): the shell reads it first (resolving the workload may await), so ``decide`` is
+    asked once per step. Never False where a row reads it; it may be True where the row
+    turns out not to (a refused copy whose member is unreachable): one read for nothing."""
+    workload, record = snap.workload, snap.record
+    if workload is None or (workload.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    if record is None:
+        return controller_owner(workload) is None
+    if record.failure:
+        return False
+    if record.cluster is None:
+        return True
+    return snap.refusal is not None and snap.refusal.member == record.cluster
+
+
+def _placing(snap: Snapshot) -> PlacementInput:
+    if snap.placing is None:
+        raise PlacingMissing("decide needs the placement input here (placing_needed)")
+    return snap.placing
 
 
 def not_started(generic: str | None) -> bool:
@@ -291,19 +318,14 @@ def after_rejection(record: DispatchRecord, rules: Rules, *, member: str, messag
 def _refused(snap: Snapshot, record: DispatchRecord, refusal: Rejection) -> Action:
     """The member refused the copy: who else could take it decides requeue or fail (the
     placement input answers; it is asked for first)."""
-    if snap.placing is None:
-        return Action(kind=ActionKind.PLACE, member=refusal.member,
-                      reason=f"{refusal.member} refused the copy: who else could take it?")
-    left = alternatives_for(snap.placing, without=refusal.member)
+    left = alternatives_for(_placing(snap), without=refusal.member)
     action = after_rejection(record, snap.rules, member=refusal.member,
                              message=refusal.describe(), alternatives=left)
     return replace(action, rejection=refusal)
 
 
 def _unplaced(snap: Snapshot, record: DispatchRecord) -> Action:
-    if snap.placing is None:
-        return Action(kind=ActionKind.PLACE, reason="no member chosen yet")
-    placement = place(snap.placing)
+    placement = place(_placing(snap))
     decision = placement.decision
     if decision.chosen is not None:
         return Action(kind=ActionKind.RECORD_PLACEMENT, member=decision.chosen,
@@ -454,9 +476,7 @@ def decide(snap: Snapshot) -> Action:
         if owner is not None:  # never taken: its owner's, not ours (only a record says
             return Action(kind=ActionKind.NOTHING,  # it was taken before: not a finalizer
                           reason=f"owned by {owner}: part of its owner's workload")
-        if snap.placing is None:
-            return Action(kind=ActionKind.PLACE, reason="new workload")
-        placement = place(snap.placing)
+        placement = place(_placing(snap))
         return Action(kind=ActionKind.CREATE_RECORD, member=placement.decision.chosen,
                       reason=placement.decision.summary, placement=placement)
     if record.failure:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -32,8 +32,10 @@ from dispatcher.control.decide import (
     ActionKind,
     Copy,
     CopyState,
+    MemberHealth,
     Snapshot,
     decide,
+    placing_needed,
 )
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
@@ -68,6 +70,26 @@ log = structlog.get_logger("dispatcher")
 
 MAX_STEPS = 12
 _WAIT_FALLBACK_S = 5.0
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settled:
+    """What a placed workload's NOTHING was decided from: the resource versions of its
+    hub object, record and copy (a watch or a write's answer changes them), and what the
+    snapshot reads beside them. Equal inputs, equal answer."""
+
+    workload: str
+    record: str
+    copy: str | None
+    synced: bool
+    health: MemberHealth
+    mirrored: str | None
+    refusal: Rejection | None
+    foreign: bool
 
 
 class Reconciler:
@@ -106,7 +128,7 @@ class Reconciler:
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
         """The latest decisions, for the fleet view (in memory only)."""
-        self._settled: dict[str, tuple[object, ...]] = {}
+        self._settled: dict[str, Settled] = {}
         """Per placed workload answered NOTHING: the inputs of that answer (``_inputs``)."""
 
     @property
@@ -248,19 +270,16 @@ class Reconciler:
             return await self._reconcile(uid)
 
     async def _reconcile(self, uid: str) -> float | None:
-        placing: PlacementInput | None = None
         await self._confirm_gone(uid)
         for _ in range(MAX_STEPS):
-            snap = self.snapshot(uid, placing)
+            snap = self.snapshot(uid)
+            if placing_needed(snap):  # read first (it may await), then a fresh snapshot
+                snap = self.snapshot(uid, await self.placement_input(uid, snap))
             started = time.perf_counter()
-            action = decide(snap)
-            placing = None  # read for the step right after PLACE only
+            action = decide(snap)  # snapshot, decide and apply: one synchronous step
             if action.placement is not None:
                 self._apply(action.placement)
                 placed(self.metrics, action.placement, time.perf_counter() - started, self.queue)
-            if action.kind is ActionKind.PLACE:
-                placing = await self.placement_input(uid, snap)
-                continue
             if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
                 return self._idle(uid, snap, action)
             if action.kind in (ActionKind.SUBMIT, ActionKind.UPDATE_COPY):
@@ -315,10 +334,10 @@ class Reconciler:
         if not record.deleting and await self.writes.workload_gone(record):
             self.memory.found_gone(uid)
 
-    def _inputs(self, uid: str) -> tuple[object, ...] | None:
-        """What ``decide`` reads for a placed workload, as the cache objects themselves
-        (every cache write stores a new one) and the values beside them; None when the
-        workload is not placed and present."""
+    def _inputs(self, uid: str) -> Settled | None:
+        """What ``decide`` reads for a placed workload, by the versions of the objects (hub
+        object, record, copy) and the values beside them; None when the workload is not
+        placed and present."""
         item, raw = self.cache.workload(uid), self.cache.record(uid)
         record = self.cache.record_value(uid)
         if item is None or raw is None or record is None or record.cluster is None:
@@ -327,17 +346,18 @@ class Reconciler:
         found = self.copies.get(cluster, uid)
         synced = found is not None or (cluster, GroupVersionKind.of(
             str(item.obj.get("apiVersion")), str(item.obj.get("kind")))) in self.copies.synced
-        return (item, raw, found, synced, self.fleet.health(cluster),
-                self.memory.last_mirrored(uid), self.memory.refusal(uid),
-                self.memory.foreign(cluster, uid))
+        return Settled(workload=_version(item.obj), record=_version(raw),
+                       copy=None if found is None else _version(found.obj), synced=synced,
+                       health=self.fleet.health(cluster),
+                       mirrored=self.memory.last_mirrored(uid),
+                       refusal=self.memory.refusal(uid),
+                       foreign=self.memory.foreign(cluster, uid))
 
     def _still_settled(self, uid: str) -> bool:
         before = self._settled.get(uid)
         if before is None:
             return False
-        now = self._inputs(uid)
-        if now is not None and all(a is b for a, b in zip(before[:3], now[:3], strict=True)) \
-                and before[3:] == now[3:]:
+        if before == self._inputs(uid):
             return True
         del self._settled[uid]
         return False

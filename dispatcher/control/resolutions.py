@@ -1,4 +1,4 @@
-"""Each workload resolved once per generation and definition, before it is placed.
+"""Each workload resolved once per generation and catalog, before it is placed.
 
 Resolving may run a tenant's definition in the bounded worker pool (an ``await``), while
 placing must not ``await`` between its decision and its reservation; so the shell resolves
@@ -49,7 +49,7 @@ Cached = tuple[int, int, str | None, "Resolution | WorkloadError"]
 
 
 class Resolutions:
-    """Resolutions (or the error) per workload uid, keyed by generation and definition."""
+    """Resolutions (or the error) per workload uid, keyed by generation and catalog version."""
 
     def __init__(self, *, live: LiveCatalog, priority: PriorityPolicy,
                  clock: Callable[[], float]) -> None:
@@ -58,26 +58,21 @@ class Resolutions:
         self.clock = clock
         self._by_uid: dict[str, Cached] = {}
 
-    def _definition_id(self, workload: Mapping[str, Any]) -> int:
-        return id(self.live.current.find(str(workload.get("apiVersion")),
-                                         str(workload.get("kind"))))
-
     def _current(self, uid: str, workload: Mapping[str, Any]) -> Cached | None:
         cached = self._by_uid.get(uid)
-        if cached is None or cached[:2] != (_generation(workload),
-                                            self._definition_id(workload)):
+        if cached is None or cached[:2] != (_generation(workload), self.live.version):
             return None
         if cached[2] is not None and cached[2] != _version(workload):
             return None  # quarantined at another version: the object changed
         return cached
 
     async def prepare(self, uid: str, workload: Mapping[str, Any]) -> None:
-        """Resolve ``workload`` unless it already is for this generation and definition.
+        """Resolve ``workload`` unless it already is for this generation and catalog.
         A definition quarantined meanwhile is reported to the live catalog;
         ``EvaluationUnavailable`` is raised (transient, kept nowhere)."""
         if self._current(uid, workload) is not None:
             return
-        key = (_generation(workload), self._definition_id(workload))
+        key = (_generation(workload), self.live.version)
         version: str | None = None
         try:
             resolution: Resolution | WorkloadError = \
@@ -118,7 +113,8 @@ class Resolutions:
         self._by_uid.pop(uid, None)
 
     def clear(self) -> None:
-        """The catalog changed: definition ids may be reused by new definitions."""
+        """The catalog changed: every result is of the old one (``LiveCatalog.version``
+        already keeps them from being read; this frees them)."""
         self._by_uid.clear()
 
     def _log(self, uid: str, workload: Mapping[str, Any], resolution: Resolution) -> None:

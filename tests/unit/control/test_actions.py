@@ -26,6 +26,7 @@ from dispatcher.control.decide import (
     Rules,
     Snapshot,
     decide,
+    placing_needed,
 )
 from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import Phase
@@ -300,7 +301,7 @@ def test_a_rejected_copy_releases_at_once_then_decide_requeues_or_fails(
     assert w.names() == ["create_copy", "release"]
     refusal = w.memory.refusal("uid-train")
     assert refusal is not None and refusal.member == "m1"
-    assert decide(replace(absent, refusal=refusal)).kind is ActionKind.PLACE
+    assert placing_needed(replace(absent, refusal=refusal))
     w.calls.clear()
     action, answer = run(w, replace(absent, refusal=refusal,
                                     placing=pb.given(workload(), fleet=fleet)))

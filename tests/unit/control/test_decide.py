@@ -19,9 +19,11 @@ from dispatcher.control.decide import (
     Copy,
     CopyState,
     MemberHealth,
+    PlacingMissing,
     Rules,
     Snapshot,
     decide,
+    placing_needed,
 )
 from dispatcher.control.names import FINALIZER, PendingReason, Phase
 from dispatcher.control.pending import meaning_key
@@ -82,7 +84,9 @@ OURS = Copy(state=CopyState.OURS, uid="r1")
 LOST_LONG = MemberHealth(reachable=False, lost_since=NOW - 1000)
 LOST_NOW = MemberHealth(reachable=False, lost_since=NOW - 1)
 
-ROWS: list[tuple[str, Snapshot, ActionKind]] = [
+NEEDS_PLACING = "needs the placement input"
+"""A row ``decide`` answers only with the placement input (``placing_needed``)."""
+ROWS: list[tuple[str, Snapshot, ActionKind | str]] = [
     ("gone", Snapshot(now=NOW, workload=None, record=PLACED), ActionKind.NOTHING),
     ("deleting, copy ours", Snapshot(now=NOW, workload=workload(deleting=True), record=PLACED,
                                      copy=OURS), ActionKind.DELETE_COPY),
@@ -120,7 +124,7 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
      ActionKind.RELEASE_FINALIZER),
     ("gone, no record", Snapshot(now=NOW, workload=None, record=None, workload_gone=True),
      ActionKind.NOTHING),
-    ("new", Snapshot(now=NOW, workload=workload(), record=None), ActionKind.PLACE),
+    ("new", Snapshot(now=NOW, workload=workload(), record=None), NEEDS_PLACING),
     ("new, a controller owns it", Snapshot(now=NOW, workload=workload(owned=True),
                                            record=None), ActionKind.NOTHING),
     # issue 35: the finalizer is tenant-writable; only a Dispatch says it was taken
@@ -134,7 +138,7 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
         now=NOW, workload=workload(), record=replace(PLACED, deleting=True), copy=OURS),
      ActionKind.ADOPT),
     ("no record, no decision", Snapshot(now=NOW, workload=workload(), record=None),
-     ActionKind.PLACE),
+     NEEDS_PLACING),
     ("no record, fits", Snapshot(now=NOW, workload=workload(), record=None,
                                  placing=placement(True)), ActionKind.CREATE_RECORD),
     ("no record, nothing fits", Snapshot(now=NOW, workload=workload(), record=None,
@@ -143,7 +147,7 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
     ("gave up", Snapshot(now=NOW, workload=workload(), record=record(failure="x")),
      ActionKind.NOTHING),
     ("unplaced, no decision", Snapshot(now=NOW, workload=workload(), record=record()),
-     ActionKind.PLACE),
+     NEEDS_PLACING),
     ("unplaced, fits", Snapshot(now=NOW, workload=workload(), record=record(),
                                 placing=placement(True)), ActionKind.RECORD_PLACEMENT),
     ("unplaced, nothing fits", Snapshot(now=NOW, workload=workload(), record=record(),
@@ -252,8 +256,20 @@ ROWS: list[tuple[str, Snapshot, ActionKind]] = [
 
 @pytest.mark.parametrize(("snap", "wanted"), [(s, w) for _, s, w in ROWS],
                          ids=[name for name, _, _ in ROWS])
-def test_branch_table(snap: Snapshot, wanted: ActionKind) -> None:
+def test_branch_table(snap: Snapshot, wanted: ActionKind | str) -> None:
+    if wanted == NEEDS_PLACING:  # the shell reads the placement input before deciding
+        assert placing_needed(snap)
+        with pytest.raises(PlacingMissing):
+            decide(snap)
+        return
     assert decide(snap).kind is wanted
+
+
+@pytest.mark.parametrize("snap", [s for _, s, _ in ROWS if s.placing is not None],
+                         ids=[name for name, s, _ in ROWS if s.placing is not None])
+def test_every_row_that_reads_the_placement_input_is_told_to_the_shell(snap: Snapshot
+                                                                       ) -> None:
+    assert placing_needed(snap)
 
 
 def test_pending_numbers_not_written_are_looked_at_again_when_the_refresh_is_due() -> None:
