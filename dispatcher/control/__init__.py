@@ -31,10 +31,10 @@ status read through the current catalog by ``readings``), ``workers`` (one seria
 workload uid), ``reconcile`` (snapshot -> decide -> execute; ``resolutions`` resolves each
 workload once per generation before it is placed; ``memory`` holds what the last steps saw
 that the hub does not say: the version last mirrored, foreign sightings, a member's
-refusal), ``planner`` (gathers a copy plan's input between decide and the write, and runs it where
-the definition may run), ``actions`` (the writes of each action, through a ``writer``
-``Writer``: the real one is ``writes`` on the hub and ``submit`` on the members (which
-only sends a plan and maps the answers), with ``copies`` for what a
+refusal), ``planner`` (gathers a copy plan's input between decide and the write, and runs
+it where the definition may run), ``actions`` (the writes of each action, through the two
+ports of ``writer``: ``writes`` on the hub and ``submit`` on the members, which only
+sends a plan and maps the answers; with ``copies`` for what a
 copy carries and whose a member object is, and
 ``namespaces`` for the member namespace, never weaker than the hub's, and ``gangwrites``
 for the gang objects created with a copy), ``controller``

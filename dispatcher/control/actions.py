@@ -1,13 +1,15 @@
 """Executing one ``decide`` action: the writes, log lines, metrics and Events of each step.
 
-Called by ``Reconciler.reconcile`` with a ``Writer`` (``control.writer``): each function
-writes what its action needs and answers with an ``Outcome`` (decide again now, look again
-later, or done). Log lines carry stable event names (``observe.EVENTS``); the workload's
-names are bound to every line by the reconciler.
+Called by ``Reconciler.reconcile`` with the ``Ports`` (``control.writer``): each function
+writes what its action needs through them and answers with an ``Outcome`` (decide again
+now, look again later, or done, and the local effects the reconciler applies). Log lines
+carry stable event names (``observe.EVENTS``); the workload's names are bound to every line
+by the reconciler.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -18,10 +20,11 @@ from dispatcher.control.copies import Rejection
 from dispatcher.control.decide import Action, ActionKind, Snapshot
 from dispatcher.control.names import PendingReason, Phase
 from dispatcher.control.placing import Placement
-from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Writer, later
+from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.workloads.model import GenericStatus
+from dispatcher.workloads.resolve import Resolution
 from dispatcher.workloads.trace import EVENT_DELETED, EVENT_FINISHED
 
 __all__ = ["execute"]
@@ -39,51 +42,60 @@ _FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
 _UP = _PODS_UP | {GenericStatus.DEGRADED}
 
 
-async def execute(w: Writer, *, uid: str, snap: Snapshot, action: Action) -> Outcome:
+def _demand(snap: Snapshot) -> dict[str, Any]:
+    """``status.demand``/``status.definition`` of the resolution placing read, or {}."""
+    resolution = snap.placing.resolution if snap.placing is not None else None
+    if not isinstance(resolution, Resolution):
+        return {}
+    return records.demand_status(demand=resolution.demand,
+                                 definition=resolution.definition_name)
+
+
+async def execute(p: Ports, *, uid: str, snap: Snapshot, action: Action) -> Outcome:
     """Run ``action`` for workload ``uid``."""
     kind = action.kind
     if kind is ActionKind.DELETE_COPY:  # the hub object may be gone already
         assert action.member is not None
-        deleted = await w.delete_copy(uid, cluster=action.member,
+        deleted = await p.members.delete_copy(uid, cluster=action.member,
                                       workload=snap.workload or {})
         log.info("copy.deleted", uid=uid, member=action.member, deleted=deleted)
         return later(0.5)
     if kind is ActionKind.RELEASE_FINALIZER:
-        return await _release_finalizer(w, uid, snap)
+        return await _release_finalizer(p, uid, snap)
     assert snap.workload is not None
     if kind is ActionKind.CREATE_RECORD:
         assert action.placement is not None
-        return await _create_record(w, uid, snap, action.placement)
+        return await _create_record(p, uid, snap, action.placement)
     if kind is ActionKind.RECORD_PLACEMENT:
         assert action.placement is not None
-        return await _record_placement(w, uid, snap, action.placement)
+        return await _record_placement(p, uid, snap, action.placement)
     if kind is ActionKind.RECORD_PENDING:
         assert action.placement is not None
-        return await _record_pending(w, uid, snap, action.placement)
+        return await _record_pending(p, uid, snap, action.placement)
     if kind is ActionKind.SUBMIT:
-        return await _submit(w, uid, snap, action)
+        return await _submit(p, uid, snap, action)
     if kind is ActionKind.ADOPT:
-        return await _adopt(w, uid, snap, action)
+        return await _adopt(p, uid, snap, action)
     if kind is ActionKind.MIRROR:
-        return await _mirror(w, uid, snap, action)
+        return await _mirror(p, uid, snap, action)
     if kind is ActionKind.UPDATE_COPY:
-        return await _update_copy(w, uid, snap, action)
+        return await _update_copy(p, uid, snap, action)
     if kind is ActionKind.REPORT_CONFLICT:
-        return await _report_conflict(w, uid, snap, action)
+        return await _report_conflict(p, uid, snap, action)
     if kind is ActionKind.MARK_UNKNOWN:
-        return await _mark_unknown(w, uid, snap, action)
+        return await _mark_unknown(p, uid, snap, action)
     if kind in (ActionKind.REPORT_STALL, ActionKind.CLEAR_STALL):
-        return await _gang_stall(w, uid, snap, action)
+        return await _gang_stall(p, uid, snap, action)
     if kind is ActionKind.REPORT_NOT_HELD:
-        return await _not_held(w, uid, snap, action)
+        return await _not_held(p, uid, snap, action)
     if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
         if action.rejection is not None:
-            return await _rejected(w, uid, snap, action, action.rejection)
-        return await _requeue(w, uid, snap, action)
+            return await _rejected(p, uid, snap, action, action.rejection)
+        return await _requeue(p, uid, snap, action)
     raise AssertionError(f"unhandled action {kind}")
 
 
-async def _create_record(w: Writer, uid: str, snap: Snapshot, placement: Placement
+async def _create_record(p: Ports, uid: str, snap: Snapshot, placement: Placement
                          ) -> Outcome:
     """The Dispatch, created with the first decision and its reservation when one member
     was chosen (one write: the record exists before the member is touched), else created
@@ -92,44 +104,36 @@ async def _create_record(w: Writer, uid: str, snap: Snapshot, placement: Placeme
     placed = None
     if decision.chosen is not None:
         placed = records.first_placement(decision=decision, reservation=placement.reservation,
-                                         now=snap.now, demand=w.demand_patch(uid))
-    try:
-        created = await w.create_record(uid, snap.workload or {}, placed=placed)
-    except BaseException:
-        if placed is not None:
-            w.release(uid)
-        raise
+                                         now=snap.now, demand=_demand(snap))
+    # a write that raises undoes the placement (``Reconciler``: its reservation released)
+    created = await p.hub.create_record(uid, snap.workload or {}, placed=placed)
     if created is not Created.CREATED:
-        w.release(uid)  # nothing of the decision was written: decide again on what is
+        # nothing of the decision was written: decide again on what is
         if created is Created.BLOCKED:  # a deleted namesake's copy is still going
             log.info("workload.blocked", uid=uid, reason="a deleted namesake's record waits "
                                                        "for its copy to go")
-            return later(1.0)
-        return AGAIN
+            return replace(later(1.0), release=True)
+        return replace(AGAIN, release=True)
     if placed is not None:
         return AGAIN
-    return await _record_pending(w, uid, snap, placement)
+    return await _record_pending(p, uid, snap, placement)
 
 
-async def _record_placement(w: Writer, uid: str, snap: Snapshot, placement: Placement
+async def _record_placement(p: Ports, uid: str, snap: Snapshot, placement: Placement
                             ) -> Outcome:
     """The decision and its reservation, written before the member is touched (a
     restarted controller finds it and never places twice)."""
     record = snap.record
     assert record is not None
-    try:
-        await w.patch_record(uid, {**w.demand_patch(uid), **records.placed_status(
-            decision=placement.decision, reservation=placement.reservation,
-            attempt=record.attempt + 1, now=snap.now)})
-    except BaseException:
-        w.release(uid)
-        raise
+    await p.hub.patch_record(uid, {**_demand(snap), **records.placed_status(
+        decision=placement.decision, reservation=placement.reservation,
+        attempt=record.attempt + 1, now=snap.now)})  # raising undoes the placement
     # No Event here: the Submitted one right after carries the decision summary too (one
     # Event per dispatch instead of two halves the Event writes under a burst).
     return AGAIN
 
 
-async def _record_pending(w: Writer, uid: str, snap: Snapshot, placement: Placement
+async def _record_pending(p: Ports, uid: str, snap: Snapshot, placement: Placement
                           ) -> Outcome:
     """The Pending status with the reason's meaning key and the time of this write; the
     warning Event only when the meaning changed (``control.pending``), not when a refresh
@@ -139,68 +143,65 @@ async def _record_pending(w: Writer, uid: str, snap: Snapshot, placement: Placem
     judged = pending.judge(snap.record, placement, now=snap.now,
                            refresh_s=snap.rules.pending_refresh_s,
                            generation=pending.generation_of(snap.workload))
-    await w.patch_record(uid, {**w.demand_patch(uid), **records.pending_status(
+    await p.hub.patch_record(uid, {**_demand(snap), **records.pending_status(
         message=message, reason=reason, now=snap.now, key=judged.key,
         attempt=snap.record.attempt if snap.record is not None else 0)})
     changed = judged.write is pending.PendingWrite.CHANGED
     log.info("workload.pending", uid=uid, reason=reason.value, message=message,
              refresh=not changed)
     if changed:
-        w.event(snap.workload or {}, reason="Pending", message=message, warning=True)
+        p.hub.event(snap.workload or {}, reason="Pending", message=message, warning=True)
     return DONE
 
 
-async def _submit(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _submit(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
+    """The planned copy sent (the record's reservation is held first: ``Action.hold``)."""
     assert action.member is not None and snap.workload is not None
-    if snap.record is not None and snap.record.reservation is not None:
-        # The record's reservation is the one in force (it may not be in the book: a
-        # record found on a create conflict, a create whose answer was lost).
-        w.hold(snap.record.reservation)
     plan = action.plan
     assert plan is not None, "SUBMIT is planned by the shell (control.planner)"
-    outcome = plan if isinstance(plan, Rejection) else await w.create_copy(plan)
-    if isinstance(outcome, Rejection):
+    sent = plan if isinstance(plan, Rejection) else await p.members.create_copy(plan)
+    if isinstance(sent, Rejection):
         # Refused for good: the reservation goes at once; the next ``decide`` answers
         # requeue or fail from the snapshot (the refusal is in it).
-        w.release(uid)
-        w.memory.refused(uid, outcome)
-        return AGAIN
-    return AGAIN if outcome else later(2.0)  # not connected, or a foreign object
+        return replace(AGAIN, release=True, refused=sent)
+    if sent is Sent.FOREIGN:
+        return replace(later(2.0), foreign=action.member)
+    return AGAIN if sent is Sent.EXISTS else later(2.0)  # not connected
 
 
-async def _report_conflict(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
-    await w.patch_record(uid, {"phase": Phase.CONFLICT.value, "conditions": [
+async def _report_conflict(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
+    await p.hub.patch_record(uid, {"phase": Phase.CONFLICT.value, "conditions": [
         records.condition(type_="Submitted", status=False, reason="Conflict",
                           message=action.reason, now=snap.now)]})
     log.warning("workload.conflict", uid=uid, member=action.member, reason=action.reason)
-    w.event(snap.workload or {}, reason="Conflict", message=action.reason, warning=True)
+    p.hub.event(snap.workload or {}, reason="Conflict", message=action.reason, warning=True)
     return later(30.0)
 
 
-async def _gang_stall(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _gang_stall(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     """``GangStalled`` True (a warning Event too) or False again once pods bind."""
     stalled = action.kind is ActionKind.REPORT_STALL
-    await w.patch_record(uid, {"conditions": [records.condition(
+    await p.hub.patch_record(uid, {"conditions": [records.condition(
         type_="GangStalled", status=stalled, reason="NoPodBound" if stalled else "PodsBound",
         message=action.reason, now=snap.now)]})
     if stalled:
         log.warning("gang.stalled", uid=uid, member=action.member, reason=action.reason)
-        w.event(snap.workload or {}, reason="GangStalled", message=action.reason, warning=True)
+        p.hub.event(snap.workload or {}, reason="GangStalled", message=action.reason, warning=True)
     else:
         log.info("gang.moving", uid=uid, member=action.member, reason=action.reason)
     return AGAIN
 
 
-async def _not_held(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _not_held(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     """``Held=False``: the hub object stopped being held and its copy runs on (policy)."""
-    await w.patch_record(uid, {"conditions": [records.condition(
+    await p.hub.patch_record(uid, {"conditions": [records.condition(
         type_="Held", status=False, reason="NotHeld", message=action.reason, now=snap.now)]})
     log.warning("workload.not_held", uid=uid, member=action.member, reason=action.reason)
-    w.event(snap.workload or {}, reason="NotHeld", message=action.reason, warning=True)
+    p.hub.event(snap.workload or {}, reason="NotHeld", message=action.reason, warning=True)
     return AGAIN
 
 
-async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _adopt(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     record, copy = snap.record, snap.copy
     assert action.member is not None and record is not None
     adopted = record.phase not in ("", Phase.PLACED)
@@ -219,22 +220,22 @@ async def _adopt(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome
     if copy.generic in _UP:
         status["remote"]["startedAt"] = records.format_time(snap.now)
     status["remote"]["gangMechanism"] = copy.gang_mechanism  # what the copy was joined to
-    await w.patch_record(uid, status)
+    await p.hub.patch_record(uid, status)
     created = records.parse_time(workload.get("metadata", {}).get("creationTimestamp"))
     latency = max(snap.now - created, 0.0) if created else None
     if latency is not None and not adopted:
-        w.metrics.dispatch_latency.observe(latency)
-    w.metrics.dispatches.labels(member=action.member,
+        p.metrics.dispatch_latency.observe(latency)
+    p.metrics.dispatches.labels(member=action.member,
                                 result="adopted" if adopted else "submitted").inc()
     log.info("workload.submitted", uid=uid, member=action.member, adopted=adopted,
              attempt=record.attempt, latency_s=latency)
-    w.event(workload, reason="Submitted",
+    p.hub.event(workload, reason="Submitted",
             message=f"copy {'adopted' if adopted else 'created'} on {action.member}: "
                     f"{record.summary}")
     return AGAIN
 
 
-async def _update_copy(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _update_copy(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     """The hub object's spec changed: write it to the copy. Placement is not re-run: a
     resize that no longer fits shows up as a stuck copy."""
     assert action.member is not None and snap.workload is not None
@@ -244,50 +245,51 @@ async def _update_copy(w: Writer, uid: str, snap: Snapshot, action: Action) -> O
             generation=int(snap.workload["metadata"].get("generation") or 0), changed=(),
             refused=plan.message)
     else:
-        update = None if plan is None else await w.update_copy(plan)
+        update = None if plan is None else await p.members.update_copy(plan)
     if update is None:
         return DONE
     if update.refused is not None:
         # Not written: the copy runs on as it was. The generation counts as handled (the
         # next spec change is checked again), so mirroring goes on meanwhile.
-        await w.patch_record(uid, {"remote": {"hubGeneration": update.generation},
+        await p.hub.patch_record(uid, {"remote": {"hubGeneration": update.generation},
                                    "conditions": [records.condition(
                                        type_="Updated", status=False,
                                        reason=PendingReason.POD_TEMPLATE_REFUSED,
                                        message=update.refused, now=snap.now)]})
         log.warning("workload.update_refused", uid=uid, member=action.member,
                     generation=update.generation, message=update.refused)
-        w.event(snap.workload, reason="UpdateRefused", warning=True,
+        p.hub.event(snap.workload, reason="UpdateRefused", warning=True,
                 message=f"spec (generation {update.generation}) not written to the copy "
                         f"on {action.member}: {update.refused}")
         return AGAIN
-    await w.patch_record(uid, {"remote": {"hubGeneration": update.generation},
+    await p.hub.patch_record(uid, {"remote": {"hubGeneration": update.generation},
                                "conditions": [records.condition(
                                    type_="Updated", status=True, reason="Written",
                                    message=f"generation {update.generation} written to the "
                                            f"copy on {action.member}", now=snap.now)]})
     log.info("workload.updated", uid=uid, member=action.member,
              generation=update.generation, changed=list(update.changed))
-    w.event(snap.workload, reason="Updated",
+    p.hub.event(snap.workload, reason="Updated",
             message=f"spec (generation {update.generation}) written to the copy on "
                     f"{action.member}")
     return AGAIN
 
 
-async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _mirror(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     record, copy, workload = snap.record, snap.copy, snap.workload
     assert action.member is not None and record is not None and workload is not None
     diff = merge_diff(dict(workload.get("status") or {}), dict(copy.status or {}))
     refused: KubeError | None = None
     if diff:
         try:
-            if not await w.mirror_status(uid, diff):
+            if not await p.hub.mirror_status(uid, diff):
                 return DONE
         except KubeError as exc:
             if not exc.permanent:
                 raise
             refused = exc  # as final as a member's 4xx: said once, not retried
-    w.memory.mirrored(uid, copy.resource_version)
+    mirrored_at = copy.resource_version  # the hub holds this version's status now
+    release = False
     generic = copy.generic
     phase = Phase.of_generic(generic).value
     mirrored = _mirrored_condition(refused, record.mirror_refused, now=snap.now,
@@ -303,19 +305,19 @@ async def _mirror(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcom
         if generic in _PODS_UP and record.reservation is not None:
             # Its pods hold the GPUs now (the member's capacity counts them); any part of
             # the reservation their pod events did not take off would count twice.
-            w.release(uid)
+            release = True
             patch["decision"] = {"reservation": None}
-        await w.patch_record(uid, patch)
+        await p.hub.patch_record(uid, patch)
         if phase != record.phase:
-            w.event(workload, reason=phase, message=f"{generic} on {action.member}",
-                    warning=generic == GenericStatus.FAILED)
+            p.hub.event(workload, reason=phase, message=f"{generic} on {action.member}",
+                        warning=generic == GenericStatus.FAILED)
         if generic in _FINISHED and generic != record.generic_status:
             log.info(EVENT_FINISHED, uid=uid, status=generic, member=action.member)
-    lag = w.elapsed(copy.seen_at)
-    w.metrics.mirror_lag.observe(max(lag, 0.0))
+    lag = p.monotonic() - copy.seen_at
+    p.metrics.mirror_lag.observe(max(lag, 0.0))
     log.info("status.mirrored", uid=uid, member=action.member, status=generic,
              lag_ms=round(lag * 1000, 1))
-    return DONE
+    return replace(DONE, mirrored=mirrored_at, release=release)
 
 
 def _mirrored_condition(refused: KubeError | None, was_refused: bool, *, now: float,
@@ -336,9 +338,9 @@ def _mirrored_condition(refused: KubeError | None, was_refused: bool, *, now: fl
     return []
 
 
-async def _mark_unknown(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _mark_unknown(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     lost = snap.health.lost_since or snap.now
-    await w.patch_record(uid, {
+    await p.hub.patch_record(uid, {
         "phase": Phase.UNKNOWN.value,
         "remote": {"lastSeen": records.format_time(lost)},
         "conditions": [records.condition(type_="MemberReachable", status=False,
@@ -346,11 +348,11 @@ async def _mark_unknown(w: Writer, uid: str, snap: Snapshot, action: Action) -> 
                                          now=snap.now)]})
     log.warning("member.lost", uid=uid, member=action.member,
                 last_seen=records.format_time(lost), policy=snap.rules.policy)
-    w.event(snap.workload or {}, reason="Unknown", message=action.reason, warning=True)
+    p.hub.event(snap.workload or {}, reason="Unknown", message=action.reason, warning=True)
     return DONE if action.recheck_after is None else later(action.recheck_after)
 
 
-async def _rejected(w: Writer, uid: str, snap: Snapshot, action: Action,
+async def _rejected(p: Ports, uid: str, snap: Snapshot, action: Action,
                     rejection: Rejection) -> Outcome:
     """The member refused the copy (``decide`` chose requeue or fail): the workload goes
     back to Pending without that member, or fails when no member is left."""
@@ -360,16 +362,16 @@ async def _rejected(w: Writer, uid: str, snap: Snapshot, action: Action,
                                  message=f"{rejection.member}: {rejection.describe()}",
                                  now=snap.now)
     fail = action.kind is ActionKind.FAIL
-    await _write_retreat(w, uid, snap, action, outcome="rejected", extra=[rejected])
-    w.metrics.rejections.labels(member=rejection.member, code=str(rejection.status)).inc()
+    await _write_retreat(p, uid, snap, action, outcome="rejected", extra=[rejected])
+    p.metrics.rejections.labels(member=rejection.member, code=str(rejection.status)).inc()
     log.warning("workload.rejected", member=rejection.member, status_code=rejection.status,
                 reason=rejection.reason, message=rejection.message,
                 outcome="failed" if fail else "requeued", attempt=record.attempt)
-    w.event(snap.workload or {}, reason="Rejected", message=action.reason, warning=True)
-    return DONE if fail else AGAIN
+    p.hub.event(snap.workload or {}, reason="Rejected", message=action.reason, warning=True)
+    return replace(DONE if fail else AGAIN, answered=True)
 
 
-async def _write_retreat(w: Writer, uid: str, snap: Snapshot, action: Action, *,
+async def _write_retreat(p: Ports, uid: str, snap: Snapshot, action: Action, *,
                          outcome: str, extra: list[dict[str, Any]] | None = None) -> None:
     """Write the record of giving up on the current member: requeued (back to Pending,
     member excluded) or failed (terminal), with the attempt in the history."""
@@ -381,30 +383,27 @@ async def _write_retreat(w: Writer, uid: str, snap: Snapshot, action: Action, *,
                                            outcome=outcome, now=snap.now))
     if extra:
         status["conditions"] = [*status["conditions"], *extra]
-    await w.patch_record(uid, status)
-    w.memory.answered(uid)  # whatever made it retreat, a refusal from that member is moot
-    w.metrics.dispatches.labels(member=action.member or "",
+    await p.hub.patch_record(uid, status)  # (answered: a refusal from that member is moot)
+    p.metrics.dispatches.labels(member=action.member or "",
                                 result="failed" if fail else outcome).inc()
 
 
-async def _requeue(w: Writer, uid: str, snap: Snapshot, action: Action) -> Outcome:
+async def _requeue(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     record = snap.record
     assert record is not None
-    w.release(uid)
     member = action.member
     if member is not None and snap.health.reachable:
-        await w.delete_copy(uid, cluster=member, workload=snap.workload or {})
+        await p.members.delete_copy(uid, cluster=member, workload=snap.workload or {})
     fail = action.kind is ActionKind.FAIL
-    await _write_retreat(w, uid, snap, action, outcome="requeued")
+    await _write_retreat(p, uid, snap, action, outcome="requeued")
     log.warning("workload.failed" if fail else "workload.requeued", uid=uid, member=member,
                 reason=action.reason, attempt=record.attempt)
-    w.event(snap.workload or {}, reason="Failed" if fail else "Requeued",
-            message=action.reason, warning=True)
-    return DONE if fail else AGAIN
+    p.hub.event(snap.workload or {}, reason="Failed" if fail else "Requeued",
+                message=action.reason, warning=True)
+    return replace(DONE if fail else AGAIN, release=True, answered=True)
 
 
-async def _release_finalizer(w: Writer, uid: str, snap: Snapshot) -> Outcome:
-    w.forget(uid)
+async def _release_finalizer(p: Ports, uid: str, snap: Snapshot) -> Outcome:
     # The end of the workload's life here (its copy, if any, is gone): one line, in the
     # trace format ``dispatcher simulate --trace`` replays.
     if snap.workload is not None:
@@ -414,4 +413,5 @@ async def _release_finalizer(w: Writer, uid: str, snap: Snapshot) -> Outcome:
         assert snap.record is not None
         namespace, name = snap.record.namespace, snap.record.workload_ref[2]
     log.info(EVENT_DELETED, uid=uid, namespace=namespace, name=name)
-    return DONE if await w.remove_finalizer(uid, snap.workload) else AGAIN
+    released = await p.hub.remove_finalizer(uid, snap.workload)
+    return replace(DONE if released else AGAIN, forget=True)

@@ -80,6 +80,7 @@ from dispatcher.control.names import FINALIZER, Phase
 from dispatcher.control.pending import DEFAULT_REFRESH_S, PendingWrite, generation_of, judge
 from dispatcher.control.placing import Placement, PlacementInput, alternatives_for, place
 from dispatcher.control.record import DispatchRecord
+from dispatcher.fleet.reservations import Reservation
 from dispatcher.workloads.model import GenericStatus
 
 if TYPE_CHECKING:
@@ -234,6 +235,9 @@ class Action:
     placement: Placement | None = None
     rejection: Rejection | None = None  # REQUEUE/FAIL answering this refusal
     plan: CopyPlan | Rejection | None = None
+    hold: Reservation | None = None
+    """A reservation the shell holds before the write (SUBMIT: the record's, the one in
+    force; it may not be in the book after a create conflict or a lost answer)."""
 
 
 class PlacingMissing(ValueError):
@@ -405,7 +409,8 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                                  f"{cluster} since (not run again)")
         if snap.refusal is not None and snap.refusal.member == cluster:
             return _refused(snap, record, snap.refusal)
-        return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member")
+        return Action(kind=ActionKind.SUBMIT, member=cluster, reason="no copy on the member",
+                      hold=record.reservation)
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
     # Stuck is about getting going: a copy that was once up (running, degraded, finished)

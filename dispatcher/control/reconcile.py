@@ -3,11 +3,13 @@
 Fed by ``Workers`` (one call per hub workload uid at a time). Reads ``HubCache``,
 ``CopyCache`` and the ``FleetView`` into a ``Snapshot``; ``decide`` (pure, with placement
 inside it: ``control.placing``) answers an ``Action``; the shell applies the action's
-placement (queue step, reservation) and runs the action through the ``Writer``
-(``control.writes``), which answers an ``Outcome``. It returns when to look again, and the
-worker schedules that. Placement and its reservation happen without an ``await`` in
-between (snapshot, decide and apply are one synchronous step), so two decisions can never
-take the same GPUs.
+placement (queue step, reservation), plans the copy a SUBMIT or UPDATE_COPY writes
+(``control.planner``) and runs the action through the two ports (``control.writer``: hub
+writes, member writes), which answers an ``Outcome``; its local effects (a reservation
+released, the workload forgotten, what the step saw) are applied before the next snapshot.
+It returns when to look again, and the worker schedules that. Placement and its
+reservation happen without an ``await`` in between (snapshot, decide and apply are one
+synchronous step), so two decisions can never take the same GPUs.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from dispatcher.control.recent import RecentDecisions
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import MemberWrites
-from dispatcher.control.writer import Writer
-from dispatcher.control.writes import Writes
+from dispatcher.control.writer import HubWriter, MemberWriter, Outcome, Ports
+from dispatcher.control.writes import HubWrites
+from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.gangapis import NONE
@@ -69,6 +72,8 @@ __all__ = ["Reconciler"]
 log = structlog.get_logger("dispatcher")
 
 MAX_STEPS = 12
+_PLACING = frozenset({ActionKind.CREATE_RECORD, ActionKind.RECORD_PLACEMENT})
+"""Actions that write the placement just applied: one that raises undoes it."""
 _WAIT_FALLBACK_S = 5.0
 
 
@@ -100,7 +105,8 @@ class Reconciler:
                  queue: PendingQueue, metrics: Metrics, events: EventRecorder | None,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic,
-                 writer: Writer | None = None) -> None:
+                 hub_writer: HubWriter | None = None,
+                 member_writer: MemberWriter | None = None) -> None:
         self.settings = settings
         self.live = live
         self.fleet = fleet
@@ -111,19 +117,21 @@ class Reconciler:
         self.clock = clock
         self._pod_fields = settings.pod_policy
         self.resolutions = Resolutions(live=live, priority=settings.priority, clock=clock)
-        if writer is None:  # the real one; unit tests inject a recording writer
-            assert hub is not None, "the real writer writes to the hub"
-            members = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
-                                   copies=copies, monotonic=monotonic,
-                                   memory=StepMemory(clock=clock))
-            writer = Writes(hub=hub, cache=hub_cache, members=members, fleet=fleet,
-                            queue=queue, resolutions=self.resolutions, metrics=metrics,
-                            events=events, monotonic=monotonic, hub_mode=settings.hub_mode)
-        self.writes: Writer = writer
+        # the real ports; unit tests inject one recording fake per port
+        if hub_writer is None:
+            assert hub is not None, "the real hub writer writes to the hub"
+            hub_writer = HubWrites(hub=hub, cache=hub_cache, events=events,
+                                   hub_mode=settings.hub_mode)
+        if member_writer is None:
+            assert hub is not None, "member namespaces are checked against the hub's"
+            member_writer = MemberWrites(settings=settings, live=live, hub=hub, fleet=fleet,
+                                         copies=copies, monotonic=monotonic)
+        self.ports = Ports(hub=hub_writer, members=member_writer, metrics=metrics,
+                           monotonic=monotonic)
         self.planner = CopyPlanner(settings=settings, live=live, resolutions=self.resolutions,
                                    fleet=fleet, copies=copies)
         """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.copyplan``)."""
-        self.memory = writer.memory
+        self.memory = StepMemory(clock=clock)
         """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
@@ -280,11 +288,20 @@ class Reconciler:
             if action.placement is not None:
                 self._apply(action.placement)
                 placed(self.metrics, action.placement, time.perf_counter() - started, self.queue)
+            if action.hold is not None:
+                self._hold(action.hold)
             if action.kind in (ActionKind.NOTHING, ActionKind.WAIT):
                 return self._idle(uid, snap, action)
             if action.kind in (ActionKind.SUBMIT, ActionKind.UPDATE_COPY):
                 action = replace(action, plan=await self.plan_copy(uid, snap, action))
-            outcome = await actions.execute(self.writes, uid=uid, snap=snap, action=action)
+            try:
+                outcome = await actions.execute(self.ports, uid=uid, snap=snap, action=action)
+            except BaseException:
+                if action.kind in _PLACING and action.placement is not None \
+                        and action.placement.reservation is not None:
+                    self._release(uid)  # its decision was not written: undone
+                raise
+            self._effects(uid, outcome)
             if not outcome.again:
                 return outcome.after
         return None
@@ -300,6 +317,46 @@ class Reconciler:
                                              workload=snap.workload, domains=domains)
         return await self.planner.submit(uid, cluster=action.member, workload=snap.workload,
                                          domains=domains)
+
+    def _effects(self, uid: str, outcome: Outcome) -> None:
+        """The action's local effects (``Outcome``), before the next snapshot."""
+        if outcome.forget:
+            self._forget(uid)
+        elif outcome.release:
+            self._release(uid)
+        if outcome.refused is not None:
+            self.memory.refused(uid, outcome.refused)
+        if outcome.answered:
+            self.memory.answered(uid)
+        if outcome.mirrored is not None:
+            self.memory.mirrored(uid, outcome.mirrored)
+        if outcome.foreign is not None:
+            self.memory.saw_foreign(outcome.foreign, uid)
+
+    def _hold(self, reservation: Reservation) -> None:
+        """Hold ``reservation`` in its member's book (replacing the workload's own)."""
+        book = self.fleet.reservations(reservation.member)
+        if book is not None:
+            book.add(reservation)
+
+    def _release(self, uid: str) -> None:
+        """Drop the workload's reservation wherever it is held."""
+        for name in self.fleet.names():
+            book = self.fleet.reservations(name)
+            if book is not None:
+                book.release(uid)
+
+    def _forget(self, uid: str) -> None:
+        """The workload leaves: its reservation and its queue entry go."""
+        self._release(uid)
+        self.queue.remove(uid)
+        self.metrics.pending.set(len(self.queue))
+
+    def _drop(self, uid: str) -> None:
+        """The hub object is gone: forget everything about it."""
+        self._forget(uid)
+        self.memory.forget(uid)
+        self.resolutions.forget(uid)
 
     def _apply(self, placement: Placement) -> None:
         """Take the placement's reservation and queue step (synchronously: no other
@@ -331,7 +388,7 @@ class Reconciler:
         record = self.cache.record_value(uid)
         if record is None or self.cache.workload(uid) is not None or self.memory.gone(uid):
             return
-        if not record.deleting and await self.writes.workload_gone(record):
+        if not record.deleting and await self.ports.hub.workload_gone(record):
             self.memory.found_gone(uid)
 
     def _inputs(self, uid: str) -> Settled | None:
@@ -365,7 +422,7 @@ class Reconciler:
     def _idle(self, uid: str, snap: Snapshot, action: Action) -> float | None:
         if snap.workload is None and action.kind is ActionKind.NOTHING:
             self._settled.pop(uid, None)
-            self.writes.drop(uid)
+            self._drop(uid)
             return None
         if action.kind is ActionKind.NOTHING and action.recheck_after is None:
             inputs = self._inputs(uid)  # no await since the snapshot: what it was read from
@@ -398,7 +455,7 @@ class Reconciler:
                    f"its last status reading kept, and no new workload of this kind is "
                    f"dispatched")
         with contextlib.suppress(KubeError):
-            await self.writes.patch_record(uid, {"conditions": [records.condition(
+            await self.ports.hub.patch_record(uid, {"conditions": [records.condition(
                 type_="Definition", status=present,
                 reason="DefinitionRestored" if present else "DefinitionRemoved",
                 message=message, now=self.clock())]})

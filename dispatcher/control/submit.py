@@ -28,12 +28,11 @@ from dispatcher.control.copies import (
 from dispatcher.control.copyplan import CopyPlan, namespace_of
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import HUB_GENERATION_ANNOTATION
 from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
 from dispatcher.control.readings import member_copy
 from dispatcher.control.settings import ControlSettings
-from dispatcher.control.writer import CopyUpdate
+from dispatcher.control.writer import CopyUpdate, Sent
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.gangapis import NONE
@@ -49,10 +48,8 @@ class MemberWrites:
     """Writes to the members for the control loop (one instance, shared by all workers)."""
 
     def __init__(self, *, settings: ControlSettings, live: LiveCatalog, hub: KubeClient,
-                 fleet: FleetView, copies: CopyCache, monotonic: Callable[[], float],
-                 memory: StepMemory) -> None:
+                 fleet: FleetView, copies: CopyCache, monotonic: Callable[[], float]) -> None:
         self.settings = settings
-        self.memory = memory
         self.live = live
         self.fleet = fleet
         self.copies = copies
@@ -60,15 +57,15 @@ class MemberWrites:
         self._admission = podadmission.Admission()
         self.namespaces = MemberNamespaces(settings=settings, hub=hub, monotonic=monotonic)
 
-    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
-        """Create the planned copy: True when it exists now (created or ours), False to
-        look again later (not connected, or a foreign object holds the name), a
-        ``Rejection`` when the member refused it for good. Transient failures (no answer,
-        429, 5xx) raise, for the worker's back-off."""
+    async def create_copy(self, plan: CopyPlan) -> Sent | Rejection:
+        """Create the planned copy: ``Sent`` says whether it exists now (created or ours),
+        the member is not connected, or a foreign object holds the name; a ``Rejection``
+        when the member refused it for good. Transient failures (no answer, 429, 5xx)
+        raise, for the worker's back-off."""
         cluster, uid, gang_plan = plan.member, plan.uid, plan.gangs
         client = self.fleet.client(cluster)
         if client is None:
-            return False
+            return Sent.NOT_CONNECTED
         ref = await client.discovery.resource(plan.api_version, plan.kind)
         if ref is None:
             return Rejection.of(cluster, status=404, reason="NotServed",
@@ -83,9 +80,8 @@ class MemberWrites:
                 if gangsched.mechanism_of(existing) == gang_plan.mechanism:
                     await gangwrites.adopt_objects(client, gang_plan, existing)
                 self.copies.put(cluster, uid, await self.reading(existing))
-                return True
-            self.memory.saw_foreign(cluster, uid)
-            return False
+                return Sent.EXISTS
+            return Sent.FOREIGN
         except KubeError as exc:
             if not exc.permanent:
                 raise
@@ -103,7 +99,7 @@ class MemberWrites:
                      skipped=list(gang_plan.skipped)[:5])
         if not self.copies.holds(cluster, uid, created):  # the watch may have been first
             self.copies.put(cluster, uid, await self.reading(created))
-        return True
+        return Sent.EXISTS
 
     async def _submit(self, client: KubeClient, ref: ResourceRef, plan: CopyPlan) -> Any:
         """The member namespace's Pod Security level checked against the hub namespace's

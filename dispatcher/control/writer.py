@@ -1,30 +1,31 @@
-"""What an action may do to the world, and what it tells the loop afterwards.
+"""The two ports an action writes through, and what it tells the loop afterwards.
 
-``control.actions`` executes one ``decide`` action through a ``Writer`` — the writes of the
-control loop by what they mean (create the record, create the copy, release the record, ...),
-each keeping the caches current — and answers with an ``Outcome``: decide again now, look
-again after some seconds, or done for now. The worker (``control.workers``) schedules; the
-actions never see the reconciler, the caches or a client. ``control.writes.Writes`` is the
-real writer; the unit tests use a recording fake.
+``control.actions`` executes one ``decide`` action through ``Ports``: the hub's writes
+(``HubWriter``: the Dispatch record, the mirror, the finalizer, Events; ``control.writes``)
+and the members' (``MemberWriter``: send a copy plan, update a copy, delete one if ours;
+``control.submit``). Each write keeps the caches current. It answers with an ``Outcome``:
+decide again now, look again after some seconds, or done for now, and the local effects the
+reconciler applies in its synchronous step (a reservation released, the workload forgotten,
+what the step saw that the hub does not say). The actions never see the reconciler, the
+caches, the queue or a client; the unit tests use one recording fake per port.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dispatcher.control.copies import Rejection
-from dispatcher.control.memory import StepMemory
 from dispatcher.control.observe import Metrics
-from dispatcher.fleet.reservations import Reservation
 
 if TYPE_CHECKING:
     from dispatcher.control.copyplan import CopyPlan
     from dispatcher.control.record import DispatchRecord
 
-__all__ = ["AGAIN", "DONE", "CopyUpdate", "Created", "Outcome", "Writer", "later"]
+__all__ = ["AGAIN", "DONE", "CopyUpdate", "Created", "HubWriter", "MemberWriter", "Outcome",
+           "Ports", "Sent", "later"]
 
 
 class Created(StrEnum):
@@ -35,12 +36,33 @@ class Created(StrEnum):
     BLOCKED = "blocked"  # a deleted namesake's record still waits for its copy to go
 
 
+class Sent(StrEnum):
+    """What sending a copy plan found (a refusal for good is a ``Rejection`` instead)."""
+
+    EXISTS = "exists"  # created, or ours was there (now cached)
+    NOT_CONNECTED = "not-connected"  # no client for the member now: look again later
+    FOREIGN = "foreign"  # an object that is not ours holds the name: never overwritten
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """After an action: ``again`` = decide again now; ``after`` = look again in N seconds."""
+    """After an action: ``again`` = decide again now; ``after`` = look again in N seconds.
+
+    The local effects, applied by the reconciler before the next snapshot: ``release`` the
+    workload's reservation wherever it is held; ``forget`` it (reservation and queue
+    entry: it leaves); ``refused`` the member's refusal to remember (the next ``decide``
+    answers it); ``mirrored`` the copy's resource version whose status is on the hub now;
+    ``answered``: a remembered refusal is moot (the workload retreated); ``foreign`` the
+    member where a foreign object holds the name."""
 
     again: bool = False
     after: float | None = None
+    release: bool = False
+    forget: bool = False
+    refused: Rejection | None = None
+    mirrored: str | None = None
+    answered: bool = False
+    foreign: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +85,8 @@ def later(seconds: float) -> Outcome:
     return Outcome(after=max(seconds, 0.05))
 
 
-class Writer(Protocol):
-    """The control loop's writes (``control.writes.Writes``)."""
-
-    metrics: Metrics
-    memory: StepMemory  # what the snapshot reads of our last steps
+class HubWriter(Protocol):
+    """The control loop's writes to the hub (``control.writes.HubWrites``)."""
 
     async def create_record(self, uid: str, workload: Mapping[str, Any], *,
                             placed: Mapping[str, Any] | None = None) -> Created:
@@ -85,9 +104,21 @@ class Writer(Protocol):
     async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
         """Merge-patch the hub object's status; False when it is gone."""
 
-    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
-        """Send the planned copy. True: it exists; False: look again later; Rejection:
-        refused for good."""
+    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
+        """Delete the Dispatch and release its finalizer (and a legacy one on the hub
+        object, if it still exists); False on a write conflict (the object re-read)."""
+
+    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
+              warning: bool = False) -> None:
+        """A Kubernetes Event on the hub object (written in the background)."""
+
+
+class MemberWriter(Protocol):
+    """The control loop's writes to the members (``control.submit.MemberWrites``): they
+    send what was decided and map the answers, deciding nothing."""
+
+    async def create_copy(self, plan: CopyPlan) -> Sent | Rejection:
+        """Send the planned copy; a Rejection when the member refused it for good."""
 
     async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
         """Write the planned spec to the copy; None when there is nothing to write to."""
@@ -96,29 +127,13 @@ class Writer(Protocol):
                           ) -> bool:
         """Delete the copy if it is ours; True when one was deleted."""
 
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
-        """Delete the Dispatch and release its finalizer (and a legacy one on the hub
-        object, if it still exists); False on a write conflict (the object re-read)."""
 
-    def demand_patch(self, uid: str) -> dict[str, Any]:
-        """``status.demand``/``status.definition`` of the resolved workload, or {}."""
+@dataclass(frozen=True, kw_only=True)
+class Ports:
+    """What the actions act through: the two writers, the metrics, the loop's monotonic
+    clock (mirror lag)."""
 
-    def release(self, uid: str) -> None:
-        """Drop the workload's reservation wherever it is held."""
-
-    def hold(self, reservation: Reservation) -> None:
-        """Hold ``reservation`` in its member's book (replacing the workload's own)."""
-
-    def forget(self, uid: str) -> None:
-        """The workload leaves: its reservation and its queue entry go."""
-
-    def drop(self, uid: str) -> None:
-        """The hub object is gone: forget everything about it (``forget``, the memory,
-        its resolution)."""
-
-    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
-              warning: bool = False) -> None:
-        """A Kubernetes Event on the hub object (written in the background)."""
-
-    def elapsed(self, since: float) -> float:
-        """Seconds on the loop's monotonic clock since ``since``."""
+    hub: HubWriter
+    members: MemberWriter
+    metrics: Metrics
+    monotonic: Callable[[], float]

@@ -1,32 +1,24 @@
-"""The real ``Writer``: the control loop's writes to the hub and, through ``MemberWrites``,
-to the members. Every answer goes back into the caches, so the next ``decide`` sees it
-without a read-after-write GET."""
+"""The real ``HubWriter``: the control loop's writes to the hub (the Dispatch record, the
+mirror, the finalizer, Events). Every answer goes back into the caches, so the next
+``decide`` sees it without a read-after-write GET. The members' side is ``control.submit``."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.control import record as records
 from dispatcher.control.caches import HubCache
-from dispatcher.control.copies import Rejection
-from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.events import EventRecorder
-from dispatcher.control.fleetview import FleetView
 from dispatcher.control.names import FINALIZER
-from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import PendingQueue
 from dispatcher.control.record import DispatchRecord
-from dispatcher.control.resolutions import Resolutions
-from dispatcher.control.submit import CopyUpdate, MemberWrites
 from dispatcher.control.writer import Created
-from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES
 
-__all__ = ["Writes"]
+__all__ = ["HubWrites"]
 
 
 def _same_kind(ref: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
@@ -41,24 +33,15 @@ def _delete_options(uid: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
 
 
-class Writes:
-    """Implements ``control.writer.Writer`` (one instance, shared by all workers)."""
+class HubWrites:
+    """Implements ``control.writer.HubWriter`` (one instance, shared by all workers)."""
 
-    def __init__(self, *, hub: KubeClient, cache: HubCache, members: MemberWrites,
-                 fleet: FleetView, queue: PendingQueue, resolutions: Resolutions,
-                 metrics: Metrics, events: EventRecorder | None,
-                 monotonic: Callable[[], float], hub_mode: str = "dedicated") -> None:
+    def __init__(self, *, hub: KubeClient, cache: HubCache, events: EventRecorder | None,
+                 hub_mode: str = "dedicated") -> None:
         self.hub = hub
         self.hub_mode = hub_mode
         self.cache = cache
-        self.members = members
-        self.memory = members.memory  # what the snapshot reads of our last steps
-        self.fleet = fleet
-        self.queue = queue
-        self.resolutions = resolutions
-        self.metrics = metrics
         self.events = events
-        self.monotonic = monotonic
 
     # -- hub ------------------------------------------------------------------------------
 
@@ -189,45 +172,3 @@ class Writes:
         if self.events is not None:
             self.events.record(workload=workload, reason=reason, message=message,
                                warning=warning)
-
-    # -- members --------------------------------------------------------------------------
-
-    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
-        return await self.members.create_copy(plan)
-
-    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
-        return await self.members.update_copy(plan)
-
-    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool:
-        return await self.members.delete_copy(uid, cluster=cluster, workload=workload)
-
-    # -- state ----------------------------------------------------------------------------
-
-    def demand_patch(self, uid: str) -> dict[str, Any]:
-        return self.resolutions.demand_patch(uid)
-
-    def hold(self, reservation: Reservation) -> None:
-        book = self.fleet.reservations(reservation.member)
-        if book is not None:
-            book.add(reservation)
-
-    def release(self, uid: str) -> None:
-        for name in self.fleet.names():
-            reservations = self.fleet.reservations(name)
-            if reservations is not None:
-                reservations.release(uid)
-
-    def forget(self, uid: str) -> None:
-        self.release(uid)
-        self.queue.remove(uid)
-        self.metrics.pending.set(len(self.queue))
-
-    def drop(self, uid: str) -> None:
-        """The hub object is gone: forget everything about it."""
-        self.forget(uid)
-        self.memory.forget(uid)
-        self.resolutions.forget(uid)
-
-    def elapsed(self, since: float) -> float:
-        return self.monotonic() - since

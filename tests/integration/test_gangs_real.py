@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -30,7 +30,7 @@ from dispatcher.commands.explain import explain_objects
 from dispatcher.control.copies import Rejection
 from dispatcher.control.gangsched import GANG_OF_ANNOTATION, MECHANISM_ANNOTATION
 from dispatcher.control.names import ORIGIN_LABEL
-from dispatcher.control.writes import Writes
+from dispatcher.control.writer import Sent
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.fleet.reservations import HUB_UID_LABEL
@@ -89,14 +89,14 @@ async def _hub_namespace(hub: KubeClient) -> str:
     return name
 
 
-async def _submit(h: Harness, hub_obj: dict[str, Any]) -> bool | Rejection:
+async def _submit(h: Harness, hub_obj: dict[str, Any]) -> Sent | Rejection:
     """SUBMIT's two steps on ``MEMBER``: the copy planned, then sent."""
     reconciler = h.controller.reconciler
     plan = await reconciler.planner.submit(hub_obj["metadata"]["uid"], cluster=MEMBER,
                                            workload=hub_obj)
     if isinstance(plan, Rejection):
         return plan
-    return await cast(Writes, reconciler.writes).members.create_copy(plan)
+    return await reconciler.ports.members.create_copy(plan)
 
 
 async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
@@ -113,7 +113,7 @@ async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
     gang_ns = await _hub_namespace(h.hub)
     hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns), body=gang_jobset(name))
     created = await _submit(h, hub_obj)
-    assert created is True, created
+    assert created is Sent.EXISTS, created
     return local_ns, gang_ns, f"jobset.sigs.k8s.io/jobset-name={name}"
 
 
@@ -246,7 +246,7 @@ async def test_a_copy_the_member_refuses_leaves_no_gang_object_behind(
         hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns),
                                       body=gang_jobset(name))
         refused = await _submit(h, hub_obj)
-        assert not isinstance(refused, bool) and "too long" in refused.message, refused
+        assert isinstance(refused, Rejection) and "too long" in refused.message, refused
         member = h.members[MEMBER]
         assert await get_or_none(member, JOBSETS.item(name, gang_ns)) is None
         assert await get_or_none(member, WORKLOADS.item(f"jobset-{name}", gang_ns)) is None

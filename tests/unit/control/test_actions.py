@@ -8,7 +8,6 @@ makes, in which order, and what the loop is told next (decide again / later / do
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 
 from dispatcher.control import actions, copyplan
 from dispatcher.control.copies import Rejection
-from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.decide import (
     Action,
     ActionKind,
@@ -28,86 +26,32 @@ from dispatcher.control.decide import (
     decide,
     placing_needed,
 )
-from dispatcher.control.memory import StepMemory
 from dispatcher.control.names import Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.control.record import DispatchRecord, format_time
-from dispatcher.control.submit import CopyUpdate
-from dispatcher.control.writer import AGAIN, DONE, Created, Outcome, later
+from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
 from dispatcher.workloads.catalog import Catalog
 from tests.unit.control import placing_builders as pb
+from tests.unit.control.fakes import Calls, FakeHub, FakeMembers
 
 NOW = pb.NOW
 
 
-class FakeWriter:
-    """Records every call as (method, detail); answers are configurable per test."""
+class W:
+    """The two port fakes of one test (``fakes``), sharing their calls."""
 
-    def __init__(self, *, create: bool | Rejection = True, mirror_ok: bool = True,
+    def __init__(self, *, create: Sent | Rejection = Sent.EXISTS, mirror_ok: bool = True,
                  update: CopyUpdate | None = None, finalizer_conflict: bool = False,
                  record_created: Created = Created.CREATED) -> None:
-        self.metrics = Metrics.create()
-        self.memory = StepMemory(clock=lambda: NOW)
-        self.calls: list[tuple[str, Any]] = []
-        self._record_created = record_created
-        self._create, self._mirror_ok = create, mirror_ok
-        self._update = update
-        self._finalizer_conflict = finalizer_conflict
+        self.calls = Calls()
+        self.hub = FakeHub(self.calls, created=record_created, mirror_ok=mirror_ok,
+                           finalizer_conflict=finalizer_conflict)
+        self.members = FakeMembers(self.calls, create=create, update=update)
+        self.ports = Ports(hub=self.hub, members=self.members, metrics=Metrics.create(),
+                           monotonic=lambda: 0.01)
 
     def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> Created:
-        self.calls.append(("create_record", placed))
-        return self._record_created
-
-    async def workload_gone(self, record: DispatchRecord) -> bool:
-        self.calls.append(("workload_gone", record.workload_uid))
-        return True
-
-    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
-        self.calls.append(("patch_record", status))
-
-    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
-        self.calls.append(("mirror_status", diff))
-        return self._mirror_ok
-
-    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
-        self.calls.append(("create_copy", plan.member))
-        return self._create
-
-    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
-        self.calls.append(("update_copy", plan.member))
-        return self._update
-
-    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool:
-        self.calls.append(("delete_copy", cluster))
-        return True
-
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
-        self.calls.append(("remove_finalizer", uid))
-        return not self._finalizer_conflict
-
-    def demand_patch(self, uid: str) -> dict[str, Any]:
-        return {"demand": {"gpus": 16}}
-
-    def release(self, uid: str) -> None:
-        self.calls.append(("release", uid))
-
-    def hold(self, reservation: Any) -> None:
-        self.calls.append(("hold", reservation.member))
-
-    def forget(self, uid: str) -> None:
-        self.calls.append(("forget", uid))
-
-    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
-              warning: bool = False) -> None:
-        self.calls.append(("event", reason))
-
-    def elapsed(self, since: float) -> float:
-        return 0.01
+        return self.calls.names()
 
 
 def workload(*, deleting: bool = False, status: dict[str, Any] | None = None,
@@ -145,30 +89,30 @@ def planned(snap: Snapshot, action: Action) -> Action:
         hub_id="hub")))
 
 
-def run(writer: FakeWriter, snap: Snapshot, *, plan: Rejection | None = None
+def run(writer: W, snap: Snapshot, *, plan: Rejection | None = None
         ) -> tuple[Action, Outcome]:
     action = decide(snap)
     action = planned(snap, action) if plan is None else replace(action, plan=plan)
-    return action, asyncio.run(actions.execute(writer, uid="uid-train", snap=snap,
+    return action, asyncio.run(actions.execute(writer.ports, uid="uid-train", snap=snap,
                                                action=action))
 
 
 def test_placement_is_recorded_with_the_demand_then_decided_again() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
                     placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
     assert action.kind is ActionKind.RECORD_PLACEMENT and outcome == AGAIN
     (name, status), = w.calls
     assert name == "patch_record" and status["phase"] == "Placed"
-    assert status["decision"]["cluster"] == "a" and status["demand"] == {"gpus": 16}
+    assert status["decision"]["cluster"] == "a" and status["demand"]["gpus"] == 16
     assert status["decision"]["reservation"]["member"] == "a"
 
 
 def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write() -> None:
     """The create is the crash-safety write: the decision and reservation are in the
     record's spec, no status patch before the member is touched."""
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), record=None,
                     placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
@@ -177,29 +121,30 @@ def test_a_new_workload_that_fits_gets_its_record_with_the_decision_in_one_write
     assert name == "create_record"
     assert placed["decision"]["cluster"] == "a" and placed["decision"]["attempt"] == 1
     assert placed["decision"]["reservation"]["member"] == "a"
-    assert placed["demand"] == {"gpus": 16}
+    assert placed["demand"]["gpus"] == 16
 
 
 def test_a_new_workload_whose_record_was_there_lets_its_reservation_go() -> None:
-    w = FakeWriter(record_created=Created.EXISTS)
+    w = W(record_created=Created.EXISTS)
     snap = Snapshot(now=NOW, workload=workload(), record=None,
                     placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
-    assert action.kind is ActionKind.CREATE_RECORD and outcome == AGAIN
-    assert w.names() == ["create_record", "release"]
+    assert action.kind is ActionKind.CREATE_RECORD and outcome == replace(AGAIN, release=True)
+    assert w.names() == ["create_record"]
 
 
 def test_a_new_workload_waits_while_a_deleted_namesakes_record_holds_its_name() -> None:
-    w = FakeWriter(record_created=Created.BLOCKED)
+    w = W(record_created=Created.BLOCKED)
     snap = Snapshot(now=NOW, workload=workload(), record=None,
                     placing=pb.given(workload(), fleet=pb.members()))
     action, outcome = run(w, snap)
-    assert action.kind is ActionKind.CREATE_RECORD and outcome == later(1.0)
-    assert w.names() == ["create_record", "release"]
+    assert action.kind is ActionKind.CREATE_RECORD
+    assert outcome == replace(later(1.0), release=True)
+    assert w.names() == ["create_record"]
 
 
 def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), record=None,
                     placing=pb.given(workload(), fleet=pb.members(used_a=4)))
     action, outcome = run(w, snap)
@@ -210,7 +155,7 @@ def test_a_new_workload_that_fits_nowhere_gets_its_record_then_pending() -> None
 
 
 def test_pending_is_written_once_with_its_reason_and_a_warning_event() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), record=record(),
                     placing=pb.given(workload(), fleet=pb.members(used_a=4)))
     action, outcome = run(w, snap)
@@ -226,7 +171,7 @@ def test_a_pending_refresh_rewrites_the_numbers_without_an_event() -> None:
     member writes with its Event."""
     first = Snapshot(now=NOW, workload=workload(), record=None,
                      placing=pb.given(workload(), fleet=pb.members(used_a=4)))
-    w = FakeWriter()
+    w = W()
     run(w, first)
     status = w.calls[1][1]
     assert status["pending"]["writtenAt"] == format_time(NOW)
@@ -236,19 +181,19 @@ def test_a_pending_refresh_rewrites_the_numbers_without_an_event() -> None:
                      pending_written_at=NOW)
     later_on = Snapshot(now=NOW + 30, workload=workload(), record=written,
                         placing=pb.given(workload(), fleet=pb.members(used_a=2)))
-    w = FakeWriter()
+    w = W()
     action, outcome = run(w, later_on)
     assert action.kind is ActionKind.RECORD_PENDING and outcome == DONE
     assert w.names() == ["patch_record"]
     assert w.calls[0][1]["pending"] == {"key": status["pending"]["key"],
                                         "writtenAt": format_time(NOW + 30)}
-    w = FakeWriter()
+    w = W()
     action, _ = run(w, replace(later_on, record=replace(written, pending_key="another")))
     assert action.kind is ActionKind.RECORD_PENDING and w.names() == ["patch_record", "event"]
 
 
 def test_submit_then_adopt_writes_submitted_with_the_copy_status() -> None:
-    w = FakeWriter()
+    w = W()
     absent = Snapshot(now=NOW, workload=workload(), record=PLACED,
                       copy=Copy(state=CopyState.ABSENT))
     action, outcome = run(w, absent)
@@ -267,7 +212,7 @@ def test_the_submitted_write_copies_a_decision_made_at_create_into_status() -> N
     unsettled = replace(PLACED, phase="", unsettled={
         "decision": {"cluster": "m1", "attempt": 1}, "demand": {"gpus": 16},
         "definition": "batch-job"})
-    w = FakeWriter()
+    w = W()
     action, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=unsettled,
                                       copy=OURS))
     assert action.kind is ActionKind.ADOPT and outcome == AGAIN
@@ -279,7 +224,7 @@ def test_the_submitted_write_copies_a_decision_made_at_create_into_status() -> N
 
 
 def test_a_member_not_connected_is_looked_at_again_later() -> None:
-    w = FakeWriter(create=False)
+    w = W(create=Sent.NOT_CONNECTED)
     _, outcome = run(w, Snapshot(now=NOW, workload=workload(), record=PLACED,
                                  copy=Copy(state=CopyState.ABSENT)))
     assert outcome == later(2.0)
@@ -291,28 +236,30 @@ def test_a_member_not_connected_is_looked_at_again_later() -> None:
 ])
 def test_a_rejected_copy_releases_at_once_then_decide_requeues_or_fails(
         fleet: list[Any], outcome: Outcome, phase: str) -> None:
-    """The refusal is noted (no placement in the write path); the next ``decide`` reads it
-    from the snapshot, asks for the placement input, and answers from the alternatives."""
-    w = FakeWriter(create=Rejection.of("m1", status=422, reason="Invalid", message="bad"))
+    """The refusal is noted (no placement in the write path): the outcome releases and
+    remembers it; the next ``decide`` reads it from the snapshot, with the placement input,
+    and answers from the alternatives."""
+    refused = Rejection.of("m1", status=422, reason="Invalid", message="bad")
+    w = W(create=refused)
     absent = Snapshot(now=NOW, workload=workload(), record=PLACED,
                       copy=Copy(state=CopyState.ABSENT))
     action, answer = run(w, absent)
-    assert action.kind is ActionKind.SUBMIT and answer == AGAIN
-    assert w.names() == ["create_copy", "release"]
-    refusal = w.memory.refusal("uid-train")
+    assert action.kind is ActionKind.SUBMIT
+    assert answer == replace(AGAIN, release=True, refused=refused)
+    assert w.names() == ["create_copy"]
+    refusal = answer.refused
     assert refusal is not None and refusal.member == "m1"
     assert placing_needed(replace(absent, refusal=refusal))
     w.calls.clear()
     action, answer = run(w, replace(absent, refusal=refusal,
                                     placing=pb.given(workload(), fleet=fleet)))
     assert action.kind is (ActionKind.REQUEUE if phase == "Pending" else ActionKind.FAIL)
-    assert answer == outcome
+    assert answer == replace(outcome, answered=True)  # the refusal is moot now
     assert w.names() == ["patch_record", "event"]
     status = w.calls[0][1]
     assert status["phase"] == phase and "m1" in status["excluded"]
     reasons = {c["type"]: c["reason"] for c in status["conditions"]}
     assert reasons["Submitted"] == "Rejected"
-    assert w.memory.refusal("uid-train") is None
 
 
 def test_a_refusal_by_another_member_is_not_this_copys() -> None:
@@ -323,26 +270,26 @@ def test_a_refusal_by_another_member_is_not_this_copys() -> None:
 
 
 def test_mirror_writes_the_status_diff_then_the_phase() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(status={}),
                     record=replace(RUNNING, phase=Phase.SUBMITTED, generic_status=None),
                     copy=OURS)
     action, outcome = run(w, snap)
-    assert action.kind is ActionKind.MIRROR and outcome == DONE
+    assert action.kind is ActionKind.MIRROR and outcome == replace(DONE, mirrored="42")
     assert w.names() == ["mirror_status", "patch_record", "event"]
-    assert w.calls[0][1] == {"active": 2} and w.memory.last_mirrored("uid-train") == "42"
+    assert w.calls[0][1] == {"active": 2}
     assert w.calls[1][1]["phase"] == "Running"
 
 
 def test_mirror_of_a_workload_gone_meanwhile_stops() -> None:
-    w = FakeWriter(mirror_ok=False)
+    w = W(mirror_ok=False)
     _, outcome = run(w, Snapshot(now=NOW, workload=workload(status={}), record=RUNNING,
                                  copy=OURS))
     assert outcome == DONE and w.names() == ["mirror_status"]
 
 
 def test_a_spec_change_is_written_to_the_copy() -> None:
-    w = FakeWriter(update=CopyUpdate(generation=2, changed=("parallelism",)))
+    w = W(update=CopyUpdate(generation=2, changed=("parallelism",)))
     snap = Snapshot(now=NOW, workload=workload(generation=2, status={"active": 2}),
                     record=RUNNING, copy=OURS)
     action, outcome = run(w, snap)
@@ -360,7 +307,7 @@ def test_a_refused_spec_change_is_not_written_and_the_dispatch_says_why() -> Non
     its spec, the generation counts as handled (mirroring goes on), Updated=False says
     why, with a warning Event."""
     why = "pod template refused: spec.template.spec.nodeName: ..."
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(generation=3, status={"active": 2}),
                     record=RUNNING, copy=OURS)
     action, outcome = run(w, snap, plan=Rejection.of(
@@ -376,7 +323,7 @@ def test_a_refused_spec_change_is_not_written_and_the_dispatch_says_why() -> Non
 
 
 def test_member_lost_marks_unknown_and_rechecks_when_it_may_count_as_lost() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), record=replace(RUNNING,
                                                                  generic_status="pending"),
                     health=MemberHealth(reachable=False, lost_since=NOW - 10),
@@ -387,36 +334,37 @@ def test_member_lost_marks_unknown_and_rechecks_when_it_may_count_as_lost() -> N
 
 
 def test_requeue_deletes_the_copy_on_a_reachable_member() -> None:
-    w = FakeWriter()
+    w = W()
     snap = Snapshot(now=NOW, workload=workload(), copy=replace(OURS, generic="pending"),
                     record=replace(RUNNING, generic_status="pending", submitted_at=NOW - 100),
                     rules=Rules(stuck_after=30))
     action, outcome = run(w, snap)
-    assert action.kind is ActionKind.REQUEUE and outcome == AGAIN
-    assert w.names()[:2] == ["release", "delete_copy"]
+    assert action.kind is ActionKind.REQUEUE
+    assert outcome == replace(AGAIN, release=True, answered=True)
+    assert w.names()[:1] == ["delete_copy"]
 
 
 def test_deletion_deletes_the_copy_then_releases_the_finalizer() -> None:
-    w = FakeWriter()
+    w = W()
     deleting = Snapshot(now=NOW, workload=workload(deleting=True), record=RUNNING, copy=OURS)
     action, outcome = run(w, deleting)
     assert action.kind is ActionKind.DELETE_COPY and outcome == later(0.5)
     w.calls.clear()
     action, outcome = run(w, replace(deleting, copy=Copy(state=CopyState.ABSENT)))
-    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == DONE
-    assert w.names() == ["forget", "remove_finalizer"]
-    _, outcome = run(FakeWriter(finalizer_conflict=True),
+    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == replace(DONE, forget=True)
+    assert w.names() == ["remove_finalizer"]
+    _, outcome = run(W(finalizer_conflict=True),
                      replace(deleting, copy=Copy(state=CopyState.ABSENT)))
-    assert outcome == AGAIN  # the object changed meanwhile: decide again on the new one
+    assert outcome == replace(AGAIN, forget=True)  # it changed meanwhile: decide again
 
 
 def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
-    w = FakeWriter()
+    w = W()
     gone = Snapshot(now=NOW, workload=None, record=RUNNING, copy=OURS, workload_gone=True)
     action, outcome = run(w, gone)
     assert action.kind is ActionKind.DELETE_COPY and outcome == later(0.5)
     assert w.names() == ["delete_copy"]
     w.calls.clear()
     action, outcome = run(w, replace(gone, copy=Copy(state=CopyState.ABSENT)))
-    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == DONE
-    assert w.names() == ["forget", "remove_finalizer"]
+    assert action.kind is ActionKind.RELEASE_FINALIZER and outcome == replace(DONE, forget=True)
+    assert w.names() == ["remove_finalizer"]

@@ -1,6 +1,8 @@
 """``Reconciler.reconcile`` on plain data: real caches, queue, catalog and capacity models,
-a stub fleet view and an injected writer that records each write and keeps the caches as
-the real one does (from the answers of the API). No Kubernetes, no clock but a fixed one.
+a stub fleet view and one injected fake per port (``fakes``: hub writes, member writes)
+that records each write and keeps the caches as the real ones do (from the answers of the
+API); the local effects (reservations, memory) are read where the reconciler keeps them.
+No Kubernetes, no clock but a fixed one.
 
 Covered: a new workload's whole first dispatch (the record created with its decision,
 reservation and finalizer, wait for the copy watch, submit, adopt with the first decision
@@ -14,7 +16,7 @@ unless its record is being deleted) and while a namesake's record still waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dispatcher.control import reconcile as reconcile_module
@@ -22,22 +24,19 @@ from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.copies import Rejection
-from dispatcher.control.copyplan import CopyPlan
 from dispatcher.control.decide import MemberHealth
-from dispatcher.control.memory import StepMemory
-from dispatcher.control.names import FINALIZER, ORIGIN_LABEL
 from dispatcher.control.observe import Metrics
 from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
-from dispatcher.control.submit import CopyUpdate
-from dispatcher.control.writer import Created
-from dispatcher.fleet.reservations import HUB_UID_LABEL, MemberReservations, Reservation
+from dispatcher.control.writer import Created, Sent
+from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.kube.patches import apply_merge
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.catalog import Catalog
 from tests.unit.control import placing_builders as pb
+from tests.unit.control.fakes import Calls, FakeHub, FakeMembers
 from tests.unit.placement.builders import cluster
 
 NOW = pb.NOW
@@ -69,136 +68,33 @@ class StubFleet:
         return MemberHealth(reachable=True)
 
 
-class WorldWriter:
-    """Records each write as (name, detail) and answers like the API would, into the caches
-    (the real ``Writes`` puts every answer there)."""
+class World:
+    """The two port fakes (``fakes``) answering into the caches, sharing their calls."""
 
-    def __init__(self, hub: HubCache, copies: CopyCache, fleet: StubFleet, *,
+    def __init__(self, hub: HubCache, copies: CopyCache, *,
                  refuse: Rejection | None = None) -> None:
-        self.hub, self.copies, self.fleet = hub, copies, fleet
-        self.metrics = Metrics.create()
-        self.memory = StepMemory(clock=lambda: NOW)
-        self.calls: list[tuple[str, Any]] = []
-        self.refuse = refuse
-        self.blocked = False  # create_record finds a deleted namesake's record
-        self.gone = True  # what workload_gone answers
-        self._rv = 10
+        self.calls = Calls()
+        self.hub = FakeHub(self.calls, cache=hub, ref=JOBS)
+        self.members = FakeMembers(self.calls, copies=copies,
+                                   create=refuse if refuse is not None else Sent.EXISTS)
 
     def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    def _next_rv(self) -> str:
-        self._rv += 1
-        return str(self._rv)
-
-    def _workload(self, uid: str) -> Mapping[str, Any]:
-        item = self.hub.workload(uid)
-        assert item is not None
-        return item.obj
-
-    async def create_record(self, uid: str, workload: Mapping[str, Any], *,
-                            placed: Mapping[str, Any] | None = None) -> Created:
-        self.calls.append(("create_record", placed))
-        if self.blocked:
-            return Created.BLOCKED
-        body = records.dispatch_body(workload=workload, name=records.dispatch_name(workload),
-                                     placed=placed)
-        body["metadata"].update(uid="rec-1", resourceVersion=self._next_rv())
-        self.hub.put_record(body, force=True)
-        return Created.CREATED
-
-    async def workload_gone(self, record: records.DispatchRecord) -> bool:
-        self.calls.append(("workload_gone", record.workload_uid))
-        return self.gone
-
-    async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
-        self.calls.append(("patch_record", status))
-        raw = self.hub.record(uid)
-        assert raw is not None
-        self.hub.put_record(apply_merge(raw, {"status": status, "metadata": {
-            "resourceVersion": self._next_rv()}}), force=True)
-
-    async def mirror_status(self, uid: str, diff: dict[str, Any]) -> bool:
-        self.calls.append(("mirror_status", diff))
-        self.hub.put(JOBS, apply_merge(self._workload(uid), {
-            "status": diff, "metadata": {"resourceVersion": self._next_rv()}}))
-        return True
-
-    async def create_copy(self, plan: CopyPlan) -> bool | Rejection:
-        cluster, uid = plan.member, plan.uid
-        self.calls.append(("create_copy", cluster))
-        if self.refuse is not None:
-            return self.refuse
-        copy = {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": plan.name, "uid": "remote-1",
-                             "resourceVersion": "5",
-                             "labels": {ORIGIN_LABEL: "hub", HUB_UID_LABEL: uid}},
-                "status": {}}
-        self.copies.put(cluster, uid, MemberCopy(obj=copy, generic="pending", statuses=(),
-                                                 seen_at=0.0))
-        return True
-
-    async def update_copy(self, plan: CopyPlan) -> CopyUpdate | None:
-        self.calls.append(("update_copy", plan.member))
-        return None
-
-    async def delete_copy(self, uid: str, *, cluster: str, workload: Mapping[str, Any]
-                          ) -> bool:
-        self.calls.append(("delete_copy", cluster))
-        self.copies.drop(cluster, uid)
-        return True
-
-    async def remove_finalizer(self, uid: str, workload: Mapping[str, Any] | None) -> bool:
-        self.calls.append(("remove_finalizer", uid))
-        raw = self.hub.record(uid)
-        assert raw is not None and FINALIZER in raw["metadata"]["finalizers"]
-        self.hub.drop_record(raw)
-        return True
-
-    def demand_patch(self, uid: str) -> dict[str, Any]:
-        return {"demand": {"pods": 2, "gpus": 8, "gangs": []}, "definition": "batch-job"}
-
-    def release(self, uid: str) -> None:
-        self.calls.append(("release", uid))
-        for name in self.fleet.names():
-            held = self.fleet.reservations(name)
-            if held is not None:
-                held.release(uid)
-
-    def hold(self, reservation: Reservation) -> None:
-        self.calls.append(("hold", reservation.member))
-        book = self.fleet.reservations(reservation.member)
-        assert book is not None
-        book.add(reservation)
-
-    def forget(self, uid: str) -> None:
-        self.release(uid)
-
-    def drop(self, uid: str) -> None:
-        self.forget(uid)
-        self.memory.forget(uid)
-
-    def event(self, workload: Mapping[str, Any], *, reason: str, message: str,
-              warning: bool = False) -> None:
-        self.calls.append(("event", reason))
-
-    def elapsed(self, since: float) -> float:
-        return 0.01
+        return self.calls.names()
 
 
 def world(*, refuse: Rejection | None = None, fleet: Sequence[MemberSnapshot] | None = None,
-          gpus: int = 4) -> tuple[Reconciler, WorldWriter]:
+          gpus: int = 4) -> tuple[Reconciler, World]:
     hub, copies = HubCache(), CopyCache()
     stub = StubFleet(pb.members() if fleet is None else fleet)
-    writer = WorldWriter(hub, copies, stub, refuse=refuse)
+    writer = World(hub, copies, refuse=refuse)
     job = pb.job(gpus=gpus)
     job["metadata"]["resourceVersion"] = "1"
     hub.put(JOBS, job)
     reconciler = Reconciler(settings=ControlSettings(), live=LiveCatalog(Catalog.builtin()),
                             hub=None, fleet=stub, hub_cache=hub, copies=copies,
-                            queue=PendingQueue(backfill_limit=2), metrics=writer.metrics,
+                            queue=PendingQueue(backfill_limit=2), metrics=Metrics.create(),
                             events=None, clock=lambda: NOW, monotonic=lambda: 0.0,
-                            writer=writer)
+                            hub_writer=writer.hub, member_writer=writer.members)
     return reconciler, writer
 
 
@@ -225,8 +121,9 @@ def test_a_first_dispatch_writes_the_decision_with_the_record_then_submits_and_a
     w.calls.clear()
     list_copies(reconciler, "a")
     assert reconcile(reconciler) is None
-    assert w.names() == ["hold", "create_copy", "patch_record", "event"]
-    submitted = w.calls[2][1]
+    assert w.names() == ["create_copy", "patch_record", "event"]
+    assert UID in reservation  # held through the submit (its pods have not bound)
+    submitted = w.calls[1][1]
     assert submitted["phase"] == "Submitted" and submitted["remote"]["cluster"] == "a"
     assert submitted["decision"]["cluster"] == "a"  # settled from spec in the same write
     assert submitted["demand"]["gpus"] == 8
@@ -240,15 +137,17 @@ def test_a_refused_copy_is_requeued_without_that_member_and_placed_again() -> No
     list_copies(reconciler, "a")
     # c's copy watch has not listed: the new decision waits for it.
     assert reconcile(reconciler) == 5.0
-    assert w.names() == ["create_record", "hold", "create_copy", "release",
-                         "patch_record", "event", "patch_record"]
-    requeued, placed = w.calls[4][1], w.calls[6][1]
+    assert w.names() == ["create_record", "create_copy", "patch_record", "event",
+                         "patch_record"]
+    requeued, placed = w.calls[2][1], w.calls[4][1]
     assert requeued["phase"] == "Pending" and requeued["excluded"] == ["a"]
     assert {c["type"]: c["reason"] for c in requeued["conditions"]}["Submitted"] == "Rejected"
-    assert w.calls[5][1] == "Rejected"
+    assert w.calls[3][1] == "Rejected"
     assert placed["phase"] == "Placed" and placed["decision"]["cluster"] == "c"
     assert placed["decision"]["attempt"] == 2
-    assert w.memory.refusal(UID) is None
+    assert reconciler.memory.refusal(UID) is None
+    again = reconciler.fleet.reservations("c")
+    assert again is not None and UID in again
     first = reconciler.fleet.reservations("a")
     assert first is not None and UID not in first
 
@@ -258,9 +157,8 @@ def test_a_refused_copy_fails_when_no_other_member_could_take_it() -> None:
     reconciler, w = world(refuse=refusal)  # b takes only team-b
     list_copies(reconciler, "a")
     assert reconcile(reconciler) is None
-    assert w.names() == ["create_record", "hold", "create_copy", "release",
-                         "patch_record", "event"]
-    failed = w.calls[4][1]
+    assert w.names() == ["create_record", "create_copy", "patch_record", "event"]
+    failed = w.calls[2][1]
     assert failed["phase"] == "Failed" and "no other member" in failed["failure"]
 
 
@@ -305,11 +203,13 @@ def test_a_deleted_workload_loses_its_copy_then_its_records_finalizer() -> None:
     assert w.names() == ["delete_copy"]
     w.calls.clear()
     assert reconcile(reconciler) is None
-    assert w.names() == ["release", "remove_finalizer"]
+    assert w.names() == ["remove_finalizer"]
     assert reconciler.cache.record(UID) is None
+    book = reconciler.fleet.reservations("a")
+    assert book is not None and UID not in book  # forgotten
 
 
-def dispatched_then_gone(*, record_deleting: bool = False) -> tuple[Reconciler, WorldWriter]:
+def dispatched_then_gone(*, record_deleting: bool = False) -> tuple[Reconciler, World]:
     """A workload dispatched to ``a`` whose hub object then left the cache (its watch said
     DELETED, or a label selector stopped matching it)."""
     reconciler, w = world()
@@ -332,39 +232,43 @@ def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
     assert w.names() == ["workload_gone", "delete_copy"]
     w.calls.clear()
     assert reconcile(reconciler) is None
-    assert w.names() == ["release", "remove_finalizer"]
+    assert w.names() == ["remove_finalizer"]
     assert reconciler.cache.record(UID) is None
+    book = reconciler.fleet.reservations("a")
+    assert book is not None and UID not in book  # forgotten
 
 
 def test_an_uncached_workload_the_hub_still_has_keeps_its_copy() -> None:
     """A watch's label selector no longer matching is not a deletion: nothing is written."""
     reconciler, w = dispatched_then_gone()
-    w.gone = False
+    w.hub.gone = False
     assert reconcile(reconciler) is None
-    assert w.names() == ["workload_gone", "release"]  # forgotten here, not deleted there
+    assert w.names() == ["workload_gone"]  # forgotten here, not deleted there
+    book = reconciler.fleet.reservations("a")
+    assert book is not None and UID not in book
     assert reconciler.copies.get("a", UID) is not None
     assert reconciler.cache.record(UID) is not None
 
 
 def test_a_record_being_deleted_says_its_workload_is_gone_without_a_read() -> None:
     reconciler, w = dispatched_then_gone(record_deleting=True)
-    w.gone = False  # would keep the copy, if it were asked
+    w.hub.gone = False  # would keep the copy, if it were asked
     assert reconcile(reconciler) == 0.5
     assert w.names() == ["delete_copy"]
 
 
 def test_a_new_workload_waits_while_a_deleted_namesakes_record_holds_the_name() -> None:
     reconciler, w = world()
-    w.blocked = True
+    w.hub.created = Created.BLOCKED
     list_copies(reconciler, "a")
     assert reconcile(reconciler) == 1.0
-    assert w.names() == ["create_record", "release"]
+    assert w.names() == ["create_record"]
     held = reconciler.fleet.reservations("a")
     assert held is not None and UID not in held
-    w.blocked = False
+    w.hub.created = Created.CREATED
     w.calls.clear()
     reconcile(reconciler)
-    assert w.names()[:2] == ["create_record", "hold"]
+    assert w.names()[:2] == ["create_record", "create_copy"]
 
 
 def test_a_settled_workload_is_not_decided_again_until_an_input_changes(
