@@ -22,7 +22,6 @@ from dispatcher.control import orphans
 from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import delete_if_owned
 from dispatcher.control.definitions import DefinitionWatcher
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
@@ -32,6 +31,7 @@ from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import member_copy
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
+from dispatcher.control.submit import delete_if_owned
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
 from dispatcher.fleet import reservations

@@ -4,7 +4,7 @@ Fed by ``decide`` (SUBMIT, DELETE_COPY, orphan sweep), feeds the member apiserve
 is the hub object with server-owned metadata and status removed, stamped with our origin
 label and the hub uid (label, for listing, and annotation), and with the configured
 pod-template mutations applied through the workload's definition. Ownership is stamped
-and checked: ``owner_state`` reads it, and ``delete_if_owned`` is the only way the
+and checked: ``owner_state`` reads it, and ``submit.delete_if_owned`` is the only way the
 controller deletes anything on a member; it refuses objects without our stamps.
 """
 
@@ -24,16 +24,14 @@ from dispatcher.control.names import (
     PREFIX,
 )
 from dispatcher.fleet.reservations import HUB_UID_LABEL
-from dispatcher.kube.client import KubeClient
-from dispatcher.kube.errors import NotFound
-from dispatcher.kube.resources import GroupVersionKind, ResourceRef
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.holds import HOLD_ANNOTATION, clear_hold
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import Locator, in_process, strip_server_set
 from dispatcher.workloads.plaincopy import plain_copy
 
-__all__ = ["PodMutations", "Rejection", "build_copy", "delete_if_owned", "object_key",
+__all__ = ["PodMutations", "Rejection", "build_copy", "object_key",
            "owner_state", "stamped", "written_generation"]
 
 _SERVER_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp",
@@ -187,29 +185,3 @@ def _strip_nested_stamps(node: Any) -> None:
                              if not (isinstance(k, str) and k.startswith(PREFIX))}
     for value in node.values():
         _strip_nested_stamps(value)
-
-
-async def delete_if_owned(client: KubeClient, ref: ResourceRef, *, namespace: str, name: str,
-                          hub_id: str, hub_uid: str | None = None) -> bool:
-    """Delete a member object only if it carries our origin (and ``hub_uid`` when given).
-
-    Reads the object first and deletes with a uid precondition, so an object recreated by
-    someone else in between is never touched. Returns True when something was deleted;
-    False when it was absent or not ours. Refuses empty ``hub_id``.
-    """
-    if not hub_id:
-        raise ValueError("delete_if_owned: empty hub id")
-    try:
-        current = await client.request("GET", ref.item(name, namespace))
-    except NotFound:
-        return False
-    owner = stamped(current, hub_id=hub_id)
-    if owner is None or (hub_uid is not None and owner != hub_uid):
-        return False
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
-            "preconditions": {"uid": current["metadata"]["uid"]}}
-    try:
-        await client.request("DELETE", ref.item(name, namespace), body=body)
-    except NotFound:
-        return False
-    return True

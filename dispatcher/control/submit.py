@@ -19,12 +19,7 @@ import structlog
 from dispatcher.control import gangsched, gangwrites, podadmission
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import (
-    Rejection,
-    delete_if_owned,
-    owner_state,
-    written_generation,
-)
+from dispatcher.control.copies import Rejection, owner_state, stamped, written_generation
 from dispatcher.control.copyplan import CopyPlan, namespace_of
 from dispatcher.control.decide import CopyState
 from dispatcher.control.fleetview import FleetView
@@ -39,7 +34,7 @@ from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import merge_diff
 from dispatcher.kube.resources import ResourceRef
 
-__all__ = ["CopyUpdate", "MemberWrites"]
+__all__ = ["CopyUpdate", "MemberWrites", "delete_if_owned"]
 
 log = structlog.get_logger("dispatcher")
 
@@ -183,3 +178,28 @@ class MemberWrites:
         self.copies.put(plan.member, plan.uid, await self.reading(updated))
         return CopyUpdate(generation=generation, changed=tuple(sorted(spec)))
 
+
+async def delete_if_owned(client: KubeClient, ref: ResourceRef, *, namespace: str, name: str,
+                          hub_id: str, hub_uid: str | None = None) -> bool:
+    """Delete a member object only if it carries our origin (and ``hub_uid`` when given).
+
+    Reads the object first and deletes with a uid precondition, so an object recreated by
+    someone else in between is never touched. Returns True when something was deleted;
+    False when it was absent or not ours. Refuses empty ``hub_id``.
+    """
+    if not hub_id:
+        raise ValueError("delete_if_owned: empty hub id")
+    try:
+        current = await client.request("GET", ref.item(name, namespace))
+    except NotFound:
+        return False
+    owner = stamped(current, hub_id=hub_id)
+    if owner is None or (hub_uid is not None and owner != hub_uid):
+        return False
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+            "preconditions": {"uid": current["metadata"]["uid"]}}
+    try:
+        await client.request("DELETE", ref.item(name, namespace), body=body)
+    except NotFound:
+        return False
+    return True
