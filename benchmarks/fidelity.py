@@ -63,7 +63,7 @@ import yaml
 from resolve import machine  # benchmarks/resolve.py: the shared machine description
 from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
-from dispatcher.control import record as records
+from dispatcher.control.core import record as records
 from dispatcher.devfleet import devfleet
 from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.fleet.fleetfile import FleetSpec, load_fleet

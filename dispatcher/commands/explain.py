@@ -1,6 +1,6 @@
 """``dispatcher explain``: which member would take a workload, and why every other would not.
 
-The decision is the controller's own: ``control.placing.place`` (the priority annotation,
+The decision is the controller's own: ``control.core.placing.place`` (the priority annotation,
 the annotation rules, exclusions, the engine with fit counts, parking), so a workload the
 controller parks is said to park here too. Only the source of member snapshots differs.
 Offline, ``--fleet FILE`` builds them from a fleet file's node pools through the same
@@ -23,7 +23,7 @@ from dispatcher.placement.offline import fleet_snapshots
 
 if TYPE_CHECKING:
     from dispatcher.config import Config
-    from dispatcher.control.placing import Placement
+    from dispatcher.control.core.placing import Placement
     from dispatcher.control.settings import ControlSettings
     from dispatcher.output import Format
     from dispatcher.placement.model import Decision, MemberSnapshot
@@ -90,7 +90,7 @@ def register(subparsers: Any) -> None:
                         default="table", help="output format (default: %(default)s)")
     parser.add_argument("--show-copy", action="store_true",
                         help="also print the copy the controller would create on the chosen "
-                             "member (control.copyplan: the object as sent, the Workload or "
+                             "member (control.core.copyplan: the object as sent, the Workload or "
                              "PodGroups of its gangs), or why it would not be written")
     parser.add_argument("--gang-mechanism", choices=MECHANISMS, default=None,
                         help="offline: the members' gang mechanism the copy is joined to "
@@ -112,9 +112,9 @@ def explain_demand(demand: Demand, *, members: Sequence[MemberSnapshot], api_ver
     Raises ``PlacementError`` with the controller's message when it would park the demand
     before asking any member (an invalid request: unknown pinned member, bad selector).
     """
-    from dispatcher.control import parking
-    from dispatcher.control.placing import Ask, Setting, place_ask
-    from dispatcher.control.queue import Entry, PendingQueue
+    from dispatcher.control.core import parking
+    from dispatcher.control.core.placing import Ask, Setting, place_ask
+    from dispatcher.control.core.queue import Entry, PendingQueue
     from dispatcher.placement.model import PlacementError
 
     ask = Ask(entry=Entry(uid="", priority=0, created=0.0, namespace=namespace),
@@ -139,11 +139,11 @@ def explain_placement(obj: Mapping[str, Any], resolution: Resolution, *,
     copies on members (no adoption)."""
     import time
 
-    from dispatcher.control import parking
-    from dispatcher.control.placing import PlacementInput, place
-    from dispatcher.control.podpolicy import PodFieldPolicy
-    from dispatcher.control.priority import PriorityPolicy
-    from dispatcher.control.queue import PendingQueue
+    from dispatcher.control.core import parking
+    from dispatcher.control.core.placing import PlacementInput, place
+    from dispatcher.control.core.podpolicy import PodFieldPolicy
+    from dispatcher.control.core.priority import PriorityPolicy
+    from dispatcher.control.core.queue import PendingQueue
 
     meta = obj.get("metadata") or {}
     return place(PlacementInput(
@@ -282,13 +282,13 @@ def explain_objects(objects: Sequence[Any], *, members: Sequence[MemberSnapshot]
 def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
                 member: MemberSnapshot, decision: Decision,
                 control: ControlSettings | None) -> dict[str, Any]:
-    """The controller's own copy plan (``control.copyplan.plan``) for ``member``, from the
+    """The controller's own copy plan (``control.core.copyplan.plan``) for ``member``, from the
     same resolution, the member's gang mechanism and the decision's topology domains;
     ``control``'s hub id, pod mutations and pod field policy (defaults offline). A copy
     that would not be written says why (``refused``). The definition's paths run
     in-process: explain runs the local catalog, not a tenant's on a shared host."""
-    from dispatcher.control.copies import Rejection
-    from dispatcher.control.copyplan import PlanInput, plan
+    from dispatcher.control.core.copies import Rejection
+    from dispatcher.control.core.copyplan import PlanInput, plan
     from dispatcher.control.settings import ControlSettings
 
     settings = control or ControlSettings()
@@ -327,7 +327,7 @@ def live(config: Config, catalog: Any, *, namespace: str, ref: str
     OSError."""
     import asyncio
 
-    from dispatcher.control import record
+    from dispatcher.control.core import record
     from dispatcher.control.observe import configure_logging
     from dispatcher.shell import live as liveview
 

@@ -166,7 +166,7 @@ def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
     written (``numbersAsOf``: its numbers are from then, rewritten at most every
     ``queue.pendingRefresh`` when only they change), member, attempts, excluded, failure,
     and the member gang mechanism the copy's gangs were joined to (None before a copy)."""
-    from dispatcher.control.record import decision_of
+    from dispatcher.control.core.record import decision_of
 
     status = dispatch.get("status") or {}
     placed = next((c for c in status.get("conditions") or ()
@@ -195,7 +195,7 @@ def pending_rows(dispatches: Sequence[Mapping[str, Any]], *, now: float
                  ) -> list[dict[str, Any]]:
     """The waiting workloads among ``dispatches`` (phase Pending, or no status yet), oldest
     wait first: namespace, workload (``Kind/name``), reason, waiting (seconds), message."""
-    from dispatcher.control.record import parse_time
+    from dispatcher.control.core.record import parse_time
 
     rows = []
     for dispatch in dispatches:
@@ -237,7 +237,7 @@ def _print_rows(rows: list[dict[str, Any]], *, output: str, namespaces: bool) ->
 
 def _print_report(report: dict[str, Any], *, output: str) -> None:
     from dispatcher.commands import explain
-    from dispatcher.control.record import parse_time
+    from dispatcher.control.core.record import parse_time
     from dispatcher.output import emit
 
     if output in ("json", "yaml"):

@@ -9,11 +9,11 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatcher.config.reader import Reader, config_path
-from dispatcher.control.copies import PodMutations
-from dispatcher.control.decide import Rules
-from dispatcher.control.pending import DEFAULT_REFRESH_S
-from dispatcher.control.podpolicy import Allowed, PodFieldPolicy
-from dispatcher.control.priority import PRIORITY_LIMIT, PriorityPolicy
+from dispatcher.control.core.copies import PodMutations
+from dispatcher.control.core.decide import Rules
+from dispatcher.control.core.pending import DEFAULT_REFRESH_S
+from dispatcher.control.core.podpolicy import Allowed, PodFieldPolicy
+from dispatcher.control.core.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import (
     ControlSettings,
     LeaderSettings,
@@ -44,7 +44,7 @@ def _allowed(r: Reader) -> Allowed:
 
 
 def _pod_fields(tpl: Reader) -> PodFieldPolicy:
-    """The scheduling fields tenants' pod templates may set (``control.podpolicy``):
+    """The scheduling fields tenants' pod templates may set (``control.core.podpolicy``):
     the allow-lists of every namespace, and more per namespace under ``byNamespace``."""
     allowed = _allowed(tpl)
     by_ns = tpl.section("byNamespace")

@@ -14,12 +14,12 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import pending
-from dispatcher.control import record as records
-from dispatcher.control.copies import Rejection
-from dispatcher.control.decide import Action, ActionKind, Snapshot
-from dispatcher.control.names import PendingReason, Phase
-from dispatcher.control.placing import Placement
+from dispatcher.control.core import pending
+from dispatcher.control.core import record as records
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.decide import Action, ActionKind, Snapshot
+from dispatcher.control.core.names import PendingReason, Phase
+from dispatcher.control.core.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
@@ -136,7 +136,7 @@ async def _record_placement(p: Ports, uid: str, snap: Snapshot, placement: Place
 async def _record_pending(p: Ports, uid: str, snap: Snapshot, placement: Placement
                           ) -> Outcome:
     """The Pending status with the reason's meaning key and the time of this write; the
-    warning Event only when the meaning changed (``control.pending``), not when a refresh
+    warning Event only when the meaning changed (``control.core.pending``), not when a refresh
     only rewrites its numbers."""
     reason, message = placement.reason, placement.decision.summary
     assert reason is not None

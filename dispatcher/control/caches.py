@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.control import record as records
+from dispatcher.control.core import record as records
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.kube.watch import lean
 

@@ -18,16 +18,16 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import cancel_all, guarded
-from dispatcher.control import orphans
-from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.core import orphans
+from dispatcher.control.core import record as records
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.definitions import DefinitionWatcher
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.meters import ControllerProbe
 from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import member_copy
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
@@ -307,7 +307,7 @@ class Controller:
 
     async def _stale(self, uid: str, *, member: str, obj: Mapping[str, Any]) -> str | None:
         """Why our copy of ``uid`` on ``member`` should go, or None to keep it
-        (``control.orphans``; the hub is read only when the judgement asks)."""
+        (``control.core.orphans``; the hub is read only when the judgement asks)."""
         api_version, kind = str(obj.get("apiVersion")), str(obj.get("kind"))
         judgement = orphans.judge(
             member=member, cached=self.cache.workload(uid) is not None,

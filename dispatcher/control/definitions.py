@@ -25,8 +25,8 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import cancel_all, guarded
-from dispatcher.control import record as records
 from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.core import record as records
 from dispatcher.control.watchers import forever
 from dispatcher.kube import watch
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient

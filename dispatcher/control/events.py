@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control.record import format_time
+from dispatcher.control.core.record import format_time
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import EVENTS

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from dispatcher.aiotasks import Pulse
-from dispatcher.control.decide import MemberHealth
+from dispatcher.control.core.decide import MemberHealth
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet, UnknownMember
 from dispatcher.kube.client import KubeClient

@@ -1,4 +1,4 @@
-"""The member writes of a gang plan (``control.gangsched``): create its objects before the
+"""The member writes of a gang plan (``control.core.gangsched``): create its objects before the
 copy, make them the copy's children after.
 
 Order, for crash safety: the Workload / PodGroups first. A pod that names a missing
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.control.copies import Rejection
-from dispatcher.control.gangsched import GangPlan, owned
-from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.gangsched import GangPlan, owned
+from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound

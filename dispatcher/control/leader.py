@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control.record import format_time, parse_time
+from dispatcher.control.core.record import format_time, parse_time
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import LEASES

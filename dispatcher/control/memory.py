@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dispatcher.control.copies import Rejection
+from dispatcher.control.core.copies import Rejection
 
 __all__ = ["StepMemory"]
 

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.placing import Placement, QueueStep
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.names import PendingReason
 from dispatcher.control.observe import ADOPTED, PLACED, Metrics
-from dispatcher.control.placing import Placement, QueueStep
-from dispatcher.control.queue import PendingQueue
 
 __all__ = ["ControllerProbe", "placed", "result_of"]
 

@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import SingleFlight
-from dispatcher.control.copies import Rejection
+from dispatcher.control.core.copies import Rejection
 from dispatcher.control.settings import ControlSettings
 from dispatcher.kube import podsecurity
 from dispatcher.kube.client import KubeClient

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.control import record as records
-from dispatcher.control.names import PendingReason
+from dispatcher.control.core import record as records
+from dispatcher.control.core.names import PendingReason
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.placement.model import Decision
 

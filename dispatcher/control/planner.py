@@ -18,10 +18,10 @@ from typing import Any
 from dispatcher.control import gangwrites
 from dispatcher.control.caches import CopyCache
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import Rejection
-from dispatcher.control.copyplan import CopyPlan, PlanInput, namespace_of, plan
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.copyplan import CopyPlan, PlanInput, namespace_of, plan
+from dispatcher.control.core.gangsched import mechanism_of
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.gangsched import mechanism_of
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.kube.gangapis import NONE, Mechanism

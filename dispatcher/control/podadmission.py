@@ -1,6 +1,6 @@
 """Asking a member's admission about a copy's pods, before the copy is created.
 
-The Pods to send and the memo of pods admitted moments ago are ``control/dryrun`` (pure);
+The Pods to send and the memo of pods admitted moments ago are ``control/core/dryrun`` (pure);
 this sends them with ``dryRun=All`` and turns the member's answer into a ``Rejection``
 (refused), nothing (admitted, or not the admission's word), or an error to retry. The same
 pod asked about while its question is in flight joins it (``Admission``): a burst of
@@ -15,8 +15,8 @@ from typing import Any
 import structlog
 
 from dispatcher.aiotasks import SingleFlight
-from dispatcher.control.copies import Rejection
-from dispatcher.control.dryrun import AdmittedPods
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.dryrun import AdmittedPods
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import Forbidden, Invalid, ServerError
 from dispatcher.kube.resources import PODS

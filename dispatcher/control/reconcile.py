@@ -2,7 +2,7 @@
 
 Fed by ``Workers`` (one call per hub workload uid at a time). Reads ``HubCache``,
 ``CopyCache`` and the ``FleetView`` into a ``Snapshot``; ``decide`` (pure, with placement
-inside it: ``control.placing``) answers an ``Action``; the shell applies the action's
+inside it: ``control.core.placing``) answers an ``Action``; the shell applies the action's
 placement (queue step, reservation), plans the copy a SUBMIT or UPDATE_COPY writes
 (``control.planner``) and runs the action through the two ports (``control.writer``: hub
 writes, member writes), which answers an ``Outcome``; its local effects (a reservation
@@ -23,12 +23,12 @@ from typing import Any
 import structlog
 
 from dispatcher.control import actions
-from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import Rejection, written_generation
-from dispatcher.control.copyplan import CopyPlan
-from dispatcher.control.decide import (
+from dispatcher.control.core import record as records
+from dispatcher.control.core.copies import Rejection, written_generation
+from dispatcher.control.core.copyplan import CopyPlan
+from dispatcher.control.core.decide import (
     STUCK,
     Action,
     ActionKind,
@@ -39,18 +39,18 @@ from dispatcher.control.decide import (
     decide,
     placing_needed,
 )
+from dispatcher.control.core.gangsched import mechanism_of
+from dispatcher.control.core.hubhold import unheld_reason
+from dispatcher.control.core.hubstatus import hub_status
+from dispatcher.control.core.parking import BareFleet
+from dispatcher.control.core.placing import Placement, PlacementInput, QueueStep
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.gangsched import mechanism_of
-from dispatcher.control.hubhold import unheld_reason
-from dispatcher.control.hubstatus import hub_status
 from dispatcher.control.memory import StepMemory
 from dispatcher.control.meters import placed
 from dispatcher.control.observe import Metrics
-from dispatcher.control.parking import BareFleet
-from dispatcher.control.placing import Placement, PlacementInput, QueueStep
 from dispatcher.control.planner import CopyPlanner
-from dispatcher.control.queue import PendingQueue
 from dispatcher.control.readings import forget_readings
 from dispatcher.control.recent import RecentDecisions
 from dispatcher.control.resolutions import Resolutions
@@ -130,7 +130,7 @@ class Reconciler:
                            monotonic=monotonic)
         self.planner = CopyPlanner(settings=settings, live=live, resolutions=self.resolutions,
                                    fleet=fleet, copies=copies)
-        """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.copyplan``)."""
+        """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.core.copyplan``)."""
         self.memory = StepMemory(clock=clock)
         """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
@@ -221,7 +221,7 @@ class Reconciler:
 
     def _hub_owns_status(self, workload: Mapping[str, Any]) -> bool:
         """On a shared hub, a kind held by a pause has its status written by the hub's own
-        controller: the mirror leaves it (``control.hubstatus``)."""
+        controller: the mirror leaves it (``control.core.hubstatus``)."""
         definition = self._shared_definition(workload)
         return definition is not None and definition.hold is not None \
             and definition.hold.hub_writes_status

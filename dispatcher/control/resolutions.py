@@ -20,9 +20,9 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import record as records
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.priority import InvalidPriority, PriorityPolicy
+from dispatcher.control.core import record as records
+from dispatcher.control.core.priority import InvalidPriority, PriorityPolicy
 from dispatcher.workloads.bounded import (
     DefinitionQuarantined,
     EvaluationUnavailable,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dispatcher.control.copies import PodMutations
-from dispatcher.control.decide import Rules
-from dispatcher.control.podpolicy import PodFieldPolicy
-from dispatcher.control.priority import PriorityPolicy
+from dispatcher.control.core.copies import PodMutations
+from dispatcher.control.core.decide import Rules
+from dispatcher.control.core.podpolicy import PodFieldPolicy
+from dispatcher.control.core.priority import PriorityPolicy
 from dispatcher.kube.podsecurity import LEVELS
 
 __all__ = ["HUB_MODES", "ControlSettings", "LeaderSettings", "ServerSettings", "WebhookSettings"]
@@ -52,7 +52,7 @@ class ServerSettings:
 @dataclass(frozen=True, kw_only=True)
 class WebhookSettings:
     """The mutating admission webhook that holds workloads on a shared hub
-    (``control/hubhold.py``; served only with ``hub.mode: shared``)."""
+    (``control/core/hubhold.py``; served only with ``hub.mode: shared``)."""
 
     address: str = "0.0.0.0"
     """Listen address of the HTTPS server."""

@@ -1,4 +1,4 @@
-"""The member side of a dispatch: send a copy plan (``control.copyplan``), update a copy's
+"""The member side of a dispatch: send a copy plan (``control.core.copyplan``), update a copy's
 spec from one, delete a copy (only if ours).
 
 Nothing is decided here: the plan holds the copy, its gang objects and the pods to
@@ -16,14 +16,15 @@ from typing import Any
 
 import structlog
 
-from dispatcher.control import gangsched, gangwrites, podadmission
+from dispatcher.control import gangwrites, podadmission
 from dispatcher.control.caches import CopyCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import Rejection, owner_state, stamped, written_generation
-from dispatcher.control.copyplan import CopyPlan, namespace_of
-from dispatcher.control.decide import CopyState
+from dispatcher.control.core import gangsched
+from dispatcher.control.core.copies import Rejection, owner_state, stamped, written_generation
+from dispatcher.control.core.copyplan import CopyPlan, namespace_of
+from dispatcher.control.core.decide import CopyState
+from dispatcher.control.core.names import HUB_GENERATION_ANNOTATION
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.names import HUB_GENERATION_ANNOTATION
 from dispatcher.control.namespaces import MemberNamespaces, namespace_missing
 from dispatcher.control.readings import member_copy
 from dispatcher.control.settings import ControlSettings

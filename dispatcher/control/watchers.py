@@ -23,9 +23,9 @@ import structlog
 from dispatcher.aiotasks import Pulse, cancel_all, guarded, wait_any
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import stamped
+from dispatcher.control.core.copies import stamped
+from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.control.fleetview import FleetView
-from dispatcher.control.names import ORIGIN_LABEL
 from dispatcher.control.readings import member_copy
 from dispatcher.kube import retry, watch
 from dispatcher.kube.client import KubeClient

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dispatcher.control.copies import Rejection
+from dispatcher.control.core.copies import Rejection
 from dispatcher.control.observe import Metrics
 
 if TYPE_CHECKING:
-    from dispatcher.control.copyplan import CopyPlan
-    from dispatcher.control.record import DispatchRecord
+    from dispatcher.control.core.copyplan import CopyPlan
+    from dispatcher.control.core.record import DispatchRecord
 
 __all__ = ["AGAIN", "DONE", "CopyUpdate", "Created", "HubWriter", "MemberWriter", "Outcome",
            "Ports", "Sent", "later"]

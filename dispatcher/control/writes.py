@@ -8,11 +8,11 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.control import record as records
 from dispatcher.control.caches import HubCache
+from dispatcher.control.core import record as records
+from dispatcher.control.core.names import FINALIZER
+from dispatcher.control.core.record import DispatchRecord
 from dispatcher.control.events import EventRecorder
-from dispatcher.control.names import FINALIZER
-from dispatcher.control.record import DispatchRecord
 from dispatcher.control.writer import Created
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound

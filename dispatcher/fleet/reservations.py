@@ -57,8 +57,8 @@ __all__ = ["HUB_UID_LABEL", "MemberReservations", "Reservation", "pod_owner", "r
 
 HUB_UID_LABEL = "dispatcher.io/hub-uid"
 """Label naming the hub workload uid, on a member copy and on its pods' templates: stamped
-by ``control.copies.build_copy``, read here to attribute a bound pod's GPUs. Its home is
-here, not with the control loop's other names (``control.names``), because the fleet reads
+by ``control.core.copies.build_copy``, read here to attribute a bound pod's GPUs. Its home is
+here, not with the control loop's other names (``control.core.names``), because the fleet reads
 it and sits below control."""
 
 

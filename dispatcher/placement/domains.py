@@ -11,7 +11,7 @@ Keeping a gang in domain ``v`` is the same as giving its pods the node selector
 ``label=v``, so the fit is the ordinary packer (``placement.fit``) over pod shapes with that
 selector added: sound like the packer (a "fits" always comes with a node assignment that
 respects every per-node constraint), and the copy enforces the same thing on the member with
-a required node affinity (``control.topology``).
+a required node affinity (``control.core.topology``).
 
 Units: gangs that share a pod template are one unit (a copy steers pods per template, so an
 LWS whose groups all come from one template keeps them all in one domain). Units are placed

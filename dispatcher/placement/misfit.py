@@ -17,7 +17,7 @@ __all__ = ["IN_FLIGHT", "explain_misfit"]
 IN_FLIGHT = " ({} GPUs reserved for dispatches in flight)"
 """The clause a misfit reason ends with while GPUs are reserved on the member: a number
 that changes with every dispatch in flight, not a different reason
-(``control.pending`` leaves it out of what a Pending reason means)."""
+(``control.core.pending`` leaves it out of what a Pending reason means)."""
 
 
 def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str:

@@ -142,7 +142,7 @@ class GangDomain:
 
     ``gangs`` are gang names; ``level`` the member's level name, ``node_label`` its node
     label and ``value`` the chosen domain. The copy's pod templates of those gangs get a
-    required node affinity ``node_label In [value]`` (``control.topology``)."""
+    required node affinity ``node_label In [value]`` (``control.core.topology``)."""
 
     gangs: tuple[str, ...]
     level: str

@@ -26,8 +26,8 @@ import yaml
 from dispatcher.aiotasks import on_crash
 from dispatcher.config import Config
 from dispatcher.control.controller import Controller
+from dispatcher.control.core.hubhold import HoldScope
 from dispatcher.control.fleetview import LiveFleet
-from dispatcher.control.hubhold import HoldScope
 from dispatcher.control.leader import HUB_MODE_ANNOTATION, LeaderElector
 from dispatcher.control.observe import Metrics, configure_logging, serve
 from dispatcher.control.settings import ControlSettings

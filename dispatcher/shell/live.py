@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from dispatcher.config import Config
-from dispatcher.control import record as records
+from dispatcher.control.core import record as records
 from dispatcher.fleet import reservations
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet

@@ -1,6 +1,6 @@
 """The shared hub's admission webhook as a running server: TLS, certificates, registration.
 
-``review`` (``control/hubhold.py``) decides; this module is its I/O shell:
+``review`` (``control/core/hubhold.py``) decides; this module is its I/O shell:
 
 - **Certificates.** With ``webhook.certDir`` the serving pair is read from ``tls.crt`` and
   ``tls.key`` there (cert-manager, a mounted Secret) and re-read when the files change, and
@@ -31,7 +31,7 @@ import structlog
 from aiohttp import web
 
 from dispatcher.aiotasks import cancel_all, guarded
-from dispatcher.control.hubhold import WEBHOOK_PATH, HoldScope, configuration, review
+from dispatcher.control.core.hubhold import WEBHOOK_PATH, HoldScope, configuration, review
 from dispatcher.control.settings import WebhookSettings
 from dispatcher.kube import pki, wirejson
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient

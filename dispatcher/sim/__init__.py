@@ -2,9 +2,9 @@
 
 Only the clusters and the clock are simulated: workloads are resolved by the real workload
 engine, each member is a real ``fleet.capacity.ClusterCapacity`` fed real Node and Pod
-objects, every decision is the controller's own ``control.placing.place_ask`` (annotation
+objects, every decision is the controller's own ``control.core.placing.place_ask`` (annotation
 rules, the namespace gate, the placement engine, parking), and the queue is the
-controller's ``control.queue.PendingQueue``.
+controller's ``control.core.queue.PendingQueue``.
 
 Modules, in data-flow order:
 

@@ -1,6 +1,6 @@
 """What the event loop asks of the simulated fleet, as a narrow protocol.
 
-The loop places through the controller's own ``control.placing.place_ask`` over the member
+The loop places through the controller's own ``control.core.placing.place_ask`` over the member
 snapshots this protocol gives; ``dispatcher.sim.cores`` adapts the real capacity model to
 it (bind and release pods, the member views). Keeping the fleet behind it lets the loop be
 read (and tested) without knowing how the capacity is fed.

@@ -4,7 +4,7 @@ This is the only sim module that knows the other packages' APIs (the adapter the
 for). Each simulated member is a real ``fleet.capacity.ClusterCapacity`` fed the member's
 real ``v1.Node`` objects (``fleetfile.node_manifests``) and, as workloads start and finish,
 real ``v1.Pod`` objects bound to the chosen nodes, the same events a watch delivers. Decisions
-come from the controller's ``control.placing.place_ask`` over ``MemberSnapshot``s of those
+come from the controller's ``control.core.placing.place_ask`` over ``MemberSnapshot``s of those
 models (``sim.engine``); ``choice`` turns one into the pods to bind.
 
 Three capacity views are kept per member (see ``sim.backend.View``): ``live`` sees every

@@ -5,9 +5,9 @@ order, so a seed fully determines a run. At each instant, completions free capac
 then arrivals join the queue, then one dispatch pass runs; the fleet is sampled at fixed
 intervals in between (utilization per member, stranded GPUs):
 
-* Every decision is the controller's own: ``control.placing.place_ask`` over the real
+* Every decision is the controller's own: ``control.core.placing.place_ask`` over the real
   capacity model (annotations, the namespace gate, the engine, parking), and the queue is
-  the controller's ``control.queue.PendingQueue``, so a placement, parking or queue policy
+  the controller's ``control.core.queue.PendingQueue``, so a placement, parking or queue policy
   change shows here with no second implementation. A pass walks the queue in order
   (priority first, then namespaces take turns, then age), asking ``place_ask`` for each
   waiting workload and applying its queue step as the controller does: placed, waiting
@@ -31,10 +31,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.control import parking
-from dispatcher.control.names import PendingReason
-from dispatcher.control.placing import Ask, Placement, QueueStep, Setting, place_ask, request_of
-from dispatcher.control.queue import Entry, PendingQueue
+from dispatcher.control.core import parking
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.placing import (
+    Ask,
+    Placement,
+    QueueStep,
+    Setting,
+    place_ask,
+    request_of,
+)
+from dispatcher.control.core.queue import Entry, PendingQueue
 from dispatcher.fleet.fleetfile import FleetSpec
 from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.sim.backend import Backend

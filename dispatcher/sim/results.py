@@ -22,7 +22,7 @@ class SimWorkload:
 
     ``annotations`` are its ``dispatcher.io/*`` annotations, sorted (hashable: the loop
     keys its memo of failed shapes on them); placing reads its rules from them as it does
-    a hub object's (``control.placing.request_of``)."""
+    a hub object's (``control.core.placing.request_of``)."""
 
     uid: str
     namespace: str

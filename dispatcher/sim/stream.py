@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dispatcher.control.names import PREFIX
+from dispatcher.control.core.names import PREFIX
 from dispatcher.sim.results import SimWorkload
 from dispatcher.sim.scenario import Scenario, ScenarioError
 from dispatcher.workloads.demand import Demand

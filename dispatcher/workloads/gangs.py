@@ -95,7 +95,7 @@ def gang_components(definition: Definition, *, default_name: str) -> dict[str, t
     A gang per instance, per replica or per pod, one from a ``gangPerPath`` or a
     ``gangsPath`` is not: its pods share a pod template with other units, so a field
     written into the template cannot tell the units apart. A member gang mechanism
-    (``control.gangsched``) joins pods to their gang through these templates.
+    (``control.core.gangsched``) joins pods to their gang through these templates.
     """
     pods = tuple(c.name for c in definition.components if c.spec is not None)
     rules = definition.gangs

@@ -2,7 +2,7 @@
 
 Objects from the apiserver are dicts, lists, strings, numbers, booleans and None: a copy
 needs no memo (JSON has no shared or cyclic parts) and the scalars are immutable. Every
-member copy is built from a copy of its hub object (``control/copies.build_copy``,
+member copy is built from a copy of its hub object (``control/core/copies.build_copy``,
 ``workloads/mutate.py``); ``copy.deepcopy`` was most of that cost. Anything else (a tuple,
 an object a caller put in) is left to ``copy.deepcopy``, so the result is the same.
 """

@@ -13,7 +13,7 @@ policy rather than a description of the work (docs/security.md, finding 5):
 - ``schedulerName`` hands the pod to another scheduler, whose rules (taints, quotas,
   gangs) may not be the ones the member's operator set or the dispatcher placed for.
 
-These are found here, per pod spec, so a pure policy (``control.podpolicy``) can refuse
+These are found here, per pod spec, so a pure policy (``control.core.podpolicy``) can refuse
 them before anything is placed. Everything else stays the tenant's: tolerations, node
 selectors and affinity are honoured by the member's scheduler (and by the dispatcher's
 placement), so they cannot reach a node the scheduler would not give; ``preemptionPolicy``

@@ -41,7 +41,7 @@ class Instance(Member):
 
     ``stage`` is when its operator creates its pods (``scaleDefinition.creationStagePath``;
     ``""``: with the workload) and ``waves`` whether they come in waves
-    (``podWavesPath``): what a member gang may hold together (``control.gangsched``)."""
+    (``podWavesPath``): what a member gang may hold together (``control.core.gangsched``)."""
 
     stage: str = ""
     waves: bool = False
@@ -80,7 +80,7 @@ class Resolution:
     reading: StatusReading
     scheduling: tuple[PodField, ...] = ()
     """The scheduling fields its pod templates set themselves (``podfields``), each with
-    its JSON path: the operator's policy judges them (``control.podpolicy``)."""
+    its JSON path: the operator's policy judges them (``control.core.podpolicy``)."""
 
     @property
     def status(self) -> GenericStatus:

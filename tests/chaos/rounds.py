@@ -34,8 +34,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dispatcher.control.names import ORIGIN_LABEL
-from dispatcher.control.record import decision_of
+from dispatcher.control.core.names import ORIGIN_LABEL
+from dispatcher.control.core.record import decision_of
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound, ServerError, Unreachable

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.capacity import ClusterCapacity

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from dispatcher.control.controller import Controller
-from dispatcher.control.decide import Rules
+from dispatcher.control.core.decide import Rules
 from dispatcher.control.fleetview import LiveFleet
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
 from dispatcher.devfleet.controlplane import FleetState

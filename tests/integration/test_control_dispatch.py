@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.decide import Rules
-from dispatcher.control.names import (
+from dispatcher.control.core.decide import Rules
+from dispatcher.control.core.names import (
     FINALIZER,
     HUB_OBJECT_ANNOTATION,
     HUB_UID_ANNOTATION,

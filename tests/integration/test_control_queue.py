@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.priority import PriorityPolicy
-from dispatcher.control.record import decision_of
+from dispatcher.control.core.priority import PriorityPolicy
+from dispatcher.control.core.record import decision_of
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.resources import DISPATCHES

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
+from dispatcher.control.core.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from dispatcher.commands.explain import explain_objects
-from dispatcher.control.copies import Rejection
-from dispatcher.control.gangsched import GANG_OF_ANNOTATION, MECHANISM_ANNOTATION
-from dispatcher.control.names import ORIGIN_LABEL
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.gangsched import GANG_OF_ANNOTATION, MECHANISM_ANNOTATION
+from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.control.writer import Sent
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.fleet.fleetfile import FleetSpec

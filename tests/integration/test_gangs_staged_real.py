@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.decide import Rules
+from dispatcher.control.core.decide import Rules
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import DISPATCHES, ResourceRef

@@ -3,7 +3,7 @@ older member, against kube-apiserver 1.35's Job status validation.
 
 Each case writes first what a naive mirror would (the member's status as is, as a merge
 patch of the status subresource) and expects the hub to refuse it with 422, so the test
-shows the rule is live; then the status ``control.hubstatus`` makes of it, which must pass.
+shows the rule is live; then the status ``control.core.hubstatus`` makes of it, which must pass.
 The hub Jobs carry ``spec.managedBy`` (as on a shared hub), so no Job controller writes
 them whatever the hub runs.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.hubstatus import hub_status
+from dispatcher.control.core.hubstatus import hub_status
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Invalid

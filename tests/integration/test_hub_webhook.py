@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.control.hubhold import HoldScope
+from dispatcher.control.core.hubhold import HoldScope
 from dispatcher.control.settings import WebhookSettings
 from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.kube.client import KubeClient

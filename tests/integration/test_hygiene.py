@@ -6,7 +6,7 @@ and no ``task.exited`` warning (the one-shot catalog-follow task is meant to end
 Dispatch that was ``Resolved=False`` (a pod template that cannot be a Pod) and is placed
 once its owner fixed it says ``Resolved=True``: the condition is the current resolution's,
 not the last failure's. (The invalid MemberCluster spec: test_member_spec.py; the doubled
-"annotation" wording: tests/unit/control/test_parking.py.)
+"annotation" wording: tests/unit/control/core/test_parking.py.)
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.decide import Rules
-from dispatcher.control.record import parse_time
+from dispatcher.control.core.decide import Rules
+from dispatcher.control.core.record import parse_time
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient

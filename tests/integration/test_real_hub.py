@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from dispatcher.control.names import FINALIZER
-from dispatcher.control.record import dispatch_body, dispatch_name
+from dispatcher.control.core.names import FINALIZER
+from dispatcher.control.core.record import dispatch_body, dispatch_name
 from dispatcher.devfleet.controlplane import DEDICATED_CONTROLLERS, FleetState
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import FleetSpec, node_manifests

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.hubhold import HoldScope
+from dispatcher.control.core.hubhold import HoldScope
 from dispatcher.control.settings import WebhookSettings
 from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.meters import ControllerProbe
 from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import PendingQueue
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "deploy" / "dashboards"
 _LABEL_VALUES = re.compile(r"^label_values\((?:(?P<expr>.+),\s*)?(?P<label>\w+)\)$")

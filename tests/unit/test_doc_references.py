@@ -1,7 +1,7 @@
 """Every code reference in ``docs/`` and the README resolves in the tree.
 
 A reference is a name in single backquotes of one of two forms: a path into the tree
-(``control/submit.py``, ``deploy/base/rbac.yaml``, ``control/copyplan.plan``: a file under
+(``control/submit.py``, ``deploy/base/rbac.yaml``, ``control/core/copyplan.plan``: a file under
 the repository or under ``dispatcher/``, and for a Python module the names after it defined
 there), or ``Class.member`` with a class of the package (``Reconciler.plan_copy``). A path
 whose first part is no folder of the tree (``batch/v1``) is not a reference; lowercase
@@ -93,8 +93,8 @@ def problem(reference: str) -> str | None:
 
 
 def test_the_check_tells_a_broken_reference() -> None:
-    assert problem("control/copyplan.plan") is None
-    assert problem("control/copyplan.py") is None
+    assert problem("control/core/copyplan.plan") is None
+    assert problem("control/core/copyplan.py") is None
     assert problem("deploy/base/rbac.yaml") is None
     assert problem("batch/v1") is None and problem("`spec.decision`") is None
     assert problem("control/submit.MemberWrites._admit") == \

@@ -5,7 +5,7 @@ Read from the source (an AST walk over ``dispatcher/``), never from a hand-kept 
 - Events: the ``reason=`` of every ``.event(...)`` call (``Writer.event``) and every
   ``EventRecorder.record(workload=..., reason=...)``; the type from ``warning=``.
 - Dispatch conditions: the ``type_=``/``reason=``/``status=`` of every ``condition(...)``
-  (``control.record.condition``).
+  (``control.core.record.condition``).
 - Rejection reasons: the ``reason=`` of every ``Rejection.of(...)``.
 - Definition conditions: every ``Acceptance(accepted, reason, ...)`` of the live catalog.
 - MemberCluster conditions: the condition types ``fleet.status.conditions`` writes, with the
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
 
-from dispatcher.control.names import PendingReason, Phase
+from dispatcher.control.core.names import PendingReason, Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.fleet import health
 from dispatcher.fleet.health import Reason
@@ -48,16 +48,16 @@ DYNAMIC: dict[tuple[str, str, str, str], Callable[[], set[str]]] = {
         lambda: {Phase.of_generic(g).value for g in GenericStatus},
     # pending_status(reason: PendingReason): Placed=False with it; Resolved=False with the
     # unresolved ones only (the others are Resolved=True)
-    ("control/record.py", "pending_status", "Placed", "reason"):
+    ("control/core/record.py", "pending_status", "Placed", "reason"):
         lambda: {r.value for r in PendingReason},
-    ("control/record.py", "pending_status", "Resolved", "reason"):
+    ("control/core/record.py", "pending_status", "Resolved", "reason"):
         lambda: {r.value for r in PendingReason if r.unresolved},
     # Writer.event: passes its caller's reason through (the callers are collected)
     ("control/writes.py", "event", "", "reason"): set,
     # a member's own refusal: its Kubernetes reason (Invalid, Forbidden, ...), said in prose
     ("control/submit.py", "create_copy", "", "exc.reason or type(exc).__name__"): set,
     # a copy that cannot be built: its object quarantined, or any other definition failure
-    ("control/copyplan.py", "plan", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
+    ("control/core/copyplan.py", "plan", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
 }
 
 

@@ -221,7 +221,7 @@ def dispatch(name: str, *, phase: str, reason: str = "", message: str = "",
 
 def test_why_lists_only_waiting_workloads_longest_wait_first() -> None:
     from dispatcher.commands.why import pending_rows
-    from dispatcher.control.record import parse_time
+    from dispatcher.control.core.record import parse_time
 
     now = parse_time("2026-01-01T01:00:00Z")
     assert now is not None

@@ -132,3 +132,45 @@ def test_only_kube_imports_kubernetes_asyncio() -> None:
     assert wrong == []
     assert any(library_imports(text) for path, text in _files() if kube in path.parents), \
         "kube/ no longer imports the library: this test checks nothing"
+
+
+CORE = PACKAGE / "control" / "core"
+CORE_MODULE = "dispatcher.control.core"
+IO_MODULES = ("dispatcher.kube.client", "dispatcher.kube.watch", "dispatcher.kube.connections",
+              "asyncio", "aiohttp", KUBE_LIBRARY)
+"""What a pure module never imports: the shell's client, watches and event loop."""
+
+
+def shell_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of each import in ``source`` that reaches the control shell
+    (``dispatcher.control`` outside ``core``) or I/O (``IO_MODULES``)."""
+    found = []
+    tree = ast.parse(source)
+    named = [(f"{node.module}.{alias.name}", node.lineno) for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and node.module == "dispatcher.control"
+             for alias in node.names]  # ``from dispatcher.control import reconcile``
+    for module, line in [*(m for m in _imported(tree) if m[0] != "dispatcher.control"),
+                         *named]:
+        in_control = module == "dispatcher.control" or module.startswith("dispatcher.control.")
+        in_core = module == CORE_MODULE or module.startswith(f"{CORE_MODULE}.")
+        io = any(module == m or module.startswith(f"{m}.") for m in IO_MODULES)
+        if (in_control and not in_core) or io:
+            found.append((line, module))
+    return sorted(found)
+
+
+def test_the_pure_core_never_imports_the_shell() -> None:
+    """``control/core`` decides on plain data: it imports no shell module of ``control``
+    (caches, writers, the reconciler) and nothing that does I/O."""
+    planted = ("from dispatcher.control.core import decide\nimport dispatcher.control.submit\n"
+               "def f():\n    from dispatcher.control import reconcile\n"
+               "from dispatcher.kube.client import KubeClient\nimport asyncio\n"
+               "from dispatcher.workloads.model import Definition\n")
+    assert shell_imports(planted) == [(2, "dispatcher.control.submit"),
+                                      (4, "dispatcher.control.reconcile"),
+                                      (5, "dispatcher.kube.client"), (6, "asyncio")]
+    modules = sorted(CORE.glob("*.py"))
+    assert len(modules) > 10, "control/core holds the pure modules"
+    wrong = [f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
+             for path in modules for line, module in shell_imports(path.read_text())]
+    assert wrong == []

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.copies import stamped
+from dispatcher.control.core.copies import stamped
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
 from tests.integration.harness import Harness, eventually, get_or_none, running

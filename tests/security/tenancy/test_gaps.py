@@ -17,8 +17,8 @@ import yaml
 
 from dispatcher.control.caches import HubCache
 from dispatcher.control.catalog import LiveCatalog
+from dispatcher.control.core.record import dispatch_name
 from dispatcher.control.observe import FIELD_LIMIT, cap_fields
-from dispatcher.control.record import dispatch_name
 from dispatcher.control.watchers import HubWatchers
 from dispatcher.fleet.kubeconfigs import KubeconfigProblem, from_secret
 from dispatcher.fleet.members import from_member_cluster

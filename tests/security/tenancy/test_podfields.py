@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.podpolicy import Allowed, PodFieldPolicy
+from dispatcher.control.core.podpolicy import Allowed, PodFieldPolicy
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.dryrun import dry_run_pods
+from dispatcher.control.core.dryrun import dry_run_pods
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.podsecurity import member_labels

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
-from dispatcher.control.copies import Rejection
-from dispatcher.control.copyplan import CopyPlan
-from dispatcher.control.names import FINALIZER, ORIGIN_LABEL
+from dispatcher.control.core import record as records
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.copyplan import CopyPlan
+from dispatcher.control.core.names import FINALIZER, ORIGIN_LABEL
 from dispatcher.control.writer import CopyUpdate, Created, Sent
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.patches import apply_merge

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dispatcher.control.parking import BareFleet
-from dispatcher.control.placing import PlacementInput
-from dispatcher.control.priority import PriorityPolicy
-from dispatcher.control.queue import PendingQueue
+from dispatcher.control.core.parking import BareFleet
+from dispatcher.control.core.placing import PlacementInput
+from dispatcher.control.core.priority import PriorityPolicy
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.catalog import Catalog
 from tests.unit.placement.builders import cluster

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control import actions, copyplan
-from dispatcher.control.copies import Rejection
-from dispatcher.control.decide import (
+from dispatcher.control import actions
+from dispatcher.control.core import copyplan
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.decide import (
     Action,
     ActionKind,
     Copy,
@@ -26,9 +27,9 @@ from dispatcher.control.decide import (
     decide,
     placing_needed,
 )
-from dispatcher.control.names import Phase
+from dispatcher.control.core.names import Phase
+from dispatcher.control.core.record import DispatchRecord, format_time
 from dispatcher.control.observe import Metrics
-from dispatcher.control.record import DispatchRecord, format_time
 from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
 from dispatcher.workloads.catalog import Catalog
 from tests.unit.control import placing_builders as pb

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher import config
-from dispatcher.control.decide import Rules
+from dispatcher.control.core.decide import Rules
 from dispatcher.control.settings import ControlSettings
 
 ROOT = Path(__file__).resolve().parents[3]

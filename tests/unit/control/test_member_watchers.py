@@ -17,7 +17,7 @@ from typing import Any
 from dispatcher.aiotasks import Pulse
 from dispatcher.control.caches import CopyCache
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.decide import MemberHealth
+from dispatcher.control.core.decide import MemberHealth
 from dispatcher.control.watchers import MemberWatchers
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.signals import Change, FleetSignals

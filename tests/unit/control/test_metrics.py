@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.control.decide import MemberHealth
+from dispatcher.control.core.decide import MemberHealth
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.placing import place
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.meters import ControllerProbe, placed, result_of
-from dispatcher.control.names import PendingReason
 from dispatcher.control.observe import Metrics
-from dispatcher.control.placing import place
-from dispatcher.control.queue import PendingQueue
 from dispatcher.placement.model import MemberSnapshot
 from tests.unit.control.placing_builders import given, job, members
 from tests.unit.fleet.objects import node

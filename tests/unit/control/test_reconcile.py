@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatcher.control import reconcile as reconcile_module
-from dispatcher.control import record as records
 from dispatcher.control.caches import CopyCache, HubCache, MemberCopy
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.control.copies import Rejection
-from dispatcher.control.decide import MemberHealth
+from dispatcher.control.core import record as records
+from dispatcher.control.core.copies import Rejection
+from dispatcher.control.core.decide import MemberHealth
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.observe import Metrics
-from dispatcher.control.queue import PendingQueue
 from dispatcher.control.reconcile import Reconciler
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.writer import Created, Sent

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.control.copies import build_copy
+from dispatcher.control.core.copies import build_copy
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.reservations import (
     HUB_UID_LABEL,

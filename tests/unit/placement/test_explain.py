@@ -97,7 +97,7 @@ def test_policy_precedence_flag_then_annotation_then_the_configured_default() ->
 
 def test_show_copy_prints_the_copy_and_its_gang_objects_for_the_chosen_member(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The copy the controller would create (``control.copyplan``): stamped, joined to the
+    """The copy the controller would create (``control.core.copyplan``): stamped, joined to the
     member's gang mechanism, with the Workload created before it."""
     path = jobset_file(tmp_path, replicas=2)
     code = main(["explain", "-f", path, "--fleet", str(FLEET), "--show-copy",

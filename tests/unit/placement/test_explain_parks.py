@@ -1,6 +1,6 @@
 """``dispatcher explain`` and the controller agree on a workload the controller parks.
 
-Both go through ``control.placing.place``: the controller's placement of a Job object over
+Both go through ``control.core.placing.place``: the controller's placement of a Job object over
 the dev fleet file's members, and ``dispatcher explain -f JOB --fleet FLEET`` of the same
 object. Covered: a junk ``dispatcher.io/priority`` (parked before any member is asked:
 explain exits 1 and says it parks, with the controller's message, where it used to say
@@ -20,8 +20,8 @@ import yaml
 
 from dispatcher.cli import main
 from dispatcher.commands.explain import explain_objects
-from dispatcher.control.names import PendingReason
-from dispatcher.control.placing import QueueStep, place
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.placing import QueueStep, place
 from dispatcher.fleet.fleetfile import load_fleet
 from dispatcher.placement.offline import fleet_snapshots
 from tests.unit.control.placing_builders import CATALOG, given, job

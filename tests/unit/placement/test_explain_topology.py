@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.cli import main
-from dispatcher.control.placing import Ask, request_of
-from dispatcher.control.queue import Entry
+from dispatcher.control.core.placing import Ask, request_of
+from dispatcher.control.core.queue import Entry
 from dispatcher.fleet.fleetfile import load_fleet
 from dispatcher.sim.cores import CoreBackend
 from dispatcher.sim.engine import simulate

@@ -1,7 +1,7 @@
 """One seeded stream through the controller's placing path and through ``simulate``: the
 same decision for every workload.
 
-The controller's path is ``control.placing.place`` on real Job objects resolved through the
+The controller's path is ``control.core.placing.place`` on real Job objects resolved through the
 built-in catalog, its queue step applied to a ``PendingQueue`` and its reservation held in
 the member's ``MemberReservations`` (as ``control.reconcile`` does); ``simulate`` runs the
 same workloads (the same demands, annotations, priorities, arrival order) through its event
@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.names import PendingReason
-from dispatcher.control.parking import BareFleet
-from dispatcher.control.placing import PlacementInput, QueueStep, place
-from dispatcher.control.priority import PriorityPolicy
-from dispatcher.control.queue import PendingQueue
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.parking import BareFleet
+from dispatcher.control.core.placing import PlacementInput, QueueStep, place
+from dispatcher.control.core.priority import PriorityPolicy
+from dispatcher.control.core.queue import PendingQueue
 from dispatcher.fleet.fleetfile import FleetSpec, parse_fleet
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.placement.offline import fleet_snapshots
@@ -88,7 +88,7 @@ Outcome = tuple[str, str]  # ("placed", member) | ("parked", reason) | ("waits",
 
 def through_the_controller(spec: FleetSpec, objects: list[dict[str, Any]]
                            ) -> tuple[dict[str, Outcome], dict[str, dict[str, int]]]:
-    """Each object placed on arrival by ``control.placing.place``, its queue step and
+    """Each object placed on arrival by ``control.core.placing.place``, its queue step and
     reservation applied as ``control.reconcile`` applies them."""
     members = fleet_snapshots(spec)
     books = {m.name: MemberReservations(member=m.name, capacity=m.capacity) for m in members}

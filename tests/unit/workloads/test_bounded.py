@@ -176,7 +176,7 @@ def test_hostile_path_in_copy_building_is_bounded_and_quarantined(
         text: str, bounds: Bounds, bound: str) -> None:
     """build_copy (server-set removal, then pod mutation) through the evaluator's locator:
     the hostile expression ends in its worker; this process goes on."""
-    from dispatcher.control.copies import build_copy
+    from dispatcher.control.core.copies import build_copy
 
     hostile = load_text(text, source="hostile.yaml")[0]
     catalog = Catalog.merged(Catalog.builtin(), Catalog([hostile]))

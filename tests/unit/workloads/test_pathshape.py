@@ -13,7 +13,7 @@ import pytest
 from dispatcher.workloads import paths
 from dispatcher.workloads.definitions import load_text
 from dispatcher.workloads.pathshape import path_shape_problem
-from tests.unit.control.test_copies import _definition
+from tests.unit.control.core.test_copies import _definition
 
 PATHS = [
     ".spec.selector", ".spec.items[1, 3]", ".a[]?.b", '."x-y".z', ".[0:2]", ".a, .b",

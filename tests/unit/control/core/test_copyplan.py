@@ -1,0 +1,119 @@
+"""The member copy as a plan (``control.core.copyplan.plan``), on plain data: the built-in
+catalog's JobSet and Job, resolved as placing resolves them. What is checked: the copy
+is stamped and joined to the member's gang mechanism with its gang objects, kept to the
+chosen topology domains, refused (never built) when a pod template sets a refused field
+or the workload cannot be resolved, and the pods to dry-run follow ``dry_run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.control.core.copies import PodMutations, Rejection
+from dispatcher.control.core.copyplan import CopyPlan, PlanInput, namespace_of, plan
+from dispatcher.control.core.gangsched import MECHANISM_ANNOTATION
+from dispatcher.control.core.names import ORIGIN_LABEL, PendingReason
+from dispatcher.control.core.podpolicy import PodFieldPolicy
+from dispatcher.fleet.reservations import HUB_UID_LABEL
+from dispatcher.kube.gangapis import NONE, WORKLOAD_API
+from dispatcher.placement.model import GangDomain
+from dispatcher.workloads.catalog import Catalog
+from dispatcher.workloads.errors import WorkloadError
+from tests.unit.control import placing_builders as pb
+from tests.unit.control.core.test_gangsched import jobset
+
+CATALOG = Catalog.builtin()
+
+
+def given(obj: dict[str, Any], **kw: Any) -> PlanInput:
+    if "resolution" not in kw:
+        kw["resolution"] = CATALOG.resolve(obj)
+    definition = CATALOG.find(obj["apiVersion"], obj["kind"])
+    return PlanInput(**{"uid": "uid-1", "member": "m1", "workload": obj,
+                        "definition": definition, "hub_id": "hub-a", **kw})
+
+
+def planned(obj: dict[str, Any], **kw: Any) -> CopyPlan:
+    out = plan(given(obj, **kw))
+    assert isinstance(out, CopyPlan), out
+    return out
+
+
+def test_a_gang_on_a_workload_api_member_carries_its_workload_and_joins_every_pod() -> None:
+    out = planned(jobset(), mechanism=WORKLOAD_API)
+    assert (out.member, out.namespace, out.kind, out.name) == ("m1", "team-a", "JobSet",
+                                                               "train")
+    labels = out.body["metadata"]["labels"]
+    assert labels[ORIGIN_LABEL] == "hub-a" and labels[HUB_UID_LABEL] == "uid-1"
+    assert out.body["metadata"]["annotations"][MECHANISM_ANNOTATION] == WORKLOAD_API
+    (workload,) = out.gangs.objects
+    assert workload["kind"] == "Workload" and workload["metadata"]["namespace"] == "team-a"
+    refs = {r["name"]: r["template"]["spec"]["template"]["spec"]["workloadRef"]
+            for r in out.body["spec"]["replicatedJobs"]}
+    assert set(refs) == {"leader", "workers"}
+    assert {r["name"] for r in refs.values()} == {workload["metadata"]["name"]}
+    assert "status" not in out.body and "uid" not in out.body["metadata"]
+
+
+def test_without_a_mechanism_nothing_is_joined_and_no_object_is_planned() -> None:
+    out = planned(jobset(), mechanism=NONE)
+    assert out.gangs.objects == () and out.gangs.joins == ()
+    assert MECHANISM_ANNOTATION not in out.body["metadata"]["annotations"]
+
+
+def test_the_pods_to_dry_run_follow_the_setting_and_the_mutations_apply() -> None:
+    mutations = PodMutations(labels={"team": "a"}, scheduler_name="kai")
+    out = planned(pb.job(gpus=4, parallelism=2), mutations=mutations)
+    (pod,) = out.pods
+    assert pod["kind"] == "Pod" and pod["metadata"]["labels"]["team"] == "a"
+    assert pod["spec"]["schedulerName"] == "kai"
+    assert planned(pb.job(), dry_run=False).pods == ()
+
+
+def test_the_copy_keeps_to_the_chosen_domains() -> None:
+    obj = jobset()
+    resolution = CATALOG.resolve(obj)
+    gang = resolution.demand.gangs[0].name
+    domain = GangDomain(gangs=(gang,), level="rack", node_label="example.com/rack",
+                        value="r1")
+    out = planned(obj, domains=(domain,))
+    spec = out.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "example.com/rack", "operator": "In", "values": ["r1"]} in \
+        terms[0]["matchExpressions"]
+
+
+def test_a_refused_scheduling_field_is_a_rejection_not_a_copy() -> None:
+    obj = pb.job()
+    obj["spec"]["template"]["spec"]["nodeName"] = "member-node-0"
+    out = plan(given(obj, pod_fields=PodFieldPolicy()))
+    assert isinstance(out, Rejection)
+    assert (out.member, out.status, out.reason) == ("m1", 0, PendingReason.POD_TEMPLATE_REFUSED)
+    assert "nodeName" in out.message
+
+
+def test_a_workload_that_cannot_be_resolved_is_refused_with_why() -> None:
+    out = plan(given(pb.job(), resolution=WorkloadError("spec.parallelism: not a number")))
+    assert isinstance(out, Rejection) and out.reason == PendingReason.POD_TEMPLATE_REFUSED
+    assert out.message == "pod templates cannot be checked: spec.parallelism: not a number"
+
+
+def test_a_mutation_the_definition_cannot_write_is_a_copy_invalid() -> None:
+    obj = pb.job()
+    obj["spec"]["template"] = "not a pod template"
+    out = plan(given(obj, resolution=CATALOG.resolve(pb.job()),
+                     mutations=PodMutations(labels={"team": "a"})))
+    assert isinstance(out, Rejection) and out.reason == "CopyInvalid", out
+
+
+def test_the_namespace_is_the_hub_objects_or_default() -> None:
+    assert namespace_of({"metadata": {"namespace": "team-b"}}) == "team-b"
+    assert namespace_of({"metadata": {}}) == "default"
+
+
+def test_the_plan_as_explain_prints_it() -> None:
+    out = planned(jobset(), mechanism=WORKLOAD_API).to_dict()
+    assert out["member"] == "m1" and out["gangMechanism"] == WORKLOAD_API
+    assert out["object"]["kind"] == "JobSet"
+    assert [o["kind"] for o in out["gangObjects"]] == ["Workload"]
+    assert out["dryRunPods"] >= 1

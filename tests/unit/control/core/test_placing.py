@@ -1,0 +1,129 @@
+"""place(): the placement decision over plain data — every reason, the queue step, the
+reservation. Real Job objects resolved through the built-in catalog, real capacity models
+and the controller's own PendingQueue; no I/O.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.control.core.names import PendingReason
+from dispatcher.control.core.placing import (
+    QueueStep,
+    alternatives,
+    place,
+    request_for,
+    restrict,
+)
+from dispatcher.control.core.queue import Entry, PendingQueue
+from dispatcher.workloads.bounded import DefinitionQuarantined, ObjectQuarantined
+from dispatcher.workloads.errors import TemplateError, WorkloadError
+from tests.unit.control.placing_builders import CATALOG, NOW, given, job, members
+
+
+def test_a_fitting_job_is_placed_with_its_reservation() -> None:
+    placement = place(given(job()))
+    assert placement.decision.chosen == "a" and placement.reason is None
+    assert placement.queue is QueueStep.PLACED and placement.decided
+    assert placement.reservation is not None
+    assert placement.reservation.gpus == 8 and placement.reservation.expires_at == NOW + 60
+    assert {node for node, _ in placement.reservation.nodes} <= {"a0", "a1"}
+
+
+def test_a_full_fleet_waits_for_capacity() -> None:
+    placement = place(given(job(gpus=8, parallelism=2), fleet=members(used_a=4)))
+    assert placement.decision.chosen is None
+    assert placement.reason is PendingReason.NO_FEASIBLE_MEMBER
+    assert placement.queue is QueueStep.WAIT and placement.reservation is None
+
+
+def test_bigger_than_the_fleet_is_parked_unplaceable() -> None:
+    placement = place(given(job(gpus=8, parallelism=3)))
+    assert placement.reason is PendingReason.UNPLACEABLE and placement.reason.parked
+    assert placement.queue is QueueStep.PARK
+    assert "even with every GPU free" in placement.decision.summary
+
+
+def test_a_namespace_refused_everywhere_is_unplaceable() -> None:
+    pinned = job(annotations={"dispatcher.io/cluster": "b"})
+    placement = place(given(pinned))
+    assert placement.reason is PendingReason.UNPLACEABLE
+    assert "namespace team-a not allowed" in placement.decision.summary
+
+
+@pytest.mark.parametrize(("annotations", "words"), [
+    ({"dispatcher.io/priority": "ten"}, "dispatcher.io/priority"),
+    ({"dispatcher.io/policy": "fastest"}, "dispatcher.io/policy='fastest'"),
+    ({"dispatcher.io/cluster-selector": "region in (us"}, "dispatcher.io/cluster-selector"),
+])
+def test_invalid_annotations_are_parked(annotations: dict[str, str], words: str) -> None:
+    placement = place(given(job(annotations=annotations)))
+    assert placement.reason is PendingReason.INVALID_ANNOTATION
+    assert placement.queue is QueueStep.PARK and words in placement.decision.summary
+    assert not placement.reason.unresolved
+
+
+def test_unresolvable_and_invalid_templates_are_parked_unresolved() -> None:
+    error = TemplateError("must be a string", path="spec.template.spec.containers[0].command[0]",
+                          field="podTemplates", name="train", definition="batch-job")
+    bad = place(given(job(), resolution=error))
+    assert bad.reason is PendingReason.INVALID_TEMPLATE and bad.reason.unresolved
+    assert bad.decision.summary.startswith("invalid pod template: spec.template")
+    failed = place(given(job(), resolution=WorkloadError("no definition serves Job\nmore")))
+    assert failed.reason is PendingReason.RESOLVE_FAILED
+    assert failed.decision.summary == "cannot resolve: no definition serves Job"
+
+
+def test_an_object_over_a_bound_is_parked_quarantined_and_says_so() -> None:
+    error = ObjectQuarantined(definition="karta/slow", bound="cpu",
+                              detail="more than 2 s of CPU", name="train")
+    parked = place(given(job(), resolution=error))
+    assert parked.reason is PendingReason.QUARANTINED
+    assert parked.reason.unresolved and parked.reason.parked
+    assert parked.queue is QueueStep.PARK
+    summary = parked.decision.summary
+    assert summary.startswith("quarantined: definition karta/slow exceeded its cpu bound "
+                              "(more than 2 s of CPU) on this object"), summary
+    assert "until the object changes" in summary
+    whole = DefinitionQuarantined(definition="karta/slow", bound="cpu", detail="x")
+    assert place(given(job(), resolution=whole)).reason is PendingReason.RESOLVE_FAILED
+
+
+def test_a_copy_already_on_a_member_is_adopted_not_duplicated() -> None:
+    placement = place(given(job(), held=("b",)))
+    assert placement.decision.chosen == "b" and placement.queue is QueueStep.LEAVE
+    assert placement.reservation is None and not placement.decided
+
+
+def test_the_namespace_gate_holds_after_the_backfill_limit() -> None:
+    queue = PendingQueue(backfill_limit=1)
+    big = Entry(uid="uid-big", priority=0, created=NOW - 3600, name="team-a/big",
+                namespace="team-a")
+    queue.add(big)
+    queue.placed(Entry(uid="uid-x", priority=0, created=NOW, namespace="team-a"))  # 1 bypass
+    placement = place(given(job(), queue=queue))
+    assert placement.reason is PendingReason.QUEUED and placement.queue is QueueStep.WAIT
+    assert placement.decision.summary.startswith("waiting behind team-a/big")
+    other = place(given(job(namespace="team-b"), queue=queue))  # another tenant: not held
+    assert other.decision.chosen is not None
+
+
+def test_an_excluded_member_is_not_chosen_and_says_why() -> None:
+    placement = place(given(job(), excluded=("a",)))
+    assert placement.decision.chosen is None
+    assert placement.reason is PendingReason.UNPLACEABLE  # b refuses team-a anyway
+    assert "a: not ready: excluded: an earlier attempt there failed" in \
+        placement.decision.summary
+
+
+def test_restrict_and_alternatives() -> None:
+    fleet = members()
+    out = {m.name: m for m in restrict(fleet, excluded=("a",))}
+    assert not out["a"].ready and "earlier attempt" in out["a"].not_ready_reason
+    assert out["b"].ready
+    request = request_for(job(namespace="team-b", gpus=1, parallelism=1),
+                          CATALOG.resolve(job(namespace="team-b", gpus=1, parallelism=1)),
+                          default_policy="most-free")
+    assert alternatives(fleet, request, excluded=()) == ("a", "b")
+    assert alternatives(fleet, request, excluded=("a",)) == ("b",)
+    assert request.exhaustive and request.namespace == "team-b"
