@@ -34,6 +34,7 @@ from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.workloads.catalog import Catalog
+from tests.builders import jobset
 
 from .conftest import ControllerProcess, eventually
 
@@ -87,19 +88,6 @@ async def clusters(dev_fleet: FleetState, controller: ControllerProcess
     finally:
         for client in clients.values():
             await client.close()
-
-
-def jobset(name: str, *, replicas: int, gpus: int, product: str | None = None,
-           annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "w", "image": "busybox", "resources": {
-        "limits": {"nvidia.com/gpu": gpus}} if gpus else {}}]}
-    if product:
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": replicas, "template": {
-                "spec": {"parallelism": 1, "completions": 1,
-                         "template": {"spec": spec}}}}]}}
 
 
 async def member_snapshots(c: Clusters) -> list[MemberSnapshot]:

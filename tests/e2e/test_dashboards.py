@@ -18,7 +18,6 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -28,6 +27,7 @@ from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import NotFound
 from dispatcher.kube.resources import NAMESPACES, NODES, ResourceRef
+from tests.builders import jobset
 from tests.unit.test_dashboards import sample_names, used_metrics
 
 from .conftest import ControllerProcess, eventually
@@ -38,15 +38,6 @@ JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet"
                       plural="jobsets", namespaced=True)
 NOT_SAMPLED = {"dispatcher_copies_rejected_total"}
 """Only a member's permanent refusal counts it; declared by the scrape all the same."""
-
-
-def jobset(name: str, gpus: int) -> dict[str, Any]:
-    pod = {"containers": [{"name": "w", "image": "busybox",
-                           "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": 1, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": pod}}}}]}}
 
 
 def http_get(url: str) -> tuple[int, str]:
@@ -79,8 +70,8 @@ async def test_every_dashboard_metric_is_in_a_live_scrape(dev_fleet: FleetState,
         async def ready() -> bool:
             return (await asyncio.to_thread(http_get, f"{base}/readyz"))[0] == 200
         await eventually(ready, what="the controller to lead and sync")
-        await hub.request("POST", JOBSETS.collection(ns), body=jobset("small", 1))
-        await hub.request("POST", JOBSETS.collection(ns), body=jobset("huge", 48))
+        await hub.request("POST", JOBSETS.collection(ns), body=jobset("small", gpus=1))
+        await hub.request("POST", JOBSETS.collection(ns), body=jobset("huge", gpus=48))
 
         async def scrape() -> str:
             return (await asyncio.to_thread(http_get, f"{base}/metrics"))[1]

@@ -48,6 +48,7 @@ from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState, free_port
 from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.kube.resources import DISPATCHES, MEMBER_CLUSTERS, NAMESPACES, SECRETS
+from tests import builders
 
 pytestmark = pytest.mark.e2e
 
@@ -246,13 +247,8 @@ def installed(request: pytest.FixtureRequest, dev_fleet: FleetState,
 
 
 def jobset(name: str, *, pin: str) -> dict[str, Any]:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "annotations": {"dispatcher.io/cluster": pin}},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": 2, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "w", "image": "busybox", "resources": {
-                        "limits": {"nvidia.com/gpu": 4}}}]}}}}}]}}
+    return builders.jobset(name, replicas=2, pod=builders.gpu_pod(4, restartPolicy="Never"),
+                           annotations={"dispatcher.io/cluster": pin})
 
 
 def test_members_register_ready_with_their_minted_identities(installed: dict[str, Any]

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -26,6 +25,7 @@ import yaml
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NAMESPACES, ResourceRef
+from tests.builders import jobset
 
 from .conftest import ControllerProcess, eventually
 
@@ -55,16 +55,6 @@ async def browse(url: str, tmp_path: Path, *flags: str) -> subprocess.CompletedP
                                    timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
-
-
-def jobset(name: str, *, replicas: int, gpus: int,
-           annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": replicas, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                    "containers": [{"name": "w", "image": "busybox", "resources": {
-                        "limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}}
 
 
 async def fetch(url: str, method: str = "GET") -> tuple[int, str]:

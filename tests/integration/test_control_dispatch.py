@@ -39,6 +39,7 @@ from dispatcher.kube.resources import DISPATCHES, NAMESPACES, NODES, ResourceRef
 from dispatcher.placement import engine
 from dispatcher.placement.model import PlacementRequest
 from dispatcher.workloads.catalog import Catalog
+from tests.builders import jobset
 from tests.integration.harness import Harness, eventually, get_or_none, running
 
 pytestmark = pytest.mark.integration
@@ -54,17 +55,6 @@ async def harness(dev_fleet: FleetState) -> AsyncIterator[Harness]:
         yield h
 
 
-def jobset(name: str, namespace: str, *, replicas: int, gpus: int,
-           annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": annotations or {}},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": replicas, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                    "containers": [{"name": "w", "image": "busybox", "resources": {
-                        "limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}}
-
-
 async def copies_of(h: Harness, name: str) -> dict[str, dict[str, Any]]:
     found = {}
     for member, client in h.members.items():
@@ -76,7 +66,7 @@ async def copies_of(h: Harness, name: str) -> dict[str, dict[str, Any]]:
 
 async def test_jobset_lands_on_the_member_placement_ranks_first(harness: Harness) -> None:
     h = harness
-    body = jobset("train", h.namespace, replicas=2, gpus=4)
+    body = jobset("train", namespace=h.namespace, replicas=2, gpus=4)
     resolution = h.controller.reconciler.catalog.resolve(body)
     expected = engine.decide(h.controller.fleet.snapshots(), PlacementRequest(
         demand=resolution.demand, api_version=resolution.api_version, kind="JobSet")).chosen
@@ -108,7 +98,7 @@ async def test_jobset_lands_on_the_member_placement_ranks_first(harness: Harness
 async def test_member_status_is_mirrored_to_the_hub(harness: Harness) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("mirror", h.namespace, replicas=1, gpus=1))
+                        body=jobset("mirror", namespace=h.namespace, replicas=1, gpus=1))
     copies = await eventually(lambda: copies_of(h, "mirror"), what="the copy")
     (member, _), = copies.items()
     status = {"conditions": [], "replicatedJobsStatus": [
@@ -141,7 +131,7 @@ async def test_member_status_is_mirrored_to_the_hub(harness: Harness) -> None:
 async def test_hub_spec_change_is_written_to_the_copy(harness: Harness) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("edited", h.namespace, replicas=1, gpus=1))
+                        body=jobset("edited", namespace=h.namespace, replicas=1, gpus=1))
     (member, before), = (await eventually(lambda: copies_of(h, "edited"),
                                           what="the copy")).items()
     await h.hub.request("PATCH", JOBSETS.item("edited", h.namespace),
@@ -160,7 +150,7 @@ async def test_deleting_on_the_hub_deletes_the_copy_then_the_record(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("gone", h.namespace, replicas=1, gpus=1))
+                        body=jobset("gone", namespace=h.namespace, replicas=1, gpus=1))
     (member, _), = (await eventually(lambda: copies_of(h, "gone"), what="the copy")).items()
     path = JOBSETS.item("gone", h.namespace)
     record_path = DISPATCHES.item("jobset-gone", h.namespace)
@@ -201,11 +191,11 @@ async def test_a_namesake_created_right_after_a_delete_waits_for_the_old_copy(
     h = harness
     path = JOBSETS.item("again", h.namespace)
     first = await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                                body=jobset("again", h.namespace, replicas=1, gpus=1))
+                                body=jobset("again", namespace=h.namespace, replicas=1, gpus=1))
     await eventually(lambda: copies_of(h, "again"), what="the first copy")
     await h.hub.request("DELETE", path)
     second = await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                                 body=jobset("again", h.namespace, replicas=1, gpus=1))
+                                 body=jobset("again", namespace=h.namespace, replicas=1, gpus=1))
     uid = second["metadata"]["uid"]
     assert uid != first["metadata"]["uid"]
 
@@ -231,7 +221,7 @@ async def test_a_dispatch_deleted_while_its_workload_lives_stays_in_use(
         harness: Harness) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("kept", h.namespace, replicas=1, gpus=1))
+                        body=jobset("kept", namespace=h.namespace, replicas=1, gpus=1))
     copies = await eventually(lambda: copies_of(h, "kept"), what="the copy")
     record_path = DISPATCHES.item("jobset-kept", h.namespace)
     await h.hub.request("DELETE", record_path)
@@ -258,11 +248,11 @@ async def test_foreign_object_is_a_conflict_and_left_alone(harness: Harness) -> 
     await client.request("POST", NAMESPACES.collection(), body={
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": h.namespace}}) \
         if await get_or_none(client, NAMESPACES.item(h.namespace)) is None else None
-    foreign = jobset("taken", h.namespace, replicas=1, gpus=1)
+    foreign = jobset("taken", namespace=h.namespace, replicas=1, gpus=1)
     foreign["metadata"]["labels"] = {"team": "someone-else"}
     before = await client.request("POST", JOBSETS.collection(h.namespace), body=foreign)
     await h.hub.request("POST", JOBSETS.collection(h.namespace), body=jobset(
-        "taken", h.namespace, replicas=1, gpus=1,
+        "taken", namespace=h.namespace, replicas=1, gpus=1,
         annotations={"dispatcher.io/cluster": "member-1"}))
 
     async def conflict() -> bool:
@@ -279,7 +269,7 @@ async def test_unschedulable_waits_pending_then_dispatches_when_a_node_fits(
         harness: Harness) -> None:
     h = harness
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("huge", h.namespace, replicas=1, gpus=16))
+                        body=jobset("huge", namespace=h.namespace, replicas=1, gpus=16))
 
     async def pending() -> Any:
         record = await get_or_none(h.hub, DISPATCHES.item("jobset-huge", h.namespace))
@@ -313,12 +303,12 @@ async def test_sweep_deletes_an_orphan_copy_only(harness: Harness) -> None:
     if await get_or_none(client, NAMESPACES.item(h.namespace)) is None:
         await client.request("POST", NAMESPACES.collection(), body={
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": h.namespace}})
-    orphan = jobset("orphan", h.namespace, replicas=1, gpus=1)
+    orphan = jobset("orphan", namespace=h.namespace, replicas=1, gpus=1)
     orphan["metadata"]["labels"] = {ORIGIN_LABEL: h.controller.settings.hub_id}
     orphan["metadata"]["annotations"] = {HUB_UID_ANNOTATION: str(uuid.uuid4()),
                                          HUB_OBJECT_ANNOTATION: "JobSet.jobset.x-k8s.io/orphan"}
     await client.request("POST", JOBSETS.collection(h.namespace), body=orphan)
-    other = jobset("not-ours", h.namespace, replicas=1, gpus=1)
+    other = jobset("not-ours", namespace=h.namespace, replicas=1, gpus=1)
     other["metadata"]["labels"] = {ORIGIN_LABEL: "another-hub"}
     other["metadata"]["annotations"] = {HUB_UID_ANNOTATION: str(uuid.uuid4())}
     await client.request("POST", JOBSETS.collection(h.namespace), body=other)
@@ -346,7 +336,7 @@ async def test_live_view_counts_in_flight_reservations(harness: Harness,
                     fleet=FleetSettings(static_members=statics, watch_member_clusters=False))
     catalog = h.controller.reconciler.catalog
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("explained", h.namespace, replicas=1, gpus=2))
+                        body=jobset("explained", namespace=h.namespace, replicas=1, gpus=2))
 
     async def placed() -> Any:
         record = await get_or_none(h.hub, DISPATCHES.item("jobset-explained", h.namespace))
@@ -385,7 +375,7 @@ async def test_stuck_copy_moves_then_fails_after_bounded_attempts(dev_fleet: Fle
     """Never started: re-dispatched elsewhere (old copy deleted), then Failed with reason."""
     async with running(dev_fleet, rules=Rules(stuck_after=1.0, max_attempts=2)) as h:
         await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                            body=jobset("stuck", h.namespace, replicas=1, gpus=1))
+                            body=jobset("stuck", namespace=h.namespace, replicas=1, gpus=1))
 
         async def failed() -> Any:
             record = await get_or_none(h.hub, DISPATCHES.item("jobset-stuck", h.namespace))
@@ -422,7 +412,7 @@ async def test_a_kind_whose_crd_appears_later_is_dispatched_without_restart(
 
         await eventually(lambda: _get_quietly(h.hub, late.collection(h.namespace)),
                          what="the new CRD served on the hub")
-        body = jobset("late", h.namespace, replicas=1, gpus=1)
+        body = jobset("late", namespace=h.namespace, replicas=1, gpus=1)
         body["apiVersion"] = f"{group}/v1"
         body["kind"] = "LateJob"
         created = await eventually(
@@ -468,7 +458,7 @@ async def test_a_same_named_kind_of_another_group_never_takes_the_record(
                                    "name": "twin", "uid": "other-uid"}}}
     held = await h.hub.request("POST", DISPATCHES.collection(h.namespace), body=other)
     await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                        body=jobset("twin", h.namespace, replicas=1, gpus=1))
+                        body=jobset("twin", namespace=h.namespace, replicas=1, gpus=1))
 
     async def landed() -> dict[str, dict[str, Any]] | None:
         return await copies_of(h, "twin") or None

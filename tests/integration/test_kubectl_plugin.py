@@ -25,6 +25,7 @@ import yaml
 from dispatcher.devfleet.binaries import ensure_binaries
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
+from tests.builders import jobset
 from tests.integration.harness import eventually, get_or_none, running
 
 pytestmark = pytest.mark.integration
@@ -32,15 +33,6 @@ pytestmark = pytest.mark.integration
 JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
                       plural="jobsets", namespaced=True)
 MEMBERS = ("member-1", "member-2")
-
-
-def jobset(name: str, namespace: str, *, replicas: int, gpus: int) -> dict[str, Any]:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicatedJobs": [{"name": "worker", "replicas": replicas, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                    "containers": [{"name": "w", "image": "busybox", "resources": {
-                        "limits": {"nvidia.com/gpu": gpus}}}]}}}}}]}}
 
 
 def plugin_config(path: Path, state: FleetState) -> Path:
@@ -70,7 +62,7 @@ async def test_why_prints_each_members_reason_with_numbers(dev_fleet: FleetState
     name = f"wide-{uuid.uuid4().hex[:6]}"
     async with running(dev_fleet) as h:
         await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                            body=jobset(name, h.namespace, replicas=3, gpus=8))
+                            body=jobset(name, namespace=h.namespace, replicas=3, gpus=8))
 
         async def waiting() -> Any:
             record = await get_or_none(h.hub, DISPATCHES.item(f"jobset-{name}", h.namespace))
