@@ -296,7 +296,8 @@ def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
     planned = plan(PlanInput(
         uid=str((obj.get("metadata") or {}).get("uid") or ""), member=member.name,
         workload=obj, definition=definition, resolution=resolution, hub_id=settings.hub_id,
-        mechanism=member.gang_mechanism, domains=tuple(decision.domains),
+        mechanism=member.gang_mechanism, queueing=member.queueing,
+        domains=tuple(decision.domains),
         mutations=settings.pod_mutations, pod_fields=settings.pod_policy,
         dry_run=settings.admission_check))
     if isinstance(planned, Rejection):

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.config.reader import ConfigError, Reader, config_path
+from dispatcher.fleet.queueing import parse as queueing_of
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.fleet.topology import TopologyLevel, parse_levels
 from dispatcher.kube.gangapis import AUTO, SETTINGS
@@ -31,12 +32,16 @@ def _static_members(r: Reader, base: Path) -> tuple[StaticMember, ...]:
         if gang not in SETTINGS:
             raise m.error("gangScheduling", f"must be one of {', '.join(SETTINGS)}, "
                                             f"not {gang!r}")
+        try:
+            queueing = queueing_of(m.get("queueing", dict, None), where="queueing")
+        except ValueError as error:
+            raise m.error("", str(error)) from None
         members.append(StaticMember(
             name=name, kubeconfig=config_path(kubeconfig, base) or kubeconfig,
             context=m.get("context", str, None), labels=m.string_map("labels"),
             cordoned=m.get("cordoned", bool, False),
             allowed_namespaces=m.strings("allowedNamespaces"),
-            topology_levels=_levels(m), gang_scheduling=gang))
+            topology_levels=_levels(m), gang_scheduling=gang, queueing=queueing))
         m.done()
     return tuple(members)
 

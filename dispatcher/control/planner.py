@@ -24,6 +24,8 @@ from dispatcher.control.core.gangsched import mechanism_of
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
+from dispatcher.fleet.queueing import NONE as NONE_QUEUE
+from dispatcher.fleet.queueing import Queueing
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import DefinitionQuarantined
@@ -51,6 +53,10 @@ class CopyPlanner:
                                 mechanism=await self._mechanism(cluster),
                                 dry_run=self.settings.admission_check)
 
+    def _queueing(self, cluster: str) -> Queueing:
+        snapshot = self.fleet.snapshot(cluster)
+        return snapshot.queueing if snapshot is not None else Queueing(system=NONE_QUEUE)
+
     async def update(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
                      domains: Sequence[GangDomain] = ()) -> Planned | None:
         """The copy whose spec an update writes on ``cluster``; None without a copy."""
@@ -69,6 +75,7 @@ class CopyPlanner:
         given = PlanInput(uid=uid, member=cluster, workload=workload, definition=definition,
                           resolution=self.resolutions.get(uid, workload),
                           hub_id=self.settings.hub_id, mechanism=mechanism,
+                          queueing=self._queueing(cluster),
                           domains=tuple(domains), mutations=self.settings.pod_mutations,
                           pod_fields=self.settings.pod_policy, dry_run=dry_run)
         try:

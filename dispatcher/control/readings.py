@@ -13,6 +13,7 @@ from typing import Any
 
 from dispatcher.control.caches import MemberCopy
 from dispatcher.control.catalog import LiveCatalog
+from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.kube.watch import lean
 from dispatcher.workloads.bounded import DefinitionQuarantined, EvaluationUnavailable
 from dispatcher.workloads.errors import WorkloadError
@@ -20,7 +21,7 @@ from dispatcher.workloads.model import GenericStatus
 
 __all__ = ["forget_readings", "member_copy"]
 
-_STATUS_MEMO: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
+_STATUS_MEMO: dict[tuple[int, GroupVersionKind, str], tuple[str, tuple[str, ...]]] = {}
 _STATUS_MEMO_SIZE = 4096
 
 
@@ -45,7 +46,7 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
                              else (GenericStatus.UNKNOWN, (GenericStatus.UNKNOWN,)))
         return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
     try:
-        key = (id(definition), json.dumps([obj.get("apiVersion"), obj.get("kind"),
+        key = (live.version, definition.gvk, json.dumps([obj.get("apiVersion"), obj.get("kind"),
                                            obj.get("spec"), obj.get("status")],
                                           sort_keys=True, default=str))
     except (TypeError, ValueError):
@@ -72,5 +73,6 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
 
 
 def forget_readings() -> None:
-    """The catalog changed: a replaced definition's id may be reused by a new one."""
+    """The catalog changed: every reading is of the old one (keyed by
+    ``LiveCatalog.version``, so never read again; this frees them)."""
     _STATUS_MEMO.clear()

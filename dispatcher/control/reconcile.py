@@ -436,8 +436,8 @@ class Reconciler:
     # -- the catalog changed ---------------------------------------------------------------
 
     def forget_readings(self) -> None:
-        """Drop every reading keyed by a definition's identity (a replaced definition's id
-        may be reused by a new one)."""
+        """Drop every reading of the old catalog (keyed by its version: stale ones are
+        never read again; this frees them) and the settled answers read through it."""
         self.resolutions.clear()
         self._settled.clear()  # a copy's status reads through the definitions
         forget_readings()

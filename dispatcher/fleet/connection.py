@@ -37,6 +37,7 @@ from dispatcher.fleet import health as healthmod
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.kubeconfigs import INSECURE, SKIP_VERIFY, KubeconfigProblem, transport_risk
 from dispatcher.fleet.members import MemberSpec
+from dispatcher.fleet.queueing import Queueing
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
@@ -104,6 +105,8 @@ class MemberConnection:
         """The discovered resource of each served kind: discovered once, here, for everyone
         (the copy watches read it too)."""
         self.gang_discovered: Mechanism | None = None
+        self.kueue_discovered: bool | None = None
+        """Whether the member serves Kueue's LocalQueue (None: not asked yet)."""
         """The gang mechanism the member's served APIs point to (``kube.gangapis``); None
         until discovered."""
         self.synced = False
@@ -151,6 +154,12 @@ class MemberConnection:
         """The gang mechanism copies are built for: ``spec.gangScheduling``, else (auto)
         the discovered one."""
         return gangapis.effective(self.spec.gang_scheduling, self.gang_discovered)
+
+    @property
+    def queueing(self) -> Queueing:
+        """How copies are queued there: ``spec.queueing``, its system resolved (auto: by
+        the served APIs)."""
+        return self.spec.queueing.effective(discovered=self.kueue_discovered)
 
     def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """Discover these workload kinds from now on (the live catalog changed): at once,
@@ -291,6 +300,11 @@ class MemberConnection:
             self.gang_discovered = gang
             self._log.info("member.gang_mechanism", discovered=gang,
                            spec=self.spec.gang_scheduling)
+            self._notify(Change.STATE)
+        kueue = await serving.runs_kueue(client)
+        if kueue != self.kueue_discovered:
+            self.kueue_discovered = kueue
+            self._log.info("member.queueing", kueue=kueue, spec=self.spec.queueing.system)
             self._notify(Change.STATE)
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)

@@ -14,6 +14,7 @@ Format::
       labels: {region: us-east}          # MemberCluster labels (selectors match these)
       topologyLevels:                    # optional (MemberCluster spec.topologyLevels)
       - {name: rack, nodeLabel: example.com/rack}
+      queueing: {system: kueue, localQueue: team-a}   # optional (spec.queueing)
       nodePools:
       - name: h100                       # node names: <member>-<pool>-<index>
         count: 4
@@ -43,6 +44,8 @@ from typing import Any
 
 import yaml
 
+from dispatcher.fleet.queueing import Queueing
+from dispatcher.fleet.queueing import parse as parse_queueing
 from dispatcher.fleet.topology import TopologyLevel, parse_levels
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
@@ -93,12 +96,13 @@ class NodePool:
 
 @dataclass(frozen=True, kw_only=True)
 class MemberSpec:
-    """One member cluster: its labels, topology levels and node pools."""
+    """One member cluster: its labels, topology levels, queueing and node pools."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     node_pools: tuple[NodePool, ...] = ()
     topology_levels: tuple[TopologyLevel, ...] = ()
+    queueing: Queueing = field(default_factory=Queueing)
 
 
 DEFAULT_HUB_POOLS = (NodePool(name="h100", count=2, gpus=8,
@@ -198,11 +202,13 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
                                              where=f"{where}.nodePools")))
         try:
             levels = parse_levels(raw.get("topologyLevels"), where=f"{where}.topologyLevels")
+            queueing = parse_queueing(raw.get("queueing"), where=f"{where}.queueing")
         except ValueError as exc:
             raise FleetFileError(str(exc)) from None
         members.append(MemberSpec(name=name, labels=_str_map(raw.get("labels"),
                                                              where=f"{where}.labels"),
-                                  node_pools=pools, topology_levels=levels))
+                                  node_pools=pools, topology_levels=levels,
+                                  queueing=queueing))
     if "hub" not in data:
         return FleetSpec(members=tuple(members))
     return FleetSpec(members=tuple(members), hub=_hub(data["hub"], where=f"{source}: hub"))

@@ -12,6 +12,8 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatcher.fleet.kubeconfigs import DEFAULT_KEY
+from dispatcher.fleet.queueing import Queueing
+from dispatcher.fleet.queueing import parse as parse_queueing
 from dispatcher.fleet.settings import DEFAULT_SECRET_NAMESPACE, StaticMember
 from dispatcher.fleet.topology import TopologyLevel, parse_levels
 from dispatcher.kube.gangapis import AUTO, SETTINGS
@@ -49,6 +51,8 @@ class MemberSpec:
     gang_scheduling: str = AUTO
     """``spec.gangScheduling``: a mechanism of ``kube.gangapis``, or ``auto`` (as the
     member's served APIs say)."""
+    queueing: Queueing = field(default_factory=Queueing)
+    """``spec.queueing``: how the member queues batch work (``fleet.queueing``)."""
 
     def same_source(self, other: MemberSpec) -> bool:
         """Whether ``other`` connects the same way (no new connection needed)."""
@@ -89,6 +93,8 @@ def from_member_cluster(obj: Mapping[str, Any], *,
         allowed_namespaces=tuple(str(n) for n in spec.get("allowedNamespaces") or ()),
         topology_levels=levels,
         gang_scheduling=str(gang),
+        queueing=parse_queueing(spec.get("queueing"),
+                                where=f"MemberCluster {name}: spec.queueing"),
     )
 
 
@@ -98,4 +104,4 @@ def from_static(member: StaticMember) -> MemberSpec:
                       labels=MappingProxyType(dict(member.labels)), cordoned=member.cordoned,
                       allowed_namespaces=member.allowed_namespaces, static=True,
                       topology_levels=member.topology_levels,
-                      gang_scheduling=member.gang_scheduling)
+                      gang_scheduling=member.gang_scheduling, queueing=member.queueing)

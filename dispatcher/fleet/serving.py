@@ -1,5 +1,5 @@
-"""What a member serves, read through discovery: the catalog's kinds, its gang APIs, and
-which cluster it is (its kube-system namespace's uid).
+"""What a member serves, read through discovery: the catalog's kinds, its gang APIs, whether
+it runs Kueue, and which cluster it is (its kube-system namespace's uid).
 
 The connection (``fleet/connection.py``) asks after each connect and every discovery
 interval; the answers go on the MemberCluster status and into placement.
@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dispatcher.fleet.queueing import LOCAL_QUEUES
 from dispatcher.kube import errors, gangapis
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.gangapis import Mechanism
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 
-__all__ = ["cluster_id", "gang_mechanism", "served_kinds"]
+__all__ = ["cluster_id", "gang_mechanism", "runs_kueue", "served_kinds"]
 
 
 async def served_kinds(client: KubeClient, kinds: Sequence[GroupVersionKind]
@@ -34,6 +35,14 @@ async def gang_mechanism(client: KubeClient) -> Mechanism:
     apis = {gvk for gvk in (gangapis.WORKLOAD, gangapis.POD_GROUP)
             if await client.discovery.resource(gvk.api_version, gvk.kind) is not None}
     return gangapis.discovered(apis)
+
+
+async def runs_kueue(client: KubeClient) -> bool:
+    """Whether the member serves Kueue's LocalQueue (``fleet.queueing.LOCAL_QUEUES``)."""
+    for gvk in LOCAL_QUEUES:
+        if await client.discovery.resource(gvk.api_version, gvk.kind) is not None:
+            return True
+    return False
 
 
 async def cluster_id(client: KubeClient, *, request_timeout: float, log: Any) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from dispatcher.fleet.queueing import Queueing
 from dispatcher.fleet.topology import TopologyLevel
 
 __all__ = ["DEFAULT_SECRET_NAMESPACE", "FleetSettings", "StaticMember"]
@@ -47,6 +48,8 @@ class StaticMember:
     """Its topology levels (``fleet.topology``; empty: the fleet's ``topology_levels``)."""
     gang_scheduling: str = "auto"
     """The gang mechanism of its scheduler (``kube.gangapis.SETTINGS``; auto: discovered)."""
+    queueing: Queueing = field(default_factory=Queueing)
+    """How it queues batch work (``fleet.queueing``; system auto: discovered)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
+from dispatcher.fleet.queueing import Queueing
 from dispatcher.fleet.topology import TopologyLevel
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.kube.resources import GroupVersionKind
@@ -48,3 +49,5 @@ class MemberSnapshot:
     allowed_namespaces: tuple[str, ...] = ()
     topology_levels: tuple[TopologyLevel, ...] = ()
     gang_mechanism: Mechanism = NONE
+    queueing: Queueing = field(default_factory=Queueing)
+    """How the member queues batch work (``fleet.queueing``: spec, system resolved)."""

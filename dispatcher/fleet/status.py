@@ -11,12 +11,14 @@ so that 100 members never flood the hub. ``rows`` renders MemberClusters for
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.health import Health
 from dispatcher.fleet.kubeconfigs import INSECURE
+from dispatcher.fleet.queueing import parse
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "format_time",
@@ -24,7 +26,7 @@ __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "for
 
 BASE_COLUMNS = ("name", "ready", "nodes", "gpus", "free", "largest-block", "products",
                 "kinds", "gang", "last-seen")
-WIDE_COLUMNS = (*BASE_COLUMNS, "version", "reason")
+WIDE_COLUMNS = (*BASE_COLUMNS, "version", "queueing", "reason")
 
 
 def format_time(moment: datetime) -> str:
@@ -90,12 +92,14 @@ def conditions(health: Health, *, previous: Iterable[Mapping[str, Any]], now: da
 def member_status(*, health: Health, capacity: ClusterCapacity | None, version: str | None,
                   kinds: Iterable[GroupVersionKind] | None,
                   previous: Mapping[str, Any], now: datetime,
-                  insecure: str = "", gang: tuple[str, str | None] | None = None
-                  ) -> dict[str, Any]:
+                  insecure: str = "", gang: tuple[str, str | None] | None = None,
+                  queueing: tuple[str, bool | None] | None = None) -> dict[str, Any]:
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
 
     ``gang`` is (the gang mechanism copies are built for, the one discovered or None):
-    ``status.gangScheduling {mechanism, discovered}``.
+    ``status.gangScheduling {mechanism, discovered}``. ``queueing`` is (the queueing system
+    copies are queued for, whether the member serves Kueue or None):
+    ``status.queueing {system, kueueServed}``.
 
     ``capacity`` None (never synced) leaves the last written capacity in place, so a member
     that is down still shows its last known size, marked by ``Ready=False``.
@@ -114,7 +118,23 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
         status["capacity"] = capacity_status(capacity)
     if gang is not None and gang[1] is not None:
         status["gangScheduling"] = {"mechanism": gang[0], "discovered": gang[1]}
+    if queueing is not None and queueing[1] is not None:
+        status["queueing"] = {"system": queueing[0], "kueueServed": queueing[1]}
     return status
+
+
+def _queueing_cell(obj: Mapping[str, Any]) -> str | None:
+    """The queueing column: the system in effect (status) with the declared queue (spec),
+    e.g. ``kueue:team-a``."""
+    system = ((obj.get("status") or {}).get("queueing") or {}).get("system")
+    if system is None:
+        return None
+    spec = dict((obj.get("spec") or {}).get("queueing") or {})
+    try:
+        declared = parse(spec, where="spec.queueing")
+    except ValueError:
+        return str(system)
+    return replace(declared, system=system).describe()
 
 
 def _without_last_seen(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,5 +194,5 @@ def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[An
         else None,
     ]
     if wide:
-        cells += [status.get("kubernetesVersion"), ready.get("reason")]
+        cells += [status.get("kubernetesVersion"), _queueing_cell(obj), ready.get("reason")]
     return cells

@@ -96,7 +96,8 @@ class StatusWriter:
                 health=self._health(name), capacity=conn.capacity if conn.synced else None,
                 version=conn.kubernetes_version, kinds=conn.served, previous=previous,
                 now=now, insecure=conn.insecure_transport,
-                gang=(conn.gang_mechanism, conn.gang_discovered))
+                gang=(conn.gang_mechanism, conn.gang_discovered),
+                queueing=(conn.queueing.system, conn.kueue_discovered))
         if not statusmod.needs_write(
                 desired, written=written[0] if written else None,
                 written_at=written[1] if written else None, now=now,

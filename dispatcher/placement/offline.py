@@ -16,7 +16,8 @@ __all__ = ["fleet_snapshots"]
 def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
     """Members of a fleet file, their nodes fed through ``ClusterCapacity`` like a watch.
 
-    Served kinds are unknown offline (every kind passes); every member is Ready.
+    Served kinds are unknown offline (every kind passes); every member is Ready; a member
+    runs Kueue only when its ``queueing`` says so (``auto`` is none: nothing is served).
     """
     members = []
     for member in spec.members:
@@ -25,5 +26,6 @@ def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
             capacity.upsert_node(node)
         members.append(MemberSnapshot(name=member.name, capacity=capacity,
                                       labels=dict(member.labels),
-                                      topology_levels=member.topology_levels))
+                                      topology_levels=member.topology_levels,
+                                      queueing=member.queueing.effective(discovered=False)))
     return members

@@ -24,6 +24,7 @@ from dispatcher.control.core.decide import Rules
 from dispatcher.control.fleetview import LiveFleet
 from dispatcher.control.settings import ControlSettings, LeaderSettings, ServerSettings
 from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.fleet.queueing import Queueing
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.fleet.settings import FleetSettings, StaticMember
 from dispatcher.fleet.topology import TopologyLevel
@@ -62,7 +63,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
                   hub_kubeconfig: dict[str, Any] | None = None,
                   kubeconfigs: dict[str, str] | None = None,
                   topology_levels: tuple[TopologyLevel, ...] = (),
-                  gangs: dict[str, str] | None = None) -> AsyncIterator[Harness]:
+                  gangs: dict[str, str] | None = None,
+                  queueing: dict[str, Queueing] | None = None) -> AsyncIterator[Harness]:
     """A controller (own hub id) watching one fresh hub namespace (plus ``tenants`` more),
     with ``changes`` to its ControlSettings (or a function of the namespace giving them,
     for settings that name it), stopped on exit.
@@ -75,7 +77,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     through ``kubeconfigs[name]`` (default: its admin kubeconfig); the harness's own
     clients stay the admin ones. ``topology_levels``: the fleet-wide topology levels
     (``fleet.topologyLevels``). ``gangs`` sets a member's gang mechanism (name ->
-    ``gangScheduling``; default auto)."""
+    ``gangScheduling``; default auto), ``queueing`` how it queues (name -> ``queueing``;
+    default auto)."""
     namespace = namespace or f"ctl-{uuid.uuid4().hex[:8]}"
     others = tuple(f"{namespace}-t{i}" for i in range(tenants))
     hub = await _client(dev_fleet, "hub")
@@ -87,7 +90,8 @@ async def running(dev_fleet: FleetState, *, rules: Rules | None = None,
     catalog = catalog or Catalog.builtin()
     paths = {n: dev_fleet.cluster(n).kubeconfig for n in members} | (kubeconfigs or {})
     statics = tuple(StaticMember(name=n, kubeconfig=paths[n],
-                                 gang_scheduling=(gangs or {}).get(n, "auto"))
+                                 gang_scheduling=(gangs or {}).get(n, "auto"),
+                                 queueing=(queueing or {}).get(n, Queueing()))
                     for n in members) + tuple(
         StaticMember(name=alias, kubeconfig=dev_fleet.cluster(n).kubeconfig)
         for alias, n in (aliases or {}).items())

@@ -244,11 +244,11 @@ def test_clusters_add_then_list_then_remove(dev_fleet: FleetState,
     lines = capsys.readouterr().out.splitlines()
     header = lines[0].split()
     assert header == ["NAME", "READY", "NODES", "GPUS", "FREE", "LARGEST-BLOCK", "PRODUCTS",
-                      "KINDS", "GANG", "LAST-SEEN", "VERSION", "REASON"]
+                      "KINDS", "GANG", "LAST-SEEN", "VERSION", "QUEUEING", "REASON"]
     row = next(line.split() for line in lines if line.startswith(name + " "))
     assert row[:3] == [name, "True", "5"]
     assert int(row[3]) == 4 * 4 + 8  # member-2: four 4-GPU nodes and one 8-GPU tainted node
-    assert row[-1] == "Connected"
+    assert row[-2:] == ["none", "Connected"]  # no Kueue served there, none declared
     assert main(["clusters", "remove", name, *hub_flags]) == 0
     assert main(["clusters", "remove", name, *hub_flags]) == 1
 

@@ -1,18 +1,19 @@
 """The member copy as a plan: everything a submit or an update writes, decided on plain data.
 
-Fed by the workload, its resolution (the one placing used), the member's gang mechanism
-and the decision's topology domains; feeds the member writer (``control.submit``), which
-only sends what the plan holds, and ``dispatcher explain --show-copy``, which prints it.
-The plan is the copy body (stamped, pod mutations applied, kept to the chosen domains, its
-gangs joined), the gang objects to create before it (``control.core.gangsched``), the pods to
-dry-run against the member's admission (``control.core.dryrun``) and the namespace it goes to.
-A copy that may not or cannot be built is a ``Rejection`` instead: a pod template setting
-a refused scheduling field (``control.core.podpolicy``, the rule placing applied), a workload
-that cannot be resolved, a mutation the definition cannot write.
+Fed by the workload, its resolution (the one placing used), the member's gang mechanism and
+the decision's topology domains; feeds the member writer (``control.submit``), which only
+sends what the plan holds, and ``dispatcher explain --show-copy``, which prints it. The plan
+is the copy body (stamped, pod mutations applied, in the member's queue, kept to the chosen
+domains, its gangs joined), the gang objects to create before it
+(``control.core.gangsched``), the pods to dry-run against the member's admission
+(``control.core.dryrun``) and the namespace it goes to. A copy that may not or cannot be
+built is a ``Rejection`` instead: a pod template setting a refused scheduling field
+(``control.core.podpolicy``, the rule placing applied), a workload that cannot be resolved,
+a mutation the definition cannot write.
 
 No I/O here. ``locate`` evaluates the definition's path expressions: in-process for a
-trusted definition, in the bounded workers for a tenant's (the shell runs the whole plan
-on the evaluator's threads then: ``control.planner``).
+trusted definition, in the bounded workers for a tenant's (the shell runs the whole plan on
+the evaluator's threads then: ``control.planner``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dispatcher.control.core.copies import PodMutations, Rejection, build_copy
 from dispatcher.control.core.names import PendingReason
 from dispatcher.control.core.podpolicy import PodFieldPolicy, refusal
 from dispatcher.control.core.topology import Domains
+from dispatcher.fleet.queueing import QUEUE_LABEL, Queueing
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import (
@@ -53,7 +55,8 @@ def namespace_of(workload: Mapping[str, Any]) -> str:
 class PlanInput:
     """What a plan is computed from. ``resolution``: the workload's (an error when it
     cannot be resolved now); ``mechanism``: the member gang mechanism to join (a submit:
-    the member's; an update: the one the copy was created with); ``dry_run``: compute
+    the member's; an update: the one the copy was created with); ``queueing``: the queue
+    label it carries (``fleet.queueing``); ``dry_run``: compute
     the pods for the member's admission dry-run (a submit with ``submit.admissionCheck``)."""
 
     uid: str
@@ -63,6 +66,8 @@ class PlanInput:
     resolution: Resolution | WorkloadError
     hub_id: str
     mechanism: Mechanism = NONE
+    queueing: Queueing = field(default_factory=Queueing)
+    """How the member queues batch work (its snapshot's: system resolved)."""
     domains: tuple[GangDomain, ...] = ()
     mutations: PodMutations = field(default_factory=PodMutations)
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
@@ -132,13 +137,25 @@ def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Reject
                     gangs=gang_plan, pods=tuple(pods))
 
 
+def _queued(body: dict[str, Any], queueing: Queueing) -> dict[str, Any]:
+    """The copy with the queue label the member expects (``Queueing.label``): the declared
+    LocalQueue, the hub's own value on a Kueue member, never the hub's elsewhere."""
+    meta = body["metadata"]
+    labels = dict(meta.get("labels") or {})
+    wanted = queueing.label(namespace_of(body), labels.pop(QUEUE_LABEL, None))
+    if wanted:
+        labels[QUEUE_LABEL] = wanted
+    meta["labels"] = labels
+    return body
+
+
 def _joined(given: PlanInput, resolution: Resolution, *, locate: Locator
             ) -> tuple[dict[str, Any], gangsched.GangPlan]:
     """The copy, kept to the domains, with the resolution's gangs joined to the mechanism
     (``gangsched``: its instances' creation stages split them)."""
     workload, definition = given.workload, given.definition
-    body = build_copy(workload, hub_id=given.hub_id, definition=definition,
-                      mutations=given.mutations, locate=locate)
+    body = _queued(build_copy(workload, hub_id=given.hub_id, definition=definition,
+                              mutations=given.mutations, locate=locate), given.queueing)
     if given.domains and definition is not None:
         body = Domains.of(given.domains, resolution).apply(body, definition, locate=locate)
     joined = given.mechanism != NONE and definition is not None

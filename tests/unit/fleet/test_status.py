@@ -111,20 +111,22 @@ def test_first_write_always_happens() -> None:
 
 def test_rows() -> None:
     now = T0 + timedelta(seconds=42)
-    full = {"metadata": {"name": "east"}, "spec": {"cordoned": True},
+    full = {"metadata": {"name": "east"},
+            "spec": {"cordoned": True, "queueing": {"localQueue": "team-q"}},
             "status": status.member_status(health=ready(), capacity=capacity(),
                                            version="v1.35.4",
                                            kinds={GroupVersionKind.of("ray.io/v1", "RayJob")},
                                            previous={}, now=T0,
-                                           gang=("workload-api", "workload-api"))}
+                                           gang=("workload-api", "workload-api"),
+                                           queueing=("kueue", True))}
     assert status.row(full, now=now, wide=True) == [
         "east", "True,Cordoned", 3, 20, 11, 6, f"{H100}:11/16,NVIDIA-L40S:0/4", 1,
-        "workload-api", "42s", "v1.35.4", "Connected"]
+        "workload-api", "42s", "v1.35.4", "kueue:team-q", "Connected"]
     empty = {"metadata": {"name": "new"}, "spec": {}}
     assert status.row(empty, now=now) == ["new", "Unknown", None, None, None, None, None,
                                           None, None, None]
     assert len(status.BASE_COLUMNS) == 10
-    assert len(status.WIDE_COLUMNS) == 12
+    assert len(status.WIDE_COLUMNS) == 13
 
 
 def test_gang_scheduling_status_only_once_discovered() -> None:
@@ -135,6 +137,16 @@ def test_gang_scheduling_status_only_once_discovered() -> None:
     assert "gangScheduling" not in status.member_status(**given, gang=("none", None))
     assert status.member_status(**given, gang=("none", "workload-api"))[
         "gangScheduling"] == {"mechanism": "none", "discovered": "workload-api"}
+
+
+def test_queueing_status_only_once_discovered() -> None:
+    """``status.queueing`` says the system copies are queued for and whether the member
+    serves Kueue; before discovery answered it is left out."""
+    given = {"health": ready(), "capacity": None, "version": None, "kinds": None,
+             "previous": {}, "now": T0}
+    assert "queueing" not in status.member_status(**given, queueing=("none", None))
+    assert status.member_status(**given, queueing=("none", True))["queueing"] == {
+        "system": "none", "kueueServed": True}  # served, but the operator said none
 
 
 def test_time_round_trip() -> None:

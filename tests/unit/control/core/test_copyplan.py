@@ -13,6 +13,8 @@ from dispatcher.control.core.copyplan import CopyPlan, PlanInput, namespace_of, 
 from dispatcher.control.core.gangsched import MECHANISM_ANNOTATION
 from dispatcher.control.core.names import ORIGIN_LABEL, PendingReason
 from dispatcher.control.core.podpolicy import PodFieldPolicy
+from dispatcher.fleet.queueing import KUEUE, QUEUE_LABEL, Queueing
+from dispatcher.fleet.queueing import NONE as NO_QUEUEING
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.gangapis import NONE, WORKLOAD_API
 from dispatcher.placement.model import GangDomain
@@ -117,3 +119,18 @@ def test_the_plan_as_explain_prints_it() -> None:
     assert out["object"]["kind"] == "JobSet"
     assert [o["kind"] for o in out["gangObjects"]] == ["Workload"]
     assert out["dryRunPods"] >= 1
+
+
+def test_a_copy_lands_in_the_queue_its_member_expects() -> None:
+    """Kueue member: the declared LocalQueue replaces the hub's label value; undeclared,
+    the hub's value passes; a member without Kueue never gets the hub's value."""
+    obj = jobset()
+    obj["metadata"]["labels"] = {QUEUE_LABEL: "hub-queue", "team": "a"}
+    declared = Queueing(system=KUEUE, local_queues={"team-a": "team-a-gpu"})
+    assert planned(obj, queueing=declared).body["metadata"]["labels"][QUEUE_LABEL] == \
+        "team-a-gpu"
+    assert planned(obj, queueing=Queueing(system=KUEUE)).body["metadata"]["labels"][
+        QUEUE_LABEL] == "hub-queue"
+    labels = planned(obj, queueing=Queueing(system=NO_QUEUEING)).body["metadata"]["labels"]
+    assert QUEUE_LABEL not in labels and labels["team"] == "a"
+    assert obj["metadata"]["labels"][QUEUE_LABEL] == "hub-queue"  # the input is kept
