@@ -23,8 +23,9 @@ from dispatcher.control.core.record import decision_of
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
 from dispatcher.kube.resources import DISPATCHES
+from tests.builders import jobset
 from tests.integration.harness import Harness, eventually, get_or_none, running
-from tests.integration.test_control_dispatch import JOBSETS, jobset
+from tests.integration.test_control_dispatch import JOBSETS
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +54,14 @@ async def test_one_tenant_never_stalls_another(dev_fleet: FleetState) -> None:
                        changes={"backfill_limit": 0, "priority": policy}) as h:
         team_a, team_b = h.namespace, h.others[0]
         await h.hub.request("POST", JOBSETS.collection(team_a), body=jobset(
-            "escape", team_a, replicas=1000, gpus=8,
+            "escape", namespace=team_a, replicas=1000, gpus=8,
             annotations={"dispatcher.io/priority": "1000000000"}))
         await h.hub.request("POST", JOBSETS.collection(team_a), body=jobset(
-            "junk", team_a, replicas=1, gpus=1,
+            "junk", namespace=team_a, replicas=1, gpus=1,
             annotations={"dispatcher.io/priority": "9" * 4000}))
         smalls = [f"small-{i}" for i in range(SMALL)]
         posts = [h.hub.request("POST", JOBSETS.collection(ns),
-                               body=jobset(name, ns, replicas=1, gpus=1))
+                               body=jobset(name, namespace=ns, replicas=1, gpus=1))
                  for ns in (team_a, team_b) for name in smalls]
         await asyncio.gather(*posts)
 

@@ -27,8 +27,9 @@ from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.resources import DISPATCHES, EVENTS, NAMESPACES, NODES, PODS
+from tests.builders import jobset
 from tests.integration.harness import Harness, eventually, get_or_none, running
-from tests.integration.test_control_dispatch import JOBSETS, jobset
+from tests.integration.test_control_dispatch import JOBSETS
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +93,7 @@ async def test_free_gpus_changing_n_times_write_once_plus_refreshes(
                 return free == [7] * len(nodes)
 
             await eventually(seen_full, what="member-1's H100 nodes with 7 GPUs free")
-            body = jobset("wide", h.namespace, replicas=1, gpus=8)
+            body = jobset("wide", namespace=h.namespace, replicas=1, gpus=8)
             pod_spec = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
             pod_spec["nodeSelector"] = {"nvidia.com/gpu.product": H100}
             created = await h.hub.request("POST", JOBSETS.collection(h.namespace), body=body)
