@@ -26,6 +26,7 @@ from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
 from dispatcher.fleet.queueing import NONE as NONE_QUEUE
 from dispatcher.fleet.queueing import Queueing
+from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import DefinitionQuarantined
@@ -49,13 +50,11 @@ class CopyPlanner:
     async def submit(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
                      domains: Sequence[GangDomain] = ()) -> Planned:
         """The copy to create on ``cluster``."""
-        return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
-                                mechanism=await self._mechanism(cluster),
-                                dry_run=self.settings.admission_check)
-
-    def _queueing(self, cluster: str) -> Queueing:
         snapshot = self.fleet.snapshot(cluster)
-        return snapshot.queueing if snapshot is not None else Queueing(system=NONE_QUEUE)
+        return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
+                                snapshot=snapshot,
+                                mechanism=await self._mechanism(cluster, snapshot),
+                                dry_run=self.settings.admission_check)
 
     async def update(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
                      domains: Sequence[GangDomain] = ()) -> Planned | None:
@@ -64,18 +63,20 @@ class CopyPlanner:
         if found is None:
             return None
         return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
+                                snapshot=self.fleet.snapshot(cluster),
                                 mechanism=mechanism_of(found.obj), dry_run=False)
 
     async def _plan(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
-                    domains: Sequence[GangDomain], mechanism: Mechanism,
-                    dry_run: bool) -> Planned:
+                    domains: Sequence[GangDomain], snapshot: MemberSnapshot | None,
+                    mechanism: Mechanism, dry_run: bool) -> Planned:
         await self.resolutions.prepare(uid, workload)
         definition = self.live.current.find(str(workload.get("apiVersion")),
                                             str(workload.get("kind")))
         given = PlanInput(uid=uid, member=cluster, workload=workload, definition=definition,
                           resolution=self.resolutions.get(uid, workload),
                           hub_id=self.settings.hub_id, mechanism=mechanism,
-                          queueing=self._queueing(cluster),
+                          queueing=snapshot.queueing if snapshot is not None
+                          else Queueing(system=NONE_QUEUE),
                           domains=tuple(domains), mutations=self.settings.pod_mutations,
                           pod_fields=self.settings.pod_policy, dry_run=dry_run)
         try:
@@ -89,10 +90,9 @@ class CopyPlanner:
             self.live.notify_quarantine()
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
 
-    async def _mechanism(self, cluster: str) -> Mechanism:
+    async def _mechanism(self, cluster: str, snapshot: MemberSnapshot | None) -> Mechanism:
         """The member's gang mechanism (its MemberCluster's), ``none`` when the member does
         not serve its API right now (discovery, cached per client)."""
-        snapshot = self.fleet.snapshot(cluster)
         mechanism = snapshot.gang_mechanism if snapshot is not None else NONE
         if mechanism == NONE:
             return NONE

@@ -13,7 +13,6 @@ from typing import Any
 
 from dispatcher.control.caches import MemberCopy
 from dispatcher.control.catalog import LiveCatalog
-from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.kube.watch import lean
 from dispatcher.workloads.bounded import DefinitionQuarantined, EvaluationUnavailable
 from dispatcher.workloads.errors import WorkloadError
@@ -21,7 +20,7 @@ from dispatcher.workloads.model import GenericStatus
 
 __all__ = ["forget_readings", "member_copy"]
 
-_STATUS_MEMO: dict[tuple[int, GroupVersionKind, str], tuple[str, tuple[str, ...]]] = {}
+_STATUS_MEMO: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {}
 _STATUS_MEMO_SIZE = 4096
 
 
@@ -46,7 +45,7 @@ async def member_copy(obj: Mapping[str, Any], *, live: LiveCatalog, seen_at: flo
                              else (GenericStatus.UNKNOWN, (GenericStatus.UNKNOWN,)))
         return MemberCopy(obj=obj, generic=generic, statuses=statuses, seen_at=seen_at)
     try:
-        key = (live.version, definition.gvk, json.dumps([obj.get("apiVersion"), obj.get("kind"),
+        key = (live.version, json.dumps([obj.get("apiVersion"), obj.get("kind"),
                                            obj.get("spec"), obj.get("status")],
                                           sort_keys=True, default=str))
     except (TypeError, ValueError):

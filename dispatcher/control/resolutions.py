@@ -101,14 +101,6 @@ class Resolutions:
             return WorkloadError("not resolved yet (the definition changed meanwhile)")
         return cached[3]
 
-    def demand_patch(self, uid: str) -> dict[str, Any]:
-        """``status.demand`` and ``status.definition`` when ``uid`` was resolved, else {}."""
-        cached = self._by_uid.get(uid)
-        if cached is None or not isinstance(cached[3], Resolution):
-            return {}
-        return records.demand_status(demand=cached[3].demand,
-                                     definition=cached[3].definition_name)
-
     def forget(self, uid: str) -> None:
         self._by_uid.pop(uid, None)
 
