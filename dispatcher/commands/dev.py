@@ -37,6 +37,10 @@ examples:
                                             schedules or runs pods
   dispatcher dev up --with-kueue            + Kueue: MultiKueue manager on the hub, workers
                                             on the members (for comparison; not default)
+  dispatcher dev up --member-kueue --fleet clusters/kueue-members.yaml
+                                            each member runs its own Kueue (no MultiKueue):
+                                            quota decides what starts there; the fleet
+                                            file's 'kueue:' objects are its queues
   kubectl --kubeconfig ~/.cache/dispatcher/devfleet/kubeconfig --context member-1 get nodes
   dispatcher dev status -o json             every process of every cluster
   dispatcher dev down                       stop every process 'up' started, remove state
@@ -97,6 +101,12 @@ def register(subparsers: Any) -> None:
                     help="also run Kueue v0.17 (built on first use): a MultiKueue manager on "
                          "the hub, a worker on each member, LocalQueue 'gpus' in namespace "
                          "default (label Jobs/JobSets kueue.x-k8s.io/queue-name=gpus)")
+    up.add_argument("--member-kueue", action="store_true",
+                    help="each member runs its own Kueue v0.17 (no MultiKueue, nothing on the "
+                         "hub) with manageJobsWithoutQueueName: true and the queues of its "
+                         "fleet-file 'kueue:' objects (none: ClusterQueue 'gpus' of its "
+                         "node GPUs, LocalQueue 'gpus' in namespace default); see "
+                         "clusters/kueue-members.yaml")
     up.add_argument("--kueue-qps", type=float, default=None, metavar="N",
                     help="Kueue's client QPS (default: Kueue's own, 20)")
     up.add_argument("--kueue-burst", type=int, default=None, metavar="N",
@@ -133,8 +143,13 @@ def _up(args: argparse.Namespace) -> int:
     except FleetFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.with_kueue and args.light:
-        print("error: --with-kueue needs real members (drop --light)", file=sys.stderr)
+    for flag, given in (("--with-kueue", args.with_kueue), ("--member-kueue", args.member_kueue)):
+        if given and args.light:
+            print(f"error: {flag} needs real members (drop --light)", file=sys.stderr)
+            return 2
+    if args.with_kueue and args.member_kueue:
+        print("error: --with-kueue (MultiKueue) and --member-kueue are two profiles: choose "
+              "one", file=sys.stderr)
         return 2
     if args.hub == "shared" and args.light:
         print("error: --hub shared runs the members' operators on the hub and needs real "
@@ -145,12 +160,13 @@ def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         state = devfleet.up(root=_root(args), fleet=fleet, real=not args.light, hub=args.hub,
-                            job_seconds=args.job_seconds or JOB_SECONDS, kueue=kueue)
+                            job_seconds=args.job_seconds or JOB_SECONDS, kueue=kueue,
+                            member_kueue=args.member_kueue)
     except (BuildError, RuntimeError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    profile = ("light" if args.light else "real members" + (", Kueue" if kueue else "")
-               ) + f", {args.hub} hub"
+    queues = ", MultiKueue" if kueue else ", Kueue on members" if args.member_kueue else ""
+    profile = ("light" if args.light else "real members" + queues) + f", {args.hub} hub"
     print(f"dev fleet ({profile}) ready in "
           f"{time.monotonic() - started:.1f}s: {', '.join(c.name for c in state.clusters)}")
     print(f"kubeconfig: {state.kubeconfig}  (contexts: "

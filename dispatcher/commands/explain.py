@@ -359,6 +359,9 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
     print(f"{workload['kind']}/{workload['name']}: {decision.pods} pod(s), {decision.gpus} "
           f"GPU(s), {decision.gangs} gang(s); policy {decision.policy}")
     columns = ["member", "verdict", "free", "after", "fits", "score", "reason"]
+    quota = any(v.quota is not None for v in decision.verdicts)
+    if quota:
+        columns.insert(6, "quota")  # Kueue members: the bound their queue adds
     if wide:
         columns.append("nodes")
     rows = []
@@ -370,6 +373,8 @@ def print_table(report: Mapping[str, Any], *, wide: bool) -> None:
                           "-" if verdict.fits is None else verdict.fits,
                           "-" if verdict.score is None else f"{verdict.score:g}",
                           verdict.reason]
+        if quota:
+            row.insert(6, verdict.quota.cell() if verdict.quota is not None else "-")
         if wide:
             row.append(",".join(f"{g.node}={g.gpus}" for g in verdict.assignment) or "-")
         rows.append(row)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from dispatcher.devfleet import kueue as kueue_run
-from dispatcher.devfleet import multikueue, operators, provision
+from dispatcher.devfleet import memberkueue, multikueue, operators, provision
 from dispatcher.devfleet.binaries import OperatorBinary, ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState, free_port
 from dispatcher.fleet.fleetfile import HUB_NAME, FleetSpec
@@ -57,7 +57,8 @@ def default_root() -> Path:
 
 def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedicated",
        job_seconds: float = JOB_SECONDS,
-       kueue: kueue_run.ClientLimits | None = None) -> FleetState:
+       kueue: kueue_run.ClientLimits | None = None,
+       member_kueue: bool = False) -> FleetState:
     """Start (or reuse) a hub plus one apiserver per fleet member, provisioned.
 
     ``real`` gives every member kube-controller-manager, kube-scheduler and kwok, and returns
@@ -66,13 +67,19 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedi
     ``FleetState.hub_mode``. Safe to call twice: a running healthy fleet of the same
     profile and hub mode is reused and provisioning is idempotent; one of another member
     profile or hub mode is restarted. ``kueue`` (needs ``real``) adds the Kueue profile
-    with those client limits on every Kueue instance; a running fleet with the other Kueue
-    profile is restarted.
+    with those client limits on every Kueue instance; ``member_kueue`` (needs ``real``,
+    not with ``kueue``) the member-Kueue profile: each member runs its own Kueue (no
+    MultiKueue, nothing on the hub) with the queues of its fleet file ``kueue`` objects, or
+    a ClusterQueue ``gpus`` of its node GPUs and LocalQueues ``gpus`` when it lists none.
+    A running fleet of another Kueue profile is restarted.
     """
     if hub not in HUB_MODES:
         raise ValueError(f"hub mode {hub!r} is not one of {', '.join(HUB_MODES)}")
-    if kueue is not None and not real:
-        raise ValueError("the Kueue profile needs real members (not --light)")
+    if (kueue is not None or member_kueue) and not real:
+        raise ValueError("the Kueue profiles need real members (not --light)")
+    if kueue is not None and member_kueue:
+        raise ValueError("--with-kueue (MultiKueue) and --member-kueue are two profiles: "
+                         "choose one")
     if hub == "shared" and not real:
         raise ValueError("a shared hub runs the same operators as real members: it needs "
                          "real members (not --light)")
@@ -81,9 +88,10 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedi
         raise ValueError(f"a member may not be called {HUB!r}: that is the dev fleet's hub")
     planes = ControlPlanes(root=root, binaries=ensure_binaries(members=real),
                            job_seconds=job_seconds)
-    peers = ensure_peers() if kueue is not None else ()
+    peers = ensure_peers() if kueue is not None or member_kueue else ()
+    profile = "members" if member_kueue else _limits_key(kueue)
     existing = planes.state()
-    if existing is not None and _kueue_config(existing) != _limits_key(kueue):
+    if existing is not None and _kueue_config(existing) != profile:
         planes.down()
     state = planes.up(names=[HUB, *members],
                       real=[*members, HUB] if hub == "shared" else members if real else (),
@@ -102,9 +110,11 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedi
     if real:
         for member in fleet.members:
             provision.wait_nodes_ready(state.cluster(member.name).rest(), member)
-    if kueue is not None and not any(p.role == "kueue" for c in state.clusters
-                                     for p in c.components):
+    started = any(p.role == "kueue" for c in state.clusters for p in c.components)
+    if kueue is not None and not started:
         state = _start_kueue(planes, state, fleet, peers[0], kueue)
+    if member_kueue and not started:
+        state = _start_member_kueue(planes, state, fleet, peers[0])
     return state
 
 
@@ -140,6 +150,30 @@ def _start_kueue(planes: ControlPlanes, state: FleetState, fleet: FleetSpec,
                      for m in fleet.members})
     multikueue.wait_active(hub, multikueue.manager_paths(fleet))
     (Path(state.root) / "kueue-profile").write_text(str(_limits_key(limits)))
+    return planes.state() or state
+
+
+def _start_member_kueue(planes: ControlPlanes, state: FleetState, fleet: FleetSpec,
+                        op: OperatorBinary) -> FleetState:
+    """Install and start each member's own Kueue and its queues; returns once every
+    ClusterQueue is Active."""
+    ca = pki.load_ca(Path(state.root))
+    for member in fleet.members:
+        cluster = state.cluster(member.name)
+        run = kueue_run.prepare(op, home=Path(state.root) / cluster.name,
+                                kubeconfig=cluster.kubeconfig, ca=ca, free_port=free_port,
+                                member=True)
+        operators.install(cluster.rest(), run)
+        planes.add_processes(cluster.name, [run])
+    for member in fleet.members:
+        rest = state.cluster(member.name).rest()
+        if member.kueue:
+            memberkueue.apply_objects(rest, member.kueue)
+            multikueue.wait_active(rest, memberkueue.cluster_queue_paths(member.kueue))
+        else:
+            multikueue.configure_worker(rest, member, namespaces=KUEUE_NAMESPACES)
+            multikueue.wait_active(rest, multikueue.worker_paths())
+    (Path(state.root) / "kueue-profile").write_text("members")
     return planes.state() or state
 
 

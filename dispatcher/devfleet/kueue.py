@@ -8,8 +8,9 @@ Kueue's release manifests install it, minus the Deployment (like the workload op
 - every CRD of the release (``v1beta2`` is their storage version and they carry no
   conversion webhook, so only ``v1beta2`` objects are written);
 - its webhook configurations with ``clientConfig.url`` on the instance's loopback port and
-  the fleet CA as ``caBundle``, kept only for Kueue's own kinds and the two integrations
-  enabled here (``batch/job``, ``jobset.x-k8s.io/jobset``): Kueue answers the others with
+  the fleet CA as ``caBundle``, kept only for Kueue's own kinds and the integrations
+  enabled here (``batch/job``, ``jobset.x-k8s.io/jobset``; a member's own Kueue, the
+  ``--member-kueue`` profile, also ``kubeflow.org/pytorchjob``): Kueue answers the others with
   no-op handlers, but registering them would put every Pod, Deployment, ... of the cluster
   behind one more process for nothing. The Job mutating webhook must be registered: it is
   what suspends a queued Job at creation (and, on the hub, sets ``spec.managedBy`` to
@@ -41,13 +42,17 @@ from dispatcher.devfleet import operators
 from dispatcher.devfleet.binaries import OperatorBinary, cache_root
 from dispatcher.kube import pki
 
-__all__ = ["CONFIG_API", "INTEGRATIONS", "NAMESPACE", "ClientLimits", "prepare"]
+__all__ = ["CONFIG_API", "INTEGRATIONS", "MEMBER_INTEGRATIONS", "NAMESPACE", "ClientLimits",
+           "prepare"]
 
 CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 NAMESPACE = "kueue-system"
 """Kueue's namespace: where the manager looks for MultiKueue kubeconfig Secrets."""
 INTEGRATIONS = ("batch/job", "jobset.x-k8s.io/jobset")
+MEMBER_INTEGRATIONS = (*INTEGRATIONS, "kubeflow.org/pytorchjob")
+"""A member's own Kueue (``--member-kueue``): the kinds it queues there."""
 WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "batch", "jobset.x-k8s.io"})
+MEMBER_WEBHOOK_GROUPS = WEBHOOK_GROUPS | {"kubeflow.org"}
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 """Hard-coded in cmd/kueue/main.go (v0.17.0) for internal cert management off."""
 
@@ -81,21 +86,25 @@ def _metrics_certs() -> None:
             tmp.replace(target)  # atomic: another fleet's Kueue may be reading it
 
 
-def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+def _webhooks(op: OperatorBinary, *, port: int, ca_pem: bytes,
+              groups: frozenset[str]) -> list[dict[str, Any]]:
     """The release's webhook configurations for Kueue's kinds and the enabled integrations,
     on loopback (named ``kueue-<upstream name>``)."""
     configs = operators.webhook_configs(op, port=port, ca_pem=ca_pem, pod_label=None)
     for config in configs:
         config["webhooks"] = [hook for hook in config["webhooks"]
-                              if all(set(rule.get("apiGroups", ())) <= WEBHOOK_GROUPS
+                              if all(set(rule.get("apiGroups", ())) <= groups
                                      for rule in hook.get("rules", ()))]
     return [c for c in configs if c["webhooks"]]
 
 
 def config(*, webhook_port: int, health_port: int, cert_dir: Path,
-           limits: ClientLimits) -> dict[str, Any]:
+           limits: ClientLimits, member: bool = False) -> dict[str, Any]:
     """The instance's ``Configuration`` (the same for a manager and a worker: MultiKueue is
-    on by default, and a worker simply has no MultiKueue AdmissionCheck)."""
+    on by default, and a worker simply has no MultiKueue AdmissionCheck). ``member``: a
+    member's own Kueue, as GPU platforms run it: ``manageJobsWithoutQueueName`` (nothing
+    bypasses quota; a job with no queue label stays suspended unless its namespace has a
+    LocalQueue ``default``) and ``MEMBER_INTEGRATIONS``."""
     body: dict[str, Any] = {
         "apiVersion": CONFIG_API, "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -104,9 +113,11 @@ def config(*, webhook_port: int, health_port: int, cert_dir: Path,
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "integrations": {"frameworks": list(INTEGRATIONS)},
+        "integrations": {"frameworks": list(MEMBER_INTEGRATIONS if member else INTEGRATIONS)},
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if member:
+        body["manageJobsWithoutQueueName"] = True
     connection = {k: v for k, v in (("qps", limits.qps), ("burst", limits.burst))
                   if v is not None}
     if connection:
@@ -115,8 +126,8 @@ def config(*, webhook_port: int, health_port: int, cert_dir: Path,
 
 
 def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.CertificateAuthority,
-            free_port: Callable[[], int],
-            limits: ClientLimits = ClientLimits()) -> operators.OperatorRun:
+            free_port: Callable[[], int], limits: ClientLimits = ClientLimits(),
+            member: bool = False) -> operators.OperatorRun:
     """Write one Kueue instance's config and certificate under ``home``, choose its ports.
 
     Ready once its Job mutating webhook answers (the handlers are registered after the
@@ -126,7 +137,8 @@ def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.Certific
     certs = operators.serving_cert(home, ca, op.name)
     path = home / f"{op.name}-config.yaml"
     path.write_text(yaml.safe_dump(config(webhook_port=webhook_port, health_port=health_port,
-                                          cert_dir=certs, limits=limits), sort_keys=False))
+                                          cert_dir=certs, limits=limits, member=member),
+                                   sort_keys=False))
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     return operators.OperatorRun(
         name=op.name,
@@ -134,7 +146,8 @@ def prepare(op: OperatorBinary, *, home: Path, kubeconfig: str, ca: pki.Certific
               "--zap-log-level=info"],
         health=f"https://127.0.0.1:{webhook_port}/mutate-batch-v1-job",
         crds=operators.crds_of(op),
-        webhooks=_webhooks(op, port=webhook_port, ca_pem=ca.cert_pem),
+        webhooks=_webhooks(op, port=webhook_port, ca_pem=ca.cert_pem,
+                           groups=MEMBER_WEBHOOK_GROUPS if member else WEBHOOK_GROUPS),
         objects=[("/api/v1/namespaces", namespace)])
 
 

@@ -28,8 +28,9 @@ from dispatcher.devfleet.rest import ApiError, Rest
 from dispatcher.fleet.fleetfile import FleetSpec, MemberSpec
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
-__all__ = ["CHECK", "QUEUE", "Flavor", "add_queue", "cluster_queue", "configure_manager",
-           "configure_worker", "flavors", "manager_paths", "wait_active", "worker_paths"]
+__all__ = ["BASE", "CHECK", "QUEUE", "Flavor", "add_queue", "apply_object", "cluster_queue",
+           "configure_manager", "configure_worker", "flavors", "manager_paths", "wait_active",
+           "worker_paths"]
 
 API = "kueue.x-k8s.io/v1beta2"
 BASE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -98,7 +99,7 @@ def cluster_queue(quotas: dict[Flavor, int], *, check: str | None) -> dict[str, 
             "spec": spec}
 
 
-def _apply(rest: Rest, collection: str, body: dict[str, Any]) -> None:
+def apply_object(rest: Rest, collection: str, body: dict[str, Any]) -> None:
     """Create ``body``, or replace the existing object of that name (idempotent set-up)."""
     try:
         rest.request("POST", collection, body)
@@ -117,7 +118,7 @@ def add_queue(rest: Rest, namespace: str) -> None:
     objects in the same namespace and queue, and creates no namespace)."""
     rest.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": namespace}})
-    _apply(rest, f"{BASE}/namespaces/{namespace}/localqueues", {
+    apply_object(rest, f"{BASE}/namespaces/{namespace}/localqueues", {
         "apiVersion": API, "kind": "LocalQueue",
         "metadata": {"name": QUEUE, "namespace": namespace},
         "spec": {"clusterQueue": QUEUE}})
@@ -135,16 +136,16 @@ def configure_manager(rest: Rest, fleet: FleetSpec, *, kubeconfigs: dict[str, by
     gated by that check."""
     for member in fleet.members:
         secret = f"{member.name}-kubeconfig"
-        _apply(rest, f"/api/v1/namespaces/{kueue.NAMESPACE}/secrets",
+        apply_object(rest, f"/api/v1/namespaces/{kueue.NAMESPACE}/secrets",
                kueue.kubeconfig_secret(secret, kubeconfigs[member.name]))
-        _apply(rest, f"{BASE}/multikueueclusters", {
+        apply_object(rest, f"{BASE}/multikueueclusters", {
             "apiVersion": API, "kind": "MultiKueueCluster", "metadata": {"name": member.name},
             "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret",
                                                       "location": secret}}}})
-    _apply(rest, f"{BASE}/multikueueconfigs", {
+    apply_object(rest, f"{BASE}/multikueueconfigs", {
         "apiVersion": API, "kind": "MultiKueueConfig", "metadata": {"name": CHECK},
         "spec": {"clusters": [m.name for m in fleet.members]}})
-    _apply(rest, f"{BASE}/admissionchecks", {
+    apply_object(rest, f"{BASE}/admissionchecks", {
         "apiVersion": API, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
         "spec": {"controllerName": CONTROLLER, "parameters": {
             "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": CHECK}}})
@@ -156,8 +157,8 @@ def _queues(rest: Rest, quotas: dict[Flavor, int], *, check: str | None,
     """The flavors, the ClusterQueue of their GPUs (behind ``check`` if any) and a
     LocalQueue in each namespace: the same on both sides."""
     for flavor in quotas:
-        _apply(rest, f"{BASE}/resourceflavors", flavor.manifest())
-    _apply(rest, f"{BASE}/clusterqueues", cluster_queue(quotas, check=check))
+        apply_object(rest, f"{BASE}/resourceflavors", flavor.manifest())
+    apply_object(rest, f"{BASE}/clusterqueues", cluster_queue(quotas, check=check))
     for namespace in namespaces:
         add_queue(rest, namespace)
 

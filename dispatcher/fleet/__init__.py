@@ -8,7 +8,8 @@ incrementally from Node and Pod events), ``nodes`` (the few Node and Pod fields 
 ``status`` (the MemberCluster status rendered from live state), ``topology`` (a member's
 topology levels), ``members`` (a member's spec from a MemberCluster or a static member),
 ``settings`` (the fleet's part of the config), ``queueing`` (how a member queues batch
-work, and the queue label a copy carries there), ``fleetfile`` (members described as node
+work, and the queue label a copy carries there), ``quota`` (a Kueue member's GPU quota: how
+much of a workload its queues let start now), ``fleetfile`` (members described as node
 pools), ``identity`` (the hub's identity on a member, as manifests), ``signals`` (who
 changed, and how: one pulse per member and category).
 

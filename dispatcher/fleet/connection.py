@@ -8,6 +8,9 @@ supervisor task:
         Node informer  -> ClusterCapacity (rebuilt from each Listed, Changed applied)
         Pod informer   -> ClusterCapacity (bound, non-terminated pods only), then
                           MemberReservations (a workload's bound pods shrink its reservation)
+        Kueue informers -> QuotaObjects (a Kueue member's ClusterQueues, LocalQueues and
+                          ResourceFlavors; unreadable ones are retried, never fail the
+                          session: quota then does not bound placement there)
         probe loop     -> lastSeen; a failed probe ends the session
         discovery loop -> served workload kinds
     any failure -> health.failed (first loss kept) -> tenacity backoff -> again
@@ -37,7 +40,8 @@ from dispatcher.fleet import health as healthmod
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.kubeconfigs import INSECURE, SKIP_VERIFY, KubeconfigProblem, transport_risk
 from dispatcher.fleet.members import MemberSpec
-from dispatcher.fleet.queueing import Queueing
+from dispatcher.fleet.queueing import KUEUE, Queueing
+from dispatcher.fleet.quota import Kind, MemberQuota, QuotaObjects
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.settings import FleetSettings
 from dispatcher.fleet.signals import Change
@@ -105,10 +109,12 @@ class MemberConnection:
         """The discovered resource of each served kind: discovered once, here, for everyone
         (the copy watches read it too)."""
         self.gang_discovered: Mechanism | None = None
-        self.kueue_discovered: bool | None = None
-        """Whether the member serves Kueue's LocalQueue (None: not asked yet)."""
         """The gang mechanism the member's served APIs point to (``kube.gangapis``); None
         until discovered."""
+        self.kueue_discovered: bool | None = None
+        """Whether the member serves Kueue's queue APIs (None: not asked yet)."""
+        self.quota_objects = QuotaObjects()
+        self._kueue: Mapping[Kind, ResourceRef] = {}
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
@@ -160,6 +166,14 @@ class MemberConnection:
         """How copies are queued there: ``spec.queueing``, its system resolved (auto: by
         the served APIs)."""
         return self.spec.queueing.effective(discovered=self.kueue_discovered)
+
+    @property
+    def quota(self) -> MemberQuota | None:
+        """The member's queues for placement: on a Kueue member once all three kinds were
+        listed; None otherwise (quota does not bound placement there)."""
+        if self.queueing.system != KUEUE or not self.quota_objects.synced:
+            return None
+        return self.quota_objects.view()
 
     def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         """Discover these workload kinds from now on (the live catalog changed): at once,
@@ -301,11 +315,16 @@ class MemberConnection:
             self._log.info("member.gang_mechanism", discovered=gang,
                            spec=self.spec.gang_scheduling)
             self._notify(Change.STATE)
-        kueue = await serving.runs_kueue(client)
+        resources = await serving.kueue_resources(client)
+        kueue = resources is not None
         if kueue != self.kueue_discovered:
+            watching = bool(self._kueue)
             self.kueue_discovered = kueue
+            self._kueue = resources or {}
             self._log.info("member.queueing", kueue=kueue, spec=self.spec.queueing.system)
             self._notify(Change.STATE)
+            if watching != self._watches_queues():
+                self._reload.set()  # start (or stop) the queue informers: a new session
         if not self._kinds:
             return  # no catalog given: served kinds stay unknown (None filters nothing)
         found = await serving.served_kinds(client, self._kinds)
@@ -328,6 +347,10 @@ class MemberConnection:
             asyncio.create_task(self._rediscover(client), name=f"{prefix}/discovery"),
             asyncio.create_task(self._reload.wait(), name=f"{prefix}/reload"),
         ]
+        if self._watches_queues():
+            tasks += [asyncio.create_task(self._queue_informer(client, kind, ref),
+                                          name=f"{prefix}/{kind}")
+                      for kind, ref in self._kueue.items()]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -363,6 +386,35 @@ class MemberConnection:
                         else:
                             self._apply(what, item)
                         self._notify(change)
+
+    def _watches_queues(self) -> bool:
+        return bool(self._kueue) and self.queueing.system == KUEUE
+
+    async def _queue_informer(self, client: KubeClient, kind: Kind, ref: ResourceRef) -> None:
+        """List+watch one Kueue kind into ``quota_objects``; a failure (no RBAC for it, a
+        Kueue upgrade) is logged and retried after a resync period, the session goes on."""
+        objects = self.quota_objects
+        while True:
+            stream = cast(AsyncGenerator[watch.Listed | watch.Changed, None], watch.informer(
+                client, ref, timeout_seconds=self._settings.watch_timeout_s))
+            try:
+                async with asyncio.timeout(self._settings.resync_period_s), \
+                        contextlib.aclosing(stream):
+                    async for item in stream:
+                        if isinstance(item, watch.Listed):
+                            objects.relist(kind, item.objects)
+                        else:
+                            objects.apply(kind, item.type, item.object)
+                        self._notify(Change.CAPACITY)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # any failure: quota unknown, retried
+                objects.listed.discard(kind)
+                self._notify(Change.CAPACITY)
+                self._log.warning("member.quota_unreadable", kind=kind, error=str(exc),
+                                  hint="placement there is bounded by nodes only; see "
+                                       "deploy/member for the Kueue read rules")
+                await asyncio.sleep(self._settings.resync_period_s)
 
     def _relist(self, what: str, objects: list[dict[str, Any]]) -> bool:
         """Replace nodes or pods; True when this made the member Ready (both listed)."""

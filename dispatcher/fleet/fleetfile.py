@@ -15,6 +15,15 @@ Format::
       topologyLevels:                    # optional (MemberCluster spec.topologyLevels)
       - {name: rack, nodeLabel: example.com/rack}
       queueing: {system: kueue, localQueue: team-a}   # optional (spec.queueing)
+      kueue:                             # optional: the member's Kueue queues, as objects
+      - {kind: ResourceFlavor, metadata: {name: h100},
+         spec: {nodeLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}}
+      - {kind: ClusterQueue, metadata: {name: team-a}, spec: {namespaceSelector: {},
+         resourceGroups: [{coveredResources: [nvidia.com/gpu], flavors: [{name: h100,
+         resources: [{name: nvidia.com/gpu, nominalQuota: 16}]}]}]},
+         status: {flavorsReservation: [...]}}   # status: offline only (quota in use)
+      - {kind: LocalQueue, metadata: {name: team-a, namespace: team-a},
+         spec: {clusterQueue: team-a}}
       nodePools:
       - name: h100                       # node names: <member>-<pool>-<index>
         count: 4
@@ -103,6 +112,10 @@ class MemberSpec:
     node_pools: tuple[NodePool, ...] = ()
     topology_levels: tuple[TopologyLevel, ...] = ()
     queueing: Queueing = field(default_factory=Queueing)
+    kueue: tuple[Mapping[str, Any], ...] = ()
+    """Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue; ``kueue.x-k8s.io/v1beta2``
+    unless given): what ``dispatcher dev up --member-kueue`` creates on the member and what
+    ``explain --fleet`` and ``simulate`` read its quota from (``fleet.quota``)."""
 
 
 DEFAULT_HUB_POOLS = (NodePool(name="h100", count=2, gpus=8,
@@ -138,6 +151,29 @@ def _expect(value: Any, kind: type | tuple[type, ...], *, where: str) -> Any:
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise FleetFileError(f"{where}: expected {names}, got {type(value).__name__} {value!r}")
     return value
+
+
+KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+
+
+def _kueue(value: Any, *, where: str) -> tuple[Mapping[str, Any], ...]:
+    """A member's Kueue objects, checked for kind and name (their specs are Kueue's to
+    validate when created; offline they are read leniently, like the live ones)."""
+    out = []
+    for i, item in enumerate(_expect(value if value is not None else [], list, where=where)):
+        at = f"{where}[{i}]"
+        obj = dict(_expect(item, dict, where=at))
+        if obj.get("kind") not in KUEUE_KINDS:
+            raise FleetFileError(f"{at}.kind: expected one of {', '.join(KUEUE_KINDS)}, got "
+                                 f"{obj.get('kind')!r}")
+        meta = _expect(obj.get("metadata"), dict, where=f"{at}.metadata")
+        _expect(meta.get("name"), str, where=f"{at}.metadata.name")
+        if obj["kind"] == "LocalQueue":
+            _expect(meta.get("namespace"), str, where=f"{at}.metadata.namespace")
+        obj.setdefault("apiVersion", KUEUE_API)
+        out.append(obj)
+    return tuple(out)
 
 
 def _str_map(value: Any, *, where: str) -> dict[str, str]:
@@ -208,7 +244,8 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
         members.append(MemberSpec(name=name, labels=_str_map(raw.get("labels"),
                                                              where=f"{where}.labels"),
                                   node_pools=pools, topology_levels=levels,
-                                  queueing=queueing))
+                                  queueing=queueing,
+                                  kueue=_kueue(raw.get("kueue"), where=f"{where}.kueue")))
     if "hub" not in data:
         return FleetSpec(members=tuple(members))
     return FleetSpec(members=tuple(members), hub=_hub(data["hub"], where=f"{source}: hub"))

@@ -202,7 +202,8 @@ class Fleet:
             cordoned=conn.spec.cordoned, served_kinds=conn.served,
             allowed_namespaces=conn.spec.allowed_namespaces,
             topology_levels=conn.spec.topology_levels or self._settings.topology_levels,
-            gang_mechanism=conn.gang_mechanism, queueing=conn.queueing)
+            gang_mechanism=conn.gang_mechanism, queueing=conn.queueing,
+            quota=conn.quota)
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""

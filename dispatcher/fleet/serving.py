@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatcher.fleet.queueing import LOCAL_QUEUES
+from dispatcher.fleet.quota import Kind
 from dispatcher.kube import errors, gangapis
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.gangapis import Mechanism
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 
-__all__ = ["cluster_id", "gang_mechanism", "runs_kueue", "served_kinds"]
+__all__ = ["cluster_id", "gang_mechanism", "kueue_resources", "served_kinds"]
 
 
 async def served_kinds(client: KubeClient, kinds: Sequence[GroupVersionKind]
@@ -37,12 +38,23 @@ async def gang_mechanism(client: KubeClient) -> Mechanism:
     return gangapis.discovered(apis)
 
 
-async def runs_kueue(client: KubeClient) -> bool:
-    """Whether the member serves Kueue's LocalQueue (``fleet.queueing.LOCAL_QUEUES``)."""
+_QUEUE_KINDS: dict[Kind, str] = {"clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
+                                 "resourceflavors": "ResourceFlavor"}
+
+
+async def kueue_resources(client: KubeClient) -> dict[Kind, ResourceRef] | None:
+    """The member's ClusterQueue, LocalQueue and ResourceFlavor resources, of the newest
+    Kueue version it serves all three of (None: it runs no Kueue we can read)."""
     for gvk in LOCAL_QUEUES:
-        if await client.discovery.resource(gvk.api_version, gvk.kind) is not None:
-            return True
-    return False
+        found: dict[Kind, ResourceRef] = {}
+        for kind, name in _QUEUE_KINDS.items():
+            ref = await client.discovery.resource(gvk.api_version, name)
+            if ref is None:
+                break
+            found[kind] = ref
+        else:
+            return found
+    return None
 
 
 async def cluster_id(client: KubeClient, *, request_timeout: float, log: Any) -> str | None:

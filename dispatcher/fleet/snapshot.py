@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.queueing import Queueing
+from dispatcher.fleet.quota import MemberQuota
 from dispatcher.fleet.topology import TopologyLevel
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.kube.resources import GroupVersionKind
@@ -51,3 +52,6 @@ class MemberSnapshot:
     gang_mechanism: Mechanism = NONE
     queueing: Queueing = field(default_factory=Queueing)
     """How the member queues batch work (``fleet.queueing``: spec, system resolved)."""
+    quota: MemberQuota | None = None
+    """A Kueue member's queues as last read (``fleet.quota``); None: not known, so quota
+    does not bound placement there."""

@@ -1,9 +1,11 @@
 """The decision: filter members, fit the gangs, score, choose, explain.
 
 Filters run cheapest first and the first that rejects a member gives its reason: pin,
-cluster selector, namespace allow-list, Ready, cordoned, served kind, then gang fit at node
-granularity (``placement.fit``). Feasible members are ranked by (``prefer`` order, policy score plus
-the member's weight, name), so the same input always gives the same answer.
+cluster selector, namespace allow-list, Ready, cordoned, served kind, on a Kueue member the
+quota of the copy's ClusterQueue (``fleet.quota``; the reason gives both bounds), then gang
+fit at node granularity (``placement.fit``). Feasible members are ranked by (``prefer``
+order, policy score plus the member's weight, name), so the same input always gives the same
+answer.
 
 Policies (score: higher is better):
 
@@ -20,6 +22,8 @@ import operator
 from collections.abc import Sequence
 from dataclasses import replace
 
+from dispatcher.fleet.queueing import KUEUE
+from dispatcher.fleet.quota import QuotaFit
 from dispatcher.placement.model import (
     Decision,
     MemberSnapshot,
@@ -73,6 +77,29 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
     return None
 
 
+def _quota(member: MemberSnapshot, request: PlacementRequest) -> QuotaFit | None:
+    """The quota bound on a Kueue member whose queues are known (None: not bounded).
+    The member's in-flight reservations count against it: a copy just sent is not in the
+    ClusterQueue's status yet."""
+    quota, queueing = member.quota, member.queueing
+    if quota is None or queueing.system != KUEUE:
+        return None
+    namespace = request.namespace or "default"
+    return quota.fit(request.demand, namespace=namespace,
+                     queue=queueing.label(namespace, request.queue),
+                     in_flight=member.capacity.reserved)
+
+
+def _quota_misfit(fit: QuotaFit | None, member: MemberSnapshot) -> str | None:
+    if fit is None or fit.fits:
+        return None
+    return f"{fit.reason}; {member.capacity.free} free on nodes"
+
+
+def _with_quota(verdict: Verdict, fit: QuotaFit | None) -> Verdict:
+    return verdict if fit is None else replace(verdict, quota=fit)
+
+
 def eligible(members: Sequence[MemberSnapshot], request: PlacementRequest) -> tuple[str, ...]:
     """Members that could take the request at all (every gate passes; free capacity not
     considered): who is left after a member refused a copy. Raises PlacementError like
@@ -111,11 +138,12 @@ def decide(members: Sequence[MemberSnapshot], request: PlacementRequest) -> Deci
 
 _Candidate = tuple[int, float, str, int]
 _Feasible = tuple[tuple[int, float, int, str], Verdict, Fitted]
+_Fitted = tuple[MemberSnapshot, Fitted | None, QuotaFit | None]
 
 
 def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
                 selector: Selector | None, shape: Shape, rejected: list[Verdict]
-                ) -> tuple[list[_Candidate], list[tuple[MemberSnapshot, Fitted | None]]]:
+                ) -> tuple[list[_Candidate], list[_Fitted]]:
     """Members past every gate and the O(1) bounds, ranked (preference, -score, name,
     index into the second list); the others go to ``rejected``. Only the bounds run here,
     as a fresh decision would: members ranked below the first feasible one stay "not
@@ -125,14 +153,16 @@ def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
     unpreferred, weights = len(prefer), request.weights
     best_fit, gpus = shape.best_fit, shape.gpus
     candidates: list[_Candidate] = []
-    fitted: list[tuple[MemberSnapshot, Fitted | None]] = []
+    fitted: list[_Fitted] = []
     reasons = request.reasons
     for member in members:
         name, capacity = member.name, member.capacity
         reason = _gate(member, request, selector)
+        quota = _quota(member, request) if reason is None else None
+        reason = reason or _quota_misfit(quota, member)
         if reason is not None:
             if reasons:
-                rejected.append(gated(name, capacity, reason, shape))
+                rejected.append(_with_quota(gated(name, capacity, reason, shape), quota))
             continue
         if out_of_bounds(capacity, shape):
             if reasons:
@@ -145,13 +175,13 @@ def _candidates(members: Sequence[MemberSnapshot], request: PlacementRequest,
         # names are unique, so the tuples sort without comparing further
         candidates.append((prefer.get(name, unpreferred) if prefer else 0, -score, name,
                            len(fitted)))
-        fitted.append((member, None))
+        fitted.append((member, None, quota))
     candidates.sort()
     return candidates, fitted
 
 
 def _in_rank_order(candidates: list[_Candidate],
-                   fitted: list[tuple[MemberSnapshot, Fitted | None]], shape: Shape,
+                   fitted: list[_Fitted], shape: Shape,
                    rejected: list[Verdict]) -> tuple[list[_Feasible], list[Verdict]]:
     """Pack in rank order until the first feasible rank (members tied with it are still
     packed, for a deterministic choice); the rest are "not evaluated"."""
@@ -159,7 +189,7 @@ def _in_rank_order(candidates: list[_Candidate],
     skipped: list[Verdict] = []
     stop_at: tuple[int, float] | None = None
     for preference, neg_score, name, index in candidates:
-        member, entry = fitted[index]
+        member, entry, quota = fitted[index]
         if stop_at is not None and (preference, neg_score) != stop_at:
             capacity = member.capacity
             skipped.append(Verdict(
@@ -169,7 +199,7 @@ def _in_rank_order(candidates: list[_Candidate],
             continue
         if entry is None:
             entry = verdict_of(name, member.capacity, shape, member.topology_levels)
-        verdict = entry.verdict
+        verdict = _with_quota(entry.verdict, quota)
         if not verdict.feasible:
             rejected.append(verdict)
             continue
@@ -194,11 +224,13 @@ def _exhaustive(members: Sequence[MemberSnapshot], request: PlacementRequest,
         name = member.name
         capacity = member.capacity
         reason = _gate(member, request, selector)
+        quota = _quota(member, request) if reason is None else None
+        reason = reason or _quota_misfit(quota, member)
         if reason is not None:
-            rejected.append(gated(name, capacity, reason, shape))
+            rejected.append(_with_quota(gated(name, capacity, reason, shape), quota))
             continue
         entry = verdict_of(name, capacity, shape, member.topology_levels)
-        verdict = entry.verdict
+        verdict = _with_quota(entry.verdict, quota)
         if not verdict.feasible:
             rejected.append(verdict)
         elif prefer or weights:

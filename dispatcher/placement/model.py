@@ -13,6 +13,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from dispatcher.fleet.quota import QuotaFit
 from dispatcher.fleet.snapshot import MemberSnapshot
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.demand import Demand, TopologyConstraint
@@ -68,6 +69,8 @@ class PlacementRequest:
     an allow-list never takes a request whose namespace is not known). ``topology`` (the
     ``dispatcher.io/topology`` annotations) keeps every gang in one domain of a level,
     over whatever the definition's ``podGroup.topology`` said (``placement.domains``).
+    ``queue`` is the hub object's Kueue queue label: on a Kueue member the copy's LocalQueue
+    unless the member declares one (``fleet.queueing``), whose quota bounds the fit.
     """
 
     demand: Demand
@@ -83,6 +86,7 @@ class PlacementRequest:
     namespace: str = ""
     topology: TopologyConstraint | None = None
     reasons: bool = True
+    queue: str | None = None
 
     @cached_property
     def identity(self) -> tuple[object, ...]:
@@ -90,7 +94,8 @@ class PlacementRequest:
         are a function of the request (``dispatcher simulate``'s bare-fleet memo)."""
         return (self.demand, self.api_version, self.kind, self.pin, self.selector,
                 self.policy, self.prefer, tuple(sorted(self.weights.items())),
-                self.count_fits, self.exhaustive, self.namespace, self.topology, self.reasons)
+                self.count_fits, self.exhaustive, self.namespace, self.topology, self.reasons,
+                self.queue)
 
     @property
     def group(self) -> str:
@@ -202,6 +207,8 @@ class Verdict:
     assignment: tuple[NodeGrant, ...] = ()
     domains: tuple[GangDomain, ...] = ()
     rooms: tuple[DomainRoom, ...] = ()
+    quota: QuotaFit | None = None
+    """On a Kueue member whose queues are known, the quota bound (``fleet.quota``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -215,6 +222,8 @@ class Verdict:
             data["domains"] = [d.to_dict() for d in self.domains]
         if self.rooms:
             data["rooms"] = [r.to_dict() for r in self.rooms]
+        if self.quota is not None:
+            data["quota"] = self.quota.to_dict()
         return data
 
 

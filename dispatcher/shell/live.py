@@ -21,6 +21,7 @@ import yaml
 from dispatcher.config import Config
 from dispatcher.control.core import record as records
 from dispatcher.fleet import reservations
+from dispatcher.fleet.queueing import KUEUE
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube import watch
@@ -98,7 +99,8 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
                          ) -> list[MemberSnapshot]:
     """Member snapshots as the controller sees them now (see the module docstring).
 
-    Waits until every member is Ready or ``wait_ready_s`` passes; members still not Ready are
+    Waits until every member is Ready (a Kueue member: with its queues read) or
+    ``wait_ready_s`` passes; members still not Ready are
     returned as such (placement reports them "not ready" with the reason). The reservation
     of ``exclude_uid`` (the workload being explained, if already placed) is left out.
     """
@@ -111,7 +113,8 @@ async def live_snapshots(config: Config, *, hub: KubeClient, catalog: Catalog,
         seen = fleet.version
         while loop.time() < deadline:
             members = fleet.snapshots()
-            if members and all(m.ready for m in members):
+            if members and all(m.ready and (m.queueing.system != KUEUE or m.quota is not None)
+                               for m in members):
                 break
             try:
                 seen = await asyncio.wait_for(fleet.wait_changed(seen),

@@ -22,7 +22,8 @@ from dispatcher.workloads.template import check_pod_spec
 
 _MAP = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 
-__all__ = ["GPU_PRODUCT_LABEL", "GPU_RESOURCE", "PodNeeds", "effective", "pod_gpus", "pod_needs"]
+__all__ = ["GPU_PRODUCT_LABEL", "GPU_RESOURCE", "PodNeeds", "effective", "pod_gpus", "pod_needs",
+           "tolerations"]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource every GPU count in the dispatcher is about (defined only here)."""
@@ -123,7 +124,7 @@ def _pod_needs(spec: Any) -> PodNeeds:
         cpu=format_cpu(cpu) if cpu else None,
         memory=format_memory(memory) if memory else None,
         node_selector=MappingProxyType(others) if others else _EMPTY,
-        tolerations=_tolerations(spec.get("tolerations")))
+        tolerations=tolerations(spec.get("tolerations")))
 
 
 def _type(value: Any) -> str:
@@ -261,7 +262,8 @@ def _affinity_product(affinity: Any) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _tolerations(value: Any) -> tuple[Toleration, ...]:
+def tolerations(value: Any) -> tuple[Toleration, ...]:
+    """A pod spec's (or a ResourceFlavor's) ``tolerations``; ValueError when malformed."""
     if value is None:
         return ()
     if not isinstance(value, list):

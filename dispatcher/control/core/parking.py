@@ -12,11 +12,14 @@ may take it). ``control.core.placing`` decides which.
 "Could ever run" is the real placement over the *bare* fleet: each member with its nodes as
 they are now but nothing running and nothing reserved, Ready and not cordoned (a member's
 health and cordon come and go). Node-level state (a node NotReady or cordoned) is kept as
-is: it is re-checked on every change. A member that is not ready and lists no nodes now
-counts with the nodes it last listed (an unreachable member keeps its inventory); one never
-listed is unknown, not empty: a workload that only an unknown member might take is parked
-with that said, and re-checked when the fleet changes (the member connects), so it neither
-heads its namespace's queue nor is retried at every fleet change meanwhile.
+is: it is re-checked on every change. A Kueue member's quota does not bound the bare fleet
+(quota frees, a stopped queue resumes, a cohort lends, none of which changes the nodes the
+bare view is re-checked on): quota only makes a workload wait. A member that is not ready
+and lists no nodes now counts with the nodes it last listed (an unreachable member keeps its
+inventory); one never listed is unknown, not empty: a workload that only an unknown member
+might take is parked with that said, and re-checked when the fleet changes (the member
+connects), so it neither heads its namespace's queue nor is retried at every fleet change
+meanwhile.
 Pure: no I/O, no clock (``BareFleet`` only caches the bare copies; ``dispatcher simulate``,
 whose bare fleet never changes, gives its own ``BareView``).
 """
@@ -114,13 +117,13 @@ class BareFleet:
                     unknown.append(member.name)
                 else:  # unreachable now: its last-known inventory
                     out.append(replace(member, capacity=cached[1], ready=True,
-                                       not_ready_reason="", cordoned=False))
+                                       not_ready_reason="", cordoned=False, quota=None))
                     continue
             key = _fingerprint(member.capacity)
             if cached is None or cached[0] != key:
                 cached = self._cache[member.name] = (key, bare(member.capacity))
             out.append(replace(member, capacity=cached[1], ready=True, not_ready_reason="",
-                               cordoned=False))
+                               cordoned=False, quota=None))
         for gone in set(self._cache) - {m.name for m in members}:
             del self._cache[gone]
         return out, tuple(unknown)

@@ -48,6 +48,7 @@ from dispatcher.control.core.podpolicy import PodFieldPolicy, refusal
 from dispatcher.control.core.priority import InvalidPriority, PriorityPolicy
 from dispatcher.control.core.queue import Entry
 from dispatcher.control.core.record import parse_time
+from dispatcher.fleet.queueing import QUEUE_LABEL
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.placement import engine
 from dispatcher.placement.model import (
@@ -130,6 +131,8 @@ class Ask:
     scheduling: tuple[PodField, ...] = ()
     excluded: tuple[str, ...] = ()
     held: tuple[str, ...] = ()
+    queue: str | None = None
+    """The object's own Kueue queue label (``fleet.queueing.QUEUE_LABEL``), if any."""
     # What placing worked out for this Ask before: its request and annotation error per
     # Setting, the last gate answer. An Ask asked again (the simulator walks its queue on
     # every completion) reuses them; they are functions of the Ask and the keys only.
@@ -205,14 +208,15 @@ def request_of(ask: Ask, *, default_policy: str, choice_only: bool = False,
         annotations=ask.annotations, default_policy=default_policy, count_fits=count_fits,
         namespace=ask.entry.namespace)
     return replace(request, exhaustive=not choice_only, reasons=not choice_only,
-                   policy=policy or request.policy)
+                   policy=policy or request.policy, queue=ask.queue)
 
 
 def _ask(inp: PlacementInput, entry: Entry, resolution: Resolution) -> Ask:
     return Ask(entry=entry, demand=resolution.demand, api_version=resolution.api_version,
                kind=resolution.kind,
                annotations=inp.workload["metadata"].get("annotations") or _NO_ANNOTATIONS,
-               scheduling=resolution.scheduling, excluded=inp.excluded, held=inp.held)
+               scheduling=resolution.scheduling, excluded=inp.excluded, held=inp.held,
+               queue=queue_label(inp.workload))
 
 
 def _setting(inp: PlacementInput) -> Setting:
@@ -229,8 +233,15 @@ def request_for(workload: Mapping[str, Any], resolution: Resolution, *,
     ask = Ask(entry=Entry(uid="", priority=0, created=0.0, namespace=namespace),
               demand=resolution.demand, api_version=resolution.api_version,
               kind=resolution.kind,
-              annotations=workload["metadata"].get("annotations") or _NO_ANNOTATIONS)
+              annotations=workload["metadata"].get("annotations") or _NO_ANNOTATIONS,
+              queue=queue_label(workload))
     return request_of(ask, default_policy=default_policy)
+
+
+def queue_label(workload: Mapping[str, Any]) -> str | None:
+    """The hub object's Kueue queue label, if it has one."""
+    value = (workload["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    return str(value) if value else None
 
 
 def alternatives(members: Sequence[MemberSnapshot], request: PlacementRequest, *,

@@ -57,6 +57,14 @@ def test_config_sets_client_limits_only_when_tuned(tmp_path: Path) -> None:
     assert default["integrations"] == {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]}
     assert default["internalCertManagement"] == {"enable": False}
     assert default["webhook"]["host"] == "127.0.0.1"
+    assert "manageJobsWithoutQueueName" not in default
+
+
+def test_a_members_own_kueue_manages_jobs_without_a_queue_name(tmp_path: Path) -> None:
+    member = kueue.config(webhook_port=1, health_port=2, cert_dir=tmp_path,
+                          limits=kueue.ClientLimits(), member=True)
+    assert member["manageJobsWithoutQueueName"] is True
+    assert member["integrations"]["frameworks"] == list(kueue.MEMBER_INTEGRATIONS)
 
 
 def test_only_kueues_own_and_the_enabled_integrations_webhooks_are_registered(
@@ -70,13 +78,17 @@ def test_only_kueues_own_and_the_enabled_integrations_webhooks_are_registered(
                    "rules": [{"apiGroups": [group], "resources": [plural]}]}
                   for group, plural in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"),
                                         ("", "pods"), ("apps", "deployments"),
-                                        ("kueue.x-k8s.io", "workloads"))]}]
+                                        ("kueue.x-k8s.io", "workloads"),
+                                        ("kubeflow.org", "pytorchjobs"))]}]
     (tmp_path / "crds").mkdir()
     (tmp_path / "webhooks.yaml").write_text(yaml.safe_dump_all(hooks))
     op = OperatorBinary(name="kueue", binary=tmp_path / "kueue", version="v0",
                         crds_dir=tmp_path / "crds")
-    [config] = kueue._webhooks(op, port=9443, ca_pem=b"ca")
+    [config] = kueue._webhooks(op, port=9443, ca_pem=b"ca", groups=kueue.WEBHOOK_GROUPS)
     assert [h["name"] for h in config["webhooks"]] == [
         "mjobs.kb.io", "mjobsets.kb.io", "mworkloads.kb.io"]
+    [member] = kueue._webhooks(op, port=9443, ca_pem=b"ca",
+                               groups=kueue.MEMBER_WEBHOOK_GROUPS)
+    assert [h["name"] for h in member["webhooks"]][-1] == "mpytorchjobs.kb.io"
     assert config["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate-jobs"
     assert config["metadata"]["name"] == "kueue-mutating-webhook-configuration"
