@@ -18,6 +18,8 @@ suite would hide a broken set-up.
 the hub, workers on the members) and only the JobSet operator; the tests using it (marked
 ``kueue``) run only with ``pytest --kueue``: building Kueue and starting it cost more than
 the normal suite's budget. They are deselected otherwise (reported as such), never skipped.
+``member_kueue_fleet`` (session) is the ``--member-kueue`` profile: each member runs its own
+Kueue (``clusters/kueue-members.yaml``), the hub none; its tests run in every suite.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -127,16 +129,28 @@ def shared_hub_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: Fleet
     yield from _real(tmp_path_factory.mktemp("sharedhub"), fleet_spec, hub="shared")
 
 
+MEMBER_KUEUE_FLEET = Path(__file__).parents[1] / "clusters" / "kueue-members.yaml"
+
+
 @pytest.fixture(scope="session")
-def kueue_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
-                ) -> Iterator[FleetState]:
-    """A running hub + real members with Kueue (the ``--with-kueue`` profile at Kueue's
-    default client limits) and the JobSet operator only, for the whole session."""
-    root = tmp_path_factory.mktemp("kueuefleet")
+def member_kueue_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetState]:
+    """A running hub + real members that each run their own Kueue (the ``--member-kueue``
+    profile of ``clusters/kueue-members.yaml``) and the JobSet operator, for the whole
+    session. A Job's pods run 10 minutes: quota stays taken while a test looks."""
+    yield from _with_operators(tmp_path_factory.mktemp("memberkueue"), "jobset", lambda root: (
+        devfleet.up(root=root, fleet=load_fleet(MEMBER_KUEUE_FLEET), real=True,
+                    member_kueue=True, job_seconds=600)))
+
+
+def _with_operators(root: Path, operators: str,
+                    start: Callable[[Path], FleetState]) -> Iterator[FleetState]:
+    """A fleet ``start``ed under ``root`` with only ``operators`` built and run
+    (``DISPATCHER_DEV_OPERATORS``), stopped and removed afterwards (also when starting
+    fails half-way)."""
     saved = os.environ.get("DISPATCHER_DEV_OPERATORS")
-    os.environ["DISPATCHER_DEV_OPERATORS"] = "jobset"
+    os.environ["DISPATCHER_DEV_OPERATORS"] = operators
     try:
-        state = devfleet.up(root=root, fleet=fleet_spec, real=True, kueue=ClientLimits())
+        state = start(root)
     except BaseException:
         devfleet.down(root=root)
         raise
@@ -149,3 +163,12 @@ def kueue_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
         yield state
     finally:
         devfleet.down(root=root)
+
+
+@pytest.fixture(scope="session")
+def kueue_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+                ) -> Iterator[FleetState]:
+    """A running hub + real members with Kueue (the ``--with-kueue`` profile at Kueue's
+    default client limits) and the JobSet operator only, for the whole session."""
+    yield from _with_operators(tmp_path_factory.mktemp("kueuefleet"), "jobset", lambda root: (
+        devfleet.up(root=root, fleet=fleet_spec, real=True, kueue=ClientLimits())))

@@ -163,6 +163,7 @@ def _failover(fo: Reader, *, pending_refresh_s: float) -> Rules:
                   member_lost_after=fo.number("memberLostAfter", 300.0),
                   stuck_after=fo.number("stuckAfter", 0.0),
                   gang_stall_after=fo.number("gangStalledAfter", 120.0),
+                  unadmitted_after=fo.number("unadmittedAfter", 300.0),
                   max_attempts=fo.integer("maxAttempts", 3, minimum=1),
                   pending_refresh_s=pending_refresh_s)
     fo.done()

@@ -17,10 +17,11 @@ import structlog
 from dispatcher.control.core import pending
 from dispatcher.control.core import record as records
 from dispatcher.control.core.copies import Rejection
-from dispatcher.control.core.decide import Action, ActionKind, Snapshot
+from dispatcher.control.core.decide import Action, ActionKind, Snapshot, admission_said
 from dispatcher.control.core.names import PendingReason, Phase
 from dispatcher.control.core.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
+from dispatcher.fleet.admission import EVICTED
 from dispatcher.kube.errors import KubeError
 from dispatcher.kube.patches import merge_diff
 from dispatcher.workloads.model import GenericStatus
@@ -294,6 +295,14 @@ async def _mirror(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome
     phase = Phase.of_generic(generic).value
     mirrored = _mirrored_condition(refused, record.mirror_refused, now=snap.now,
                                    member=action.member)
+    said = admission_said(copy, action.member)
+    if said is not None and said != record.admission:
+        assert copy.admission is not None
+        mirrored = [*mirrored, records.condition(
+            type_="MemberAdmitted", status=copy.admission.admitted, reason=said[0],
+            message=said[1], now=snap.now)]
+        p.hub.event(workload, reason=f"Member{said[0]}", message=said[1],
+                    warning=said[0] == EVICTED)
     if generic != record.generic_status or phase != record.phase or mirrored:
         patch: dict[str, Any] = {
             "phase": phase, "genericStatus": generic, "statuses": list(copy.statuses),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.control.core import record as records
+from dispatcher.fleet.admission import Admission
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 from dispatcher.kube.watch import lean
 
@@ -177,9 +178,35 @@ class CopyCache:
     def __init__(self) -> None:
         self._copies: dict[str, dict[str, MemberCopy]] = {}
         self.synced: set[tuple[str, GroupVersionKind]] = set()
+        self._admissions: dict[str, dict[str, Admission]] = {}
 
     def get(self, member: str, uid: str) -> MemberCopy | None:
         return self._copies.get(member, {}).get(uid)
+
+    def hub_uid(self, member: str, copy_uid: str) -> str | None:
+        """The hub uid of our copy on ``member`` whose own uid is ``copy_uid`` (a Kueue
+        Workload names the copy it admits by that)."""
+        for uid, copy in self._copies.get(member, {}).items():
+            if copy.obj["metadata"].get("uid") == copy_uid:
+                return uid
+        return None
+
+    def admission(self, member: str, copy_uid: str) -> Admission | None:
+        """What the member's Kueue says of the copy ``copy_uid`` (None: not queued there,
+        or not seen yet)."""
+        return self._admissions.get(member, {}).get(copy_uid)
+
+    def set_admission(self, member: str, copy_uid: str, admission: Admission | None) -> None:
+        if admission is None:
+            self._admissions.get(member, {}).pop(copy_uid, None)
+        else:
+            self._admissions.setdefault(member, {})[copy_uid] = admission
+
+    def relist_admissions(self, member: str, fresh: Mapping[str, Admission]) -> set[str]:
+        """Replace the member's admissions; the copy uids whose admission changed."""
+        old = self._admissions.get(member, {})
+        self._admissions[member] = dict(fresh)
+        return {u for u in old.keys() | fresh.keys() if old.get(u) != fresh.get(u)}
 
     def where(self, uid: str) -> list[str]:
         """Members holding a copy of ``uid``."""

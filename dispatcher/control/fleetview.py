@@ -22,6 +22,7 @@ from typing import Protocol
 
 from dispatcher.aiotasks import Pulse
 from dispatcher.control.core.decide import MemberHealth
+from dispatcher.fleet.queueing import KUEUE
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet, UnknownMember
 from dispatcher.kube.client import KubeClient
@@ -59,6 +60,10 @@ class FleetView(Protocol):
     def resources(self, member: str) -> Mapping[GroupVersionKind, ResourceRef] | None:
         """The member's served workload resources by kind, as its connection discovered
         them; None until discovered (or for an unknown member)."""
+        ...
+
+    def kueue_workloads(self, member: str) -> ResourceRef | None:
+        """Kueue's Workload resource when the member queues with Kueue, else None."""
         ...
 
     def client(self, member: str) -> KubeClient | None:
@@ -115,6 +120,13 @@ class LiveFleet:
         except UnknownMember:
             return None
         return conn.resources if conn.served is not None else None
+
+    def kueue_workloads(self, member: str) -> ResourceRef | None:
+        try:
+            conn = self.fleet.connection(member)
+        except UnknownMember:
+            return None
+        return conn.kueue_workloads if conn.queueing.system == KUEUE else None
 
     def set_kinds(self, kinds: Sequence[GroupVersionKind]) -> None:
         self.fleet.set_kinds(kinds)

@@ -58,6 +58,7 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.control.submit import MemberWrites
 from dispatcher.control.writer import HubWriter, MemberWriter, Outcome, Ports
 from dispatcher.control.writes import HubWrites
+from dispatcher.fleet.admission import queued_generic
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
@@ -191,11 +192,14 @@ class Reconciler:
             # read only while it may be stalled (decide's GangStalled rows)
             bound, room = self._gang_progress(cluster, uid) \
                 if mechanism != NONE and found.generic in STUCK else (0, None)
-            return Copy(state=CopyState.OURS, uid=str(meta.get("uid", "")), status=status,
-                        generic=found.generic, statuses=found.statuses, resource_version=rv,
+            copy_uid = str(meta.get("uid", ""))
+            admission = self.copies.admission(cluster, copy_uid)
+            return Copy(state=CopyState.OURS, uid=copy_uid, status=status,
+                        generic=queued_generic(found.generic, admission),
+                        statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
                         seen_at=found.seen_at, gang_mechanism=mechanism,
-                        bound_pods=bound, room_gpus=room)
+                        bound_pods=bound, room_gpus=room, admission=admission)
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
         key = GroupVersionKind.of(str(workload.get("apiVersion")), str(workload.get("kind")))

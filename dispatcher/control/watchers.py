@@ -27,6 +27,7 @@ from dispatcher.control.core.copies import stamped
 from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.readings import member_copy
+from dispatcher.fleet import admission
 from dispatcher.kube import retry, watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
@@ -313,6 +314,11 @@ class MemberWatchers:
         resources = self._fleet.resources(name)
         if resources is None:
             return  # not discovered yet: its state pulse moves when it is
+        workloads = self._fleet.kueue_workloads(name)
+        if workloads is not None and workloads.gvk.group_kind not in watched:
+            watched.add(workloads.gvk.group_kind)
+            tasks.append(guarded(self._admissions(name, client, workloads),
+                                 name=f"copies:{name}:admissions"))
         for gvk in self._live.current.kinds():
             ref = resources.get(gvk)
             if ref is None or gvk.group_kind in watched:
@@ -320,6 +326,37 @@ class MemberWatchers:
             watched.add(gvk.group_kind)
             tasks.append(guarded(self._kind(name, client, ref),
                                  name=f"copies:{name}:{ref.kind}"))
+
+    async def _admissions(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
+        """The member's Kueue Workloads: each copy's admission (``fleet.admission``) into
+        the copy cache; the hub workload of a copy whose admission changed is kicked."""
+        copies = self._copies
+
+        def kick(copy_uid: str) -> None:
+            uid = copies.hub_uid(member, copy_uid)
+            if uid is not None:
+                self._kick(uid)
+
+        async def body() -> None:
+            async for item in watch.informer(client, ref):
+                if isinstance(item, watch.Listed):
+                    fresh = {u: admission.of(o) for o in item.objects
+                             if (u := admission.copy_uid(o)) is not None}
+                    for changed in copies.relist_admissions(member, fresh):
+                        kick(changed)
+                    continue
+                owner = admission.copy_uid(item.object)
+                if owner is None:
+                    continue
+                after = None if item.type == "DELETED" else admission.of(item.object)
+                if copies.admission(member, owner) != after:
+                    copies.set_admission(member, owner, after)
+                    kick(owner)
+
+        def lost() -> None:
+            copies.relist_admissions(member, {})
+
+        await forever(f"{member} admissions", body, on_error=lost)
 
     async def _kind(self, member: str, client: KubeClient, ref: ResourceRef) -> None:
         kind = ref.gvk

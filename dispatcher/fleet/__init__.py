@@ -9,7 +9,8 @@ incrementally from Node and Pod events), ``nodes`` (the few Node and Pod fields 
 topology levels), ``members`` (a member's spec from a MemberCluster or a static member),
 ``settings`` (the fleet's part of the config), ``queueing`` (how a member queues batch
 work, and the queue label a copy carries there), ``quota`` (a Kueue member's GPU quota: how
-much of a workload its queues let start now), ``fleetfile`` (members described as node
+much of a workload its queues let start now), ``admission`` (what a member's Kueue says of
+a copy: waiting, admitted, evicted), ``fleetfile`` (members described as node
 pools), ``identity`` (the hub's identity on a member, as manifests), ``signals`` (who
 changed, and how: one pulse per member and category).
 

@@ -115,6 +115,9 @@ class MemberConnection:
         """Whether the member serves Kueue's queue APIs (None: not asked yet)."""
         self.quota_objects = QuotaObjects()
         self._kueue: Mapping[Kind, ResourceRef] = {}
+        self.kueue_workloads: ResourceRef | None = None
+        """Kueue's Workload resource on a Kueue member (the copies' admissions are read
+        from it, ``control.watchers``); None elsewhere."""
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
@@ -317,6 +320,9 @@ class MemberConnection:
             self._notify(Change.STATE)
         resources = await serving.kueue_resources(client)
         kueue = resources is not None
+        if resources is not None:
+            api = resources["localqueues"].api_version
+            self.kueue_workloads = await client.discovery.resource(api, "Workload")
         if kueue != self.kueue_discovered:
             watching = bool(self._kueue)
             self.kueue_discovered = kueue

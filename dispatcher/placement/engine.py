@@ -300,9 +300,15 @@ def _summary(ranked: Sequence[Verdict], chosen: str | None, request: PlacementRe
     if chosen is not None:
         best = ranked[0]
         more = f", {unchecked} not evaluated" if unchecked else ""
-        return (f"placed {what} on {chosen}{_in_domains(best)} ({request.policy}, "
+        line = (f"placed {what} on {chosen}{_in_domains(best)} ({request.policy}, "
                 f"{best.free_after} GPUs free after; {feasible} of {len(ranked)} member(s) "
                 f"feasible{more})")
+        # a Kueue member passed over for its quota says so: nodes alone would not tell why
+        quota = [f"{v.member}: {v.reason}" for v in ranked
+                 if v.quota is not None and not v.quota.fits]
+        if quota:
+            line += "; not by quota: " + "; ".join(quota)
+        return line if len(line) <= _SUMMARY_LIMIT else line[: _SUMMARY_LIMIT - 3] + "..."
     if not ranked:
         return f"no member can take {what}: no members"
     # Group members with the same reason so 100 cordoned members take one clause.

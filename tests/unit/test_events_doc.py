@@ -26,10 +26,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
+from typing import get_args
 
 from dispatcher.control.core.names import PendingReason, Phase
 from dispatcher.control.observe import Metrics
 from dispatcher.fleet import health
+from dispatcher.fleet.admission import State
 from dispatcher.fleet.health import Reason
 from dispatcher.fleet.kubeconfigs import INSECURE
 from dispatcher.workloads.model import GenericStatus
@@ -58,6 +60,11 @@ DYNAMIC: dict[tuple[str, str, str, str], Callable[[], set[str]]] = {
     ("control/submit.py", "create_copy", "", "exc.reason or type(exc).__name__"): set,
     # a copy that cannot be built: its object quarantined, or any other definition failure
     ("control/core/copyplan.py", "plan", "", "reason"): lambda: {"Quarantined", "CopyInvalid"},
+    # a Kueue member's admission of the copy: its state (condition reason), as an Event
+    ("control/actions.py", "_mirror", "MemberAdmitted", "said[0]"):
+        lambda: set(get_args(State)),
+    ("control/actions.py", "_mirror", "", "f'Member{said[0]}'"):
+        lambda: {f"Member{s}" for s in get_args(State)},
 }
 
 

@@ -55,10 +55,15 @@ Branch order (first match wins):
                                                    (``after_rejection``, over the input)
 15b copy absent                                    SUBMIT
 16  copy ours, record not yet Submitted            ADOPT
+16a copy evicted by its member's Kueue, not        REQUEUE (the member excluded; or FAIL when
+    finished, failover.policy not never           attempts are used up)
+16b copy never admitted by its member's Kueue      REQUEUE (or FAIL when attempts are used up)
+    unadmittedAfter after submission
 17  copy ours, never up yet (pending/initializing) REQUEUE (or FAIL when attempts are used up)
     past stuckAfter after submission
 18  copy ours, hub spec changed since written      UPDATE_COPY (the hub object is the truth)
-19  copy ours, status differs from the hub's       MIRROR
+19  copy ours, status (or its Kueue admission,     MIRROR (MemberAdmitted)
+    MemberAdmitted) differs from the hub's
 19a copy joined to a member gang, never up, no     REPORT_STALL (GangStalled=True, once)
     GPU pod bound gangStalledAfter after
     submission, the member has room for it
@@ -80,6 +85,7 @@ from dispatcher.control.core.names import FINALIZER, Phase
 from dispatcher.control.core.pending import DEFAULT_REFRESH_S, PendingWrite, generation_of, judge
 from dispatcher.control.core.placing import Placement, PlacementInput, alternatives_for, place
 from dispatcher.control.core.record import DispatchRecord
+from dispatcher.fleet.admission import EVICTED, FINISHED, PENDING, Admission
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.workloads.model import GenericStatus
 
@@ -170,6 +176,8 @@ class Copy:
     room_gpus: int | None = None
     """Of a copy joined to a gang: the member's free GPUs plus those still reserved for
     it (None: not known)."""
+    admission: Admission | None = None
+    """On a Kueue member: what its Kueue says of the copy (``fleet.admission``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,12 +197,16 @@ class Rules:
     one workload (the last failed attempt makes it Failed). ``gang_stall_after`` (<= 0:
     off) is how long a copy joined to a member gang may have no pod bound, while the
     member has room for it, before its Dispatch says ``GangStalled``.
+    ``unadmitted_after`` (<= 0: off) is how long a copy on a Kueue member may wait for its
+    first admission before it is moved (placement counted the member's quota as free, so a
+    long wait means the member's queue ordered it behind others).
     """
 
     policy: FailoverPolicy = "if-not-started"
     member_lost_after: float = 300.0
     stuck_after: float = 0.0
     gang_stall_after: float = 120.0
+    unadmitted_after: float = 300.0
     max_attempts: int = 3
     pending_refresh_s: float = DEFAULT_REFRESH_S
 
@@ -413,6 +425,9 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
                       hold=record.reservation)
     if record.phase in ("", Phase.PENDING, Phase.PLACED, Phase.UNKNOWN, Phase.CONFLICT):
         return Action(kind=ActionKind.ADOPT, member=cluster, reason="copy found on the member")
+    queued, queued_at = _queued(snap, record, cluster)
+    if queued is not None:
+        return queued
     # Stuck is about getting going: a copy that was once up (running, degraded, finished)
     # and dips back to initializing (a restart, a scale-up) is not stuck.
     stuck = copy.generic in STUCK and record.started_at is None
@@ -426,18 +441,48 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
         return Action(kind=ActionKind.UPDATE_COPY, member=cluster,
                       reason=f"hub generation {generation} > {record.synced_generation}")
     if (dict(copy.status or {}) != dict(workload.get("status") or {})
-            or (copy.generic or None) != record.generic_status):
+            or (copy.generic or None) != record.generic_status
+            or admission_said(copy, cluster) not in (None, record.admission)):
         return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)
     stall, stall_at = _gang_stall(snap, record, cluster, stuck=stuck)
     if stall is not None:
         return stall
     stuck_at = record.submitted_at + rules.stuck_after \
         if rules.stuck_after > 0 and stuck and record.submitted_at else None
-    deadlines = [at for at in (stall_at, stuck_at) if at is not None]
+    deadlines = [at for at in (stall_at, stuck_at, queued_at) if at is not None]
     if deadlines:
         return Action(kind=ActionKind.WAIT, member=cluster, reason="not started yet",
                       recheck_after=min(deadlines) - snap.now)
     return Action(kind=ActionKind.NOTHING, member=cluster, reason="in sync")
+
+
+def admission_said(copy: Copy, member: str) -> tuple[str, str] | None:
+    """What the ``MemberAdmitted`` condition says of the copy's admission (reason,
+    message); None off Kueue."""
+    found = copy.admission
+    return None if found is None else (found.state, found.describe(member))
+
+
+def _queued(snap: Snapshot, record: DispatchRecord, cluster: str
+            ) -> tuple[Action | None, float | None]:
+    """Rows 16a/16b: a copy its member's Kueue evicted, or never admitted within
+    ``unadmittedAfter``, moves (policy permitting; finished work never runs again); else
+    the deadline at which a waiting copy is looked at again."""
+    found, rules = snap.copy.admission, snap.rules
+    if found is None or record.generic_status in _FINISHED or found.state == FINISHED:
+        return None, None
+    if found.state == EVICTED and rules.policy != "never":
+        return _give_up_or_requeue(record, rules, f"{found.describe(cluster)}; moving it "
+                                                  f"(failover.policy {rules.policy})"), None
+    if found.admitted or record.started_at is not None or found.state != PENDING \
+            or rules.unadmitted_after <= 0 or not record.submitted_at:
+        return None, None
+    due = record.submitted_at + rules.unadmitted_after
+    if snap.now >= due:
+        return _give_up_or_requeue(record, rules, f"not admitted by {cluster}'s Kueue after "
+                                                  f"{snap.now - record.submitted_at:.0f}s: "
+                                                  f"{found.describe(cluster)}"), None
+    return None, due
 
 
 def _gang_stall(snap: Snapshot, record: DispatchRecord, cluster: str, *, stuck: bool

@@ -115,6 +115,7 @@ class DispatchRecord:
     gpus: int | None = None  # the demand's GPUs (status, else the one made at create)
     gang_stalled: bool = False  # GangStalled=True: the member's gang holds every pod
     not_held: bool = False  # Held=False: said that the hub object is not held any more
+    admission: tuple[str, str] | None = None  # MemberAdmitted's (reason: Kueue state, message)
     domains: tuple[GangDomain, ...] = ()  # the topology domain per gang (the copy keeps to it)
     # The first decision, demand and definition, made at create (``spec``) and not yet in
     # status: the ``Submitted`` write copies them there (``settled_status``).
@@ -204,6 +205,9 @@ def read(obj: Mapping[str, Any]) -> DispatchRecord:
                          for c in status.get("conditions") or ()),
         not_held=any(c.get("type") == "Held" and c.get("status") == "False"
                      for c in status.get("conditions") or ()),
+        admission=next(((str(c.get("reason") or ""), str(c.get("message") or ""))
+                        for c in status.get("conditions") or ()
+                        if c.get("type") == "MemberAdmitted"), None),
         unsettled=unsettled,
     )
 
@@ -384,7 +388,8 @@ def failed_status(*, record: DispatchRecord, reason: str, now: float) -> dict[st
     return patch
 
 
-MEMBER_CONDITIONS = frozenset({"MemberReachable", "GangStalled", "Held", "StatusMirrored"})
+MEMBER_CONDITIONS = frozenset({"MemberReachable", "GangStalled", "Held", "StatusMirrored",
+                               "MemberAdmitted"})
 """Conditions about the copy on the chosen member: they end when the workload leaves it."""
 
 

@@ -56,6 +56,9 @@ class CountingFleet:
         self.calls[f"resources:{member}"] += 1
         return {}
 
+    def kueue_workloads(self, member: str) -> ResourceRef | None:
+        return None
+
     def client(self, member: str) -> KubeClient | None:
         return self._client  # type: ignore[no-any-return]
 

@@ -218,6 +218,7 @@ def test_placement_skips_a_member_whose_quota_is_exhausted(exhaustive: bool) -> 
     assert refused.reason == ("ClusterQueue team-a (LocalQueue team-a/gpus): 24 of 32 "
                               "nvidia.com/gpu reserved, 8 free by quota, 16 asked; 40 free "
                               "on nodes")
+    assert decision.summary.endswith("; not by quota: member-1: " + refused.reason)
     assert "member-1: ClusterQueue team-a" in decide([full], request).summary
 
 

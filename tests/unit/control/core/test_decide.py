@@ -22,6 +22,7 @@ from dispatcher.control.core.decide import (
     PlacingMissing,
     Rules,
     Snapshot,
+    admission_said,
     decide,
     placing_needed,
 )
@@ -29,6 +30,7 @@ from dispatcher.control.core.names import FINALIZER, PendingReason, Phase
 from dispatcher.control.core.pending import meaning_key
 from dispatcher.control.core.placing import PlacementInput, place
 from dispatcher.control.core.record import DispatchRecord
+from dispatcher.fleet.admission import ADMITTED, EVICTED, PENDING, Admission
 from tests.unit.control import placing_builders as pb
 
 NOW = 1_000_000.0
@@ -389,3 +391,56 @@ def test_not_held(name: str, snap: Snapshot, wanted: ActionKind) -> None:
     assert action.kind is wanted, (name, action)
     if wanted in (ActionKind.FAIL, ActionKind.REPORT_NOT_HELD):
         assert UNHELD in action.reason
+
+
+# -- a copy on a Kueue member: its admission (rows 16a/16b and the MemberAdmitted mirror) ---
+
+QUEUED = replace(SUBMITTED, phase=Phase.SUBMITTED, generic_status="pending",
+                 submitted_at=NOW - 100)
+WAITS = Admission(PENDING, "Pending", "couldn't assign flavors to pod set worker")
+EVICTS = Admission(EVICTED, "Preempted: InClusterQueue", "Preempted to accommodate a workload",
+                   "team-a")
+ADMITS = Admission(ADMITTED, "Admitted", "", "team-a")
+
+
+def _queued(record_: DispatchRecord = QUEUED, admission: Admission | None = WAITS,
+            generic: str = "pending", **rules: Any) -> Snapshot:
+    said = admission_said(replace(OURS, admission=admission), "m1")
+    return Snapshot(now=NOW, workload=workload(status={}),
+                    record=replace(record_, admission=said),
+                    copy=replace(OURS, generic=generic, status={}, admission=admission),
+                    rules=Rules(**{"unadmitted_after": 300, **rules}))
+
+
+@pytest.mark.parametrize(("name", "snap", "wanted"), [
+    ("waiting for quota, within the bound", _queued(), ActionKind.WAIT),
+    ("waiting for quota past the bound", _queued(replace(QUEUED, submitted_at=NOW - 400)),
+     ActionKind.REQUEUE),
+    ("past the bound, attempts used up", _queued(replace(QUEUED, submitted_at=NOW - 400,
+                                                         attempt=3)), ActionKind.FAIL),
+    ("the bound off", _queued(replace(QUEUED, submitted_at=NOW - 400), unadmitted_after=0),
+     ActionKind.NOTHING),
+    ("evicted: moves at once", _queued(admission=EVICTS), ActionKind.REQUEUE),
+    ("evicted after it ran: moves too (its pods are gone)",
+     _queued(replace(QUEUED, started_at=NOW - 50), admission=EVICTS), ActionKind.REQUEUE),
+    ("evicted, policy never: stays", _queued(admission=EVICTS, policy="never"),
+     ActionKind.NOTHING),
+    ("evicted once finished: never run again",
+     _queued(replace(COMPLETED, admission=None), admission=EVICTS, generic="completed"),
+     ActionKind.NOTHING),
+    ("admitted: in sync", _queued(RUNNING, admission=ADMITS, generic="running"),
+     ActionKind.NOTHING),
+    ("no Kueue: as before", _queued(admission=None), ActionKind.NOTHING),
+])
+def test_a_copy_on_a_kueue_member(name: str, snap: Snapshot, wanted: ActionKind) -> None:
+    assert decide(snap).kind is wanted, name
+
+
+def test_an_admission_change_is_mirrored_and_an_eviction_says_why_it_moves() -> None:
+    changed = replace(_queued(), copy=replace(_queued().copy, admission=ADMITS))
+    assert decide(changed).kind is ActionKind.MIRROR
+    moved = decide(_queued(admission=EVICTS))
+    assert moved.reason == ("evicted by m1's Kueue (Preempted: InClusterQueue): Preempted to "
+                            "accommodate a workload; moving it (failover.policy "
+                            "if-not-started)")
+    assert decide(_queued()).recheck_after == pytest.approx(200)
