@@ -91,7 +91,19 @@ class ControllerProbe(Collector):
         free = GaugeMetricFamily("dispatcher_member_free_gpus",
                                  "Free GPUs (Ready, schedulable nodes, net of reservations) "
                                  "per member and GPU product.", labels=["member", "product"])
+        quota_labels = ["member", "cluster_queue", "flavor"]
+        nominal = GaugeMetricFamily("dispatcher_member_quota_nominal_gpus",
+                                    "A Kueue member's GPU nominal quota per ClusterQueue and "
+                                    "flavor.", labels=quota_labels)
+        room = GaugeMetricFamily("dispatcher_member_quota_free_gpus",
+                                 "GPUs a Kueue member's ClusterQueue can still reserve per "
+                                 "flavor (cohort borrowing included): the quota bound "
+                                 "placement uses.", labels=quota_labels)
         for snap in self._fleet.snapshots():
+            for queue, flavor, quota, free_now in (snap.quota.rooms() if snap.quota else ()):
+                labels = [snap.name, queue[:_LABEL_MAX], flavor[:_LABEL_MAX]]
+                nominal.add_metric(labels, float(quota))
+                room.add_metric(labels, float(free_now))
             ready.add_metric([snap.name], 1.0 if snap.ready else 0.0)
             reachable.add_metric([snap.name],
                                  1.0 if self._fleet.health(snap.name).reachable else 0.0)
@@ -99,7 +111,7 @@ class ControllerProbe(Collector):
                 labels = [snap.name, (product.product or "")[:_LABEL_MAX]]
                 allocatable.add_metric(labels, float(product.allocatable))
                 free.add_metric(labels, float(product.free))
-        yield from (ready, reachable, allocatable, free)
+        yield from (ready, reachable, allocatable, free, nominal, room)
 
     def _queue_gauges(self) -> Iterator[GaugeMetricFamily]:
         metrics, queue = self._metrics, self._queue

@@ -28,7 +28,7 @@ is not free now, even when Kueue could reclaim it), Topology Aware Scheduling.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -245,6 +245,12 @@ class MemberQuota:
                     pool += other.lendable - other.in_pool
         cap = _UNBOUNDED if quota.borrowing_limit is None else quota.borrowing_limit
         return own + max(0, min(pool, quota.lendable + cap - quota.in_pool))
+
+    def rooms(self) -> Iterator[tuple[str, str, int, int]]:
+        """(ClusterQueue, flavor, nominal, room) of every GPU flavor (the quota gauges)."""
+        for queue in self.cluster_queues.values():
+            for quota in queue.flavors:
+                yield queue.name, quota.flavor, quota.nominal, self.room(queue, quota)
 
     def resolve(self, namespace: str, queue: str | None) -> str | None:
         """The LocalQueue a copy in ``namespace`` lands in: its label, else ``default``

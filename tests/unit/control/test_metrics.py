@@ -218,3 +218,21 @@ def test_no_workload_identity_in_any_label() -> None:
     reasons = {v for (name, labels) in samples(metrics) for k, v in labels
                if name.startswith("dispatcher_queue_") and k == "reason"}
     assert reasons <= {r.value for r in PendingReason}
+
+
+def test_a_kueue_members_quota_gauges_are_the_bound_placement_uses() -> None:
+    from dispatcher.fleet.quota import build
+    from tests.unit.fleet.kueueobjects import cluster_queue, flavor, local_queue
+
+    metrics, queue = Metrics.create(), PendingQueue(backfill_limit=2)
+    quota = build([cluster_queue("team-a", {"h100": 32}, reserved={"h100": 24})],
+                  [local_queue("team-a", "gpus", "team-a")], [flavor("h100")])
+    fleet = Fleet([MemberSnapshot(name="east", capacity=cluster({"name": "h0", "gpus": 8}),
+                                  quota=quota),
+                   MemberSnapshot(name="west", capacity=cluster({"name": "w0", "gpus": 2}))])
+    probed(metrics, queue, fleet)
+    labels = {"member": "east", "cluster_queue": "team-a", "flavor": "h100"}
+    assert value(metrics, "dispatcher_member_quota_nominal_gpus", **labels) == 32
+    assert value(metrics, "dispatcher_member_quota_free_gpus", **labels) == 8
+    assert not [k for k in samples(metrics) if k[0].startswith("dispatcher_member_quota")
+                and ("member", "west") in k[1]]
