@@ -10,18 +10,26 @@ and a LocalQueue ``default`` there, as a platform team would, so tests never sha
   A100 GPUs of quota, so the tests' pods ask for 4 GPUs;
 - a copy lands in the namespace's default LocalQueue (Kueue's defaulting: the copy carries
   no queue label) and is admitted there, and the quota it reserves is read back by watch.
+
+The controller reaches each member as installed: the identity of ``deploy/member`` (its
+ClusterRole reads the queues and Workloads), bound in the test's namespace only.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dispatcher.devfleet.controlplane import FleetState
+from dispatcher.fleet import minting
 from dispatcher.fleet.queueing import KUEUE, QUEUE_LABEL
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import DISPATCHES, ResourceRef
@@ -48,9 +56,7 @@ def _cluster_queue(name: str, flavors: dict[str, int], **spec: Any) -> dict[str,
 async def _queues(client: KubeClient, namespace: str, flavors: dict[str, int],
                   **spec: Any) -> None:
     """The namespace's own ClusterQueue (named after it, ``spec`` added) and LocalQueue
-    ``default``."""
-    await client.request("POST", "/api/v1/namespaces", body={
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    ``default`` (the namespace exists: the member identity was installed there)."""
     await client.request("POST", f"{KUEUE_API}/clusterqueues",
                          body=_cluster_queue(namespace, flavors, **spec))
     await client.request("POST", f"{KUEUE_API}/namespaces/{namespace}/localqueues", body={
@@ -65,25 +71,42 @@ async def _queues(client: KubeClient, namespace: str, flavors: dict[str, int],
     await eventually(active, what=f"ClusterQueue {namespace} Active")
 
 
+async def _identity(fleet: FleetState, member: str, namespace: str, home: Path) -> str:
+    """The member identity of ``deploy/member`` installed for ``namespace`` (as
+    ``dispatcher clusters add --create-identity`` does): its kubeconfig's path."""
+    admin = yaml.safe_load(Path(fleet.cluster(member).kubeconfig).read_text())
+    minted = await minting.create_identity(admin, namespaces=[namespace],
+                                           create_namespaces=True, token_source="auto",
+                                           secret_wait_s=0.5, expiration_s=3600)
+    path = home / f"{member}.kubeconfig"
+    path.write_text(yaml.safe_dump(minted.kubeconfig))
+    return str(path)
+
+
 @asynccontextmanager
 async def quota(member_kueue_fleet: FleetState, *, quota_1: int, quota_2: int = 16,
                 **spec_1: Any) -> AsyncIterator[Harness]:
-    """A controller with the test's queues on both members (removed afterwards);
-    ``spec_1``: more of member-1's ClusterQueue spec."""
-    async with running(member_kueue_fleet) as h:
-        await _queues(h.members["member-1"], h.namespace, {"h100": quota_1, "l40s": 0},
-                      **spec_1)
-        await _queues(h.members["member-2"], h.namespace,
-                      {"a100": quota_2, "h100-research": 0})
-        for member in h.members:  # the controller has read them (its watches)
-            await eventually(lambda m=member: _reserved(h, m, 0),  # type: ignore[misc]
-                             what=f"the controller to read {member}'s new queues")
-        try:
-            yield h
-        finally:
-            for client in h.members.values():
-                await client.request("DELETE", f"/api/v1/namespaces/{h.namespace}")
-                await client.request("DELETE", f"{KUEUE_API}/clusterqueues/{h.namespace}")
+    """A controller bound by the shipped member RBAC, with the test's queues on both
+    members (removed afterwards); ``spec_1``: more of member-1's ClusterQueue spec."""
+    namespace = f"ctl-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as home:
+        paths = {m: await _identity(member_kueue_fleet, m, namespace, Path(home))
+                 for m in ("member-1", "member-2")}
+        async with running(member_kueue_fleet, namespace=namespace, kubeconfigs=paths) as h:
+            await _queues(h.members["member-1"], h.namespace, {"h100": quota_1, "l40s": 0},
+                          **spec_1)
+            await _queues(h.members["member-2"], h.namespace,
+                          {"a100": quota_2, "h100-research": 0})
+            for member in h.members:  # the controller has read them (its watches)
+                await eventually(lambda m=member: _reserved(h, m, 0),  # type: ignore[misc]
+                                 what=f"the controller to read {member}'s new queues")
+            try:
+                yield h
+            finally:
+                for client in h.members.values():
+                    await client.request("DELETE", f"/api/v1/namespaces/{h.namespace}")
+                    await client.request("DELETE",
+                                         f"{KUEUE_API}/clusterqueues/{h.namespace}")
 
 
 async def _dispatch(h: Harness, name: str) -> dict[str, Any] | None:
