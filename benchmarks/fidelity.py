@@ -400,6 +400,69 @@ class Observed:
 
 
 SAMPLE_S = 0.5
+QUOTA_WAIT_S = 10.0
+KUEUE_API = "kueue.x-k8s.io"
+WORKLOADS = ResourceRef(group=KUEUE_API, version="v1beta2", kind="Workload",
+                        plural="workloads", namespaced=True)
+CLUSTER_QUEUES = ResourceRef(group=KUEUE_API, version="v1beta2", kind="ClusterQueue",
+                             plural="clusterqueues", namespaced=False)
+
+
+@dataclass
+class QuotaWaits:
+    """On Kueue members: when each copy's Workload was first seen and first had quota, and
+    every member's unreserved team-a quota over time (``time.monotonic``)."""
+
+    queue: str = "team-a"
+    copies: dict[str, str] = field(default_factory=dict)  # copy uid -> hub uid
+    gpus: dict[str, int] = field(default_factory=dict)  # hub uid -> GPUs
+    first: dict[str, tuple[str, float]] = field(default_factory=dict)  # hub uid -> (member, t)
+    reserved: dict[str, float] = field(default_factory=dict)  # hub uid -> t
+    rooms: list[tuple[float, str, int]] = field(default_factory=list)  # (t, member, free)
+
+    def copy_event(self, obj: Mapping[str, Any]) -> None:
+        uid = (obj["metadata"].get("labels") or {}).get(UID_LABEL)
+        if uid:
+            self.copies[str(obj["metadata"]["uid"])] = str(uid)
+
+    def workload_event(self, member: str, obj: Mapping[str, Any], now: float) -> None:
+        copy_uid = (obj["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid")
+        uid = self.copies.get(str(copy_uid))
+        if uid is None:
+            return
+        self.first.setdefault(uid, (member, now))
+        if any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or ()):
+            self.reserved.setdefault(uid, now)
+
+    def queue_event(self, member: str, obj: Mapping[str, Any], now: float) -> None:
+        if obj["metadata"]["name"] != self.queue:
+            return
+        nominal = sum(whole_count(r.get("nominalQuota", 0))
+                      for g in obj["spec"].get("resourceGroups") or ()
+                      for f in g.get("flavors") or () for r in f.get("resources") or ()
+                      if r.get("name") == "nvidia.com/gpu")
+        used = sum(whole_count(r.get("total", 0))
+                   for f in (obj.get("status") or {}).get("flavorsReservation") or ()
+                   for r in f.get("resources") or () if r.get("name") == "nvidia.com/gpu")
+        self.rooms.append((now, member, nominal - used))
+
+    def _room_at(self, member: str, t: float) -> int:
+        last = 0
+        for at, name, free in self.rooms:
+            if name == member and at <= t:
+                last = free
+        return last
+
+    def result(self, *, end: float) -> dict[str, Any]:
+        members = {m for _, m, _ in self.rooms}
+        waited = {uid: (member, t) for uid, (member, t) in self.first.items()
+                  if self.reserved.get(uid, end) - t > QUOTA_WAIT_S}
+        elsewhere = [uid for uid, (member, t) in waited.items()
+                     if any(self._room_at(m, t + QUOTA_WAIT_S) >= self.gpus.get(uid, 0)
+                            for m in members - {member})]
+        return {"copies": len(self.first), "waited_over_10s": len(waited),
+                "waited_while_room_elsewhere": len(elsewhere)}
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -530,7 +593,8 @@ async def follow(client: KubeClient, ref: ResourceRef, namespace: str, selector:
 
 
 async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> dict[str, Any]:
-    namespace = "fidelity"
+    quota = QuotaWaits() if args.member_kueue else None
+    namespace = quota.queue if quota is not None else "fidelity"
     hub = await client_for(state, "hub")
     members = {m.name: await client_for(state, m.name) for m in fleet.members}
     seen = Observed()
@@ -548,6 +612,8 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
             uid = (obj["metadata"].get("labels") or {}).get(UID_LABEL)
             if uid:
                 seen.dispatched.setdefault(str(uid), member)
+            if quota is not None:
+                quota.copy_event(obj)
         return handle
 
     def on_pod(member: str) -> Any:
@@ -573,6 +639,13 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
                                                     on_copy(name))))
         tasks.append(asyncio.create_task(follow(client, PODS, namespace, UID_LABEL,
                                                 on_pod(name))))
+        if quota is not None:
+            tasks.append(asyncio.create_task(follow(
+                client, WORKLOADS, namespace, None,
+                lambda obj, now, m=name: quota.workload_event(m, obj, now))))
+            tasks.append(asyncio.create_task(follow(
+                client, CLUSTER_QUEUES, "", None,
+                lambda obj, now, m=name: quota.queue_event(m, obj, now))))
 
     async def sampler() -> None:
         while True:
@@ -601,6 +674,8 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
                                     body=workload(shape, namespace))
         uid = str(created["metadata"]["uid"])
         seen.created[uid] = sent
+        if quota is not None:
+            quota.gpus[uid] = shape.pods * shape.gpus
         seen.pods_wanted[uid] = shape.pods
         seen.kinds[uid] = shape.kind
     deadline = time.monotonic() + args.drain_s
@@ -617,6 +692,8 @@ async def run(state: FleetState, fleet: FleetSpec, args: argparse.Namespace) -> 
     for client in (hub, *members.values()):
         await client.close()
     result = seen.result(end=end)
+    if quota is not None:
+        result["quota"] = quota.result(end=end)
     if args.case == "interleave":
         result["detail"] = {shape.name: seen.placement(uid)
                             for uid, shape in zip(seen.created, shapes, strict=True)}
@@ -647,12 +724,13 @@ async def undispatched(hub: KubeClient, namespace: str, seen: Observed,
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    fleet = load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet or ROOT / "clusters" / (
+        "kueue-members.yaml" if args.member_kueue else "local.yaml"))
     with tempfile.TemporaryDirectory(prefix="fidelity-bench-") as tmp:
         root = Path(tmp)
         began = time.monotonic()
         state = await asyncio.to_thread(devfleet.up, root=root / "fleet", fleet=fleet,
-                                        real=True)
+                                        real=True, member_kueue=args.member_kueue)
         print(f"# real fleet up in {time.monotonic() - began:.0f}s", file=sys.stderr)
         port = free_port()
         proc = start_controller(state, fleet, root, port, args.gang_scheduling)
@@ -671,8 +749,12 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fleet", default=str(ROOT / "clusters" / "local.yaml"),
-                        help="fleet file (default: clusters/local.yaml)")
+    parser.add_argument("--member-kueue", action="store_true",
+                        help="members run their own Kueue (default fleet: "
+                             "clusters/kueue-members.yaml); reports quota waits")
+    parser.add_argument("--fleet", default=None,
+                        help="fleet file (default: clusters/local.yaml, with --member-kueue "
+                             "clusters/kueue-members.yaml)")
     parser.add_argument("--case", choices=["stream", "interleave", "race"], default="stream",
                         help="stream: the seeded oversubscribing mix; interleave: two gangs "
                              "decided back to back (see interleave()); race: a local Job "

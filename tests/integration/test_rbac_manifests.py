@@ -179,7 +179,12 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
     gang_objects = {("scheduling.k8s.io", "workloads"), ("scheduling.x-k8s.io", "podgroups")}
     for resource in gang_objects:
         assert write.get(resource) == {"create", "get", "patch", "delete"}, resource
-    assert set(read) - workloads - {("", "nodes"), ("", "pods")} == set()
+    # a Kueue member's queues (quota as capacity) and Workloads (admission): read only
+    kueue = {("kueue.x-k8s.io", r)
+             for r in ("clusterqueues", "localqueues", "resourceflavors", "workloads")}
+    for resource in kueue:
+        assert read.get(resource) == {"list", "watch"} and resource not in write, resource
+    assert set(read) - workloads - kueue - {("", "nodes"), ("", "pods")} == set()
     assert set(write) - workloads - gang_objects - {("", "pods"), ("", "namespaces")} == set()
     overlay = list(kustomized(DEPLOY / "member" / "cluster-wide"))
     create_ns = grants(one(overlay, "ClusterRole", "dispatcher-member-namespaces")["rules"])
