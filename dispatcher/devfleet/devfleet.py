@@ -36,6 +36,7 @@ from dispatcher.devfleet import kueue as kueue_run
 from dispatcher.devfleet import memberkueue, multikueue, operators, provision
 from dispatcher.devfleet.binaries import OperatorBinary, ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import JOB_SECONDS, ControlPlanes, FleetState, free_port
+from dispatcher.devfleet.state import ClusterInfo
 from dispatcher.fleet.fleetfile import HUB_NAME, FleetSpec
 from dispatcher.kube import pki
 
@@ -128,17 +129,27 @@ def _kueue_config(state: FleetState) -> str | None:
     return marker.read_text() if marker.exists() else None
 
 
+def _install_kueue(planes: ControlPlanes, state: FleetState, op: OperatorBinary,
+                   clusters: list[ClusterInfo], *,
+                   limits: kueue_run.ClientLimits | None = None,
+                   member: bool = False) -> None:
+    """Install Kueue on ``clusters`` in order and start one instance on each (``limits``:
+    its client's; None: Kueue's defaults)."""
+    ca = pki.load_ca(Path(state.root))
+    for cluster in clusters:
+        run = kueue_run.prepare(op, home=Path(state.root) / cluster.name,
+                                kubeconfig=cluster.kubeconfig, ca=ca, free_port=free_port,
+                                limits=limits or kueue_run.ClientLimits(), member=member)
+        operators.install(cluster.rest(), run)
+        planes.add_processes(cluster.name, [run])
+
+
 def _start_kueue(planes: ControlPlanes, state: FleetState, fleet: FleetSpec,
                  op: OperatorBinary, limits: kueue_run.ClientLimits) -> FleetState:
     """Install and start Kueue on every cluster (workers first: the manager connects to
     them), then the workers' and the manager's queues; returns once all are Active."""
-    ca = pki.load_ca(Path(state.root))
-    for cluster in [*state.clusters[1:], state.cluster(HUB)]:
-        run = kueue_run.prepare(op, home=Path(state.root) / cluster.name,
-                                kubeconfig=cluster.kubeconfig, ca=ca, free_port=free_port,
-                                limits=limits)
-        operators.install(cluster.rest(), run)
-        planes.add_processes(cluster.name, [run])
+    _install_kueue(planes, state, op, [*state.clusters[1:], state.cluster(HUB)],
+                   limits=limits)
     for member in fleet.members:
         rest = state.cluster(member.name).rest()
         multikueue.configure_worker(rest, member, namespaces=KUEUE_NAMESPACES)
@@ -157,14 +168,8 @@ def _start_member_kueue(planes: ControlPlanes, state: FleetState, fleet: FleetSp
                         op: OperatorBinary) -> FleetState:
     """Install and start each member's own Kueue and its queues; returns once every
     ClusterQueue is Active."""
-    ca = pki.load_ca(Path(state.root))
-    for member in fleet.members:
-        cluster = state.cluster(member.name)
-        run = kueue_run.prepare(op, home=Path(state.root) / cluster.name,
-                                kubeconfig=cluster.kubeconfig, ca=ca, free_port=free_port,
-                                member=True)
-        operators.install(cluster.rest(), run)
-        planes.add_processes(cluster.name, [run])
+    _install_kueue(planes, state, op, [state.cluster(m.name) for m in fleet.members],
+                   member=True)
     for member in fleet.members:
         rest = state.cluster(member.name).rest()
         if member.kueue:

@@ -189,3 +189,25 @@ def test_quota_does_not_bound_a_member_without_kueue() -> None:
     decision = decide([plain], PlacementRequest(demand=demand([shape(1, 8)]),
                                                 namespace="team-a", exhaustive=True))
     assert decision.chosen == "m" and decision.verdict("m").quota is None
+
+
+def test_a_fleet_file_carries_a_members_kueue_objects_and_explain_reads_their_quota() -> None:
+    from pathlib import Path
+
+    from dispatcher.fleet.fleetfile import FleetFileError, load_fleet, parse_fleet
+    from dispatcher.placement.offline import fleet_snapshots
+
+    fleet = load_fleet(Path(__file__).parents[3] / "clusters" / "kueue-members.yaml")
+    member_1 = {m.name: m for m in fleet_snapshots(fleet)}["member-1"]
+    assert member_1.queueing.system == KUEUE and member_1.quota is not None
+    fit = member_1.quota.fit(demand([shape(3, 8, product=H100)]), namespace="team-a",
+                             queue=None)
+    assert fit is not None and not fit.fits and (fit.free, fit.nominal) == (16, 16)
+    with pytest.raises(FleetFileError, match=r"members\[0\].kueue\[0\].kind: expected one of"):
+        parse_fleet({"members": [{"name": "m", "kueue": [{"kind": "Pod"}]}]})
+    with pytest.raises(FleetFileError, match=r"kueue\[0\].metadata.namespace"):
+        parse_fleet({"members": [{"name": "m", "kueue": [
+            {"kind": "LocalQueue", "metadata": {"name": "q"}}]}]})
+    listed = parse_fleet({"members": [{"name": "m", "kueue": [
+        {"kind": "ResourceFlavor", "metadata": {"name": "f"}}]}]})
+    assert listed.members[0].kueue[0]["apiVersion"] == "kueue.x-k8s.io/v1beta2"
