@@ -8,9 +8,10 @@ supervisor task:
         Node informer  -> ClusterCapacity (rebuilt from each Listed, Changed applied)
         Pod informer   -> ClusterCapacity (bound, non-terminated pods only), then
                           MemberReservations (a workload's bound pods shrink its reservation)
-        Kueue informers -> QuotaObjects (a Kueue member's ClusterQueues, LocalQueues and
-                          ResourceFlavors; unreadable ones are retried, never fail the
-                          session: quota then does not bound placement there)
+        Kueue informers -> QuotaObjects (a Kueue member's ClusterQueues, LocalQueues,
+                          ResourceFlavors and the quota its Workloads hold; unreadable ones
+                          are retried, never fail the session: quota then does not bound
+                          placement there)
         probe loop     -> lastSeen; a failed probe ends the session
         discovery loop -> served workload kinds
     any failure -> health.failed (first loss kept) -> tenacity backoff -> again
@@ -320,9 +321,7 @@ class MemberConnection:
             self._notify(Change.STATE)
         resources = await serving.kueue_resources(client)
         kueue = resources is not None
-        if resources is not None:
-            api = resources["localqueues"].api_version
-            self.kueue_workloads = await client.discovery.resource(api, "Workload")
+        self.kueue_workloads = (resources or {}).get("workloads")
         if kueue != self.kueue_discovered:
             watching = bool(self._kueue)
             self.kueue_discovered = kueue

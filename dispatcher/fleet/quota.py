@@ -14,10 +14,14 @@ v0.17.0's scheduler reads them (``pkg/scheduler/flavorassigner``, ``pkg/cache/sc
   selector matches (only keys some flavor of the group names count, ``flavorSelector``)
   and whose NoSchedule/NoExecute taints it tolerates (pod and flavor tolerations), with
   room for all its GPUs (a pod set never splits across flavors);
-- a flavor's room: its nominal quota minus ``status.flavorsReservation`` (quota reserved
-  or admitted), plus what the cohort lends (every ClusterQueue of the same
+- a flavor's room: its nominal quota minus what is reserved there, plus what the cohort
+  lends (every ClusterQueue of the same
   ``cohortName`` lends ``lendingLimit``, else its whole nominal, minus what it uses of
-  that) up to ``borrowingLimit``;
+  that) up to ``borrowingLimit``. Reserved is the larger of the ClusterQueue's
+  ``status.flavorsReservation`` and the sum over its Workloads holding quota
+  (``QuotaReserved`` and not ``Finished``: ``status.admission.podSetAssignments`` with their
+  flavors and ``resourceUsage``), as Kueue's own cache counts: the status is written
+  lazily, and a copy placed in that gap would wait for quota another member had;
 - a stopped (``stopPolicy`` not None) or inactive ClusterQueue, a stopped LocalQueue, a
   missing LocalQueue or a null ``namespaceSelector`` admits nothing.
 
@@ -52,8 +56,8 @@ __all__ = [
 
 DEFAULT_LOCAL_QUEUE = "default"
 """The LocalQueue Kueue defaults a job without a queue label to (LocalQueueDefaulting)."""
-Kind = Literal["clusterqueues", "localqueues", "resourceflavors"]
-KINDS: tuple[Kind, ...] = ("clusterqueues", "localqueues", "resourceflavors")
+Kind = Literal["clusterqueues", "localqueues", "resourceflavors", "workloads"]
+KINDS: tuple[Kind, ...] = ("clusterqueues", "localqueues", "resourceflavors", "workloads")
 _UNBOUNDED = 1 << 62
 _KEPT_OUT = frozenset({"NoSchedule", "NoExecute"})
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -93,11 +97,16 @@ class ClusterQueue:
     closed: str = ""
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> ClusterQueue:
+    def of(cls, obj: Mapping[str, Any],
+           held: Mapping[str, int] | None = None) -> ClusterQueue:
+        """``held``: GPUs by flavor its Workloads hold (the larger of that and the status
+        counts)."""
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         name = str((obj.get("metadata") or {}).get("name") or "")
         reserved = {str(u.get("name")): _gpus_of(u.get("resources"), "total")
                     for u in status.get("flavorsReservation") or () if isinstance(u, Mapping)}
+        for flavor, gpus in (held or {}).items():
+            reserved[flavor] = max(reserved.get(flavor, 0), gpus)
         flavors: list[FlavorQuota] = []
         for group in spec.get("resourceGroups") or ():
             if GPU_RESOURCE not in (group.get("coveredResources") or ()):
@@ -340,23 +349,52 @@ class QuotaObjects:
         return self.listed >= set(KINDS)
 
     def relist(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
-        self._objects[kind] = {_key(o): o for o in objects}
+        kept = ((_key(o), _kept(kind, o)) for o in objects)
+        self._objects[kind] = {k: o for k, o in kept if o is not None}
         self.listed.add(kind)
         self.version += 1
 
     def apply(self, kind: Kind, event: str, obj: Mapping[str, Any]) -> None:
-        if event == "DELETED":
-            self._objects[kind].pop(_key(obj), None)
+        """One watch event; a Workload that holds no quota is not kept (nor counted)."""
+        kept = None if event == "DELETED" else _kept(kind, obj)
+        store, key = self._objects[kind], _key(obj)
+        if kept is None:
+            if store.pop(key, None) is None:
+                return  # a Workload that held nothing before either: nothing changed
+        elif store.get(key) == kept:
+            return
         else:
-            self._objects[kind][_key(obj)] = obj
+            store[key] = kept
         self.version += 1
 
     def view(self) -> MemberQuota:
         if self._view is None or self._view[0] != self.version:
             self._view = (self.version, build(self._objects["clusterqueues"].values(),
                                               self._objects["localqueues"].values(),
-                                              self._objects["resourceflavors"].values()))
+                                              self._objects["resourceflavors"].values(),
+                                              self._objects["workloads"].values()))
         return self._view[1]
+
+
+def _kept(kind: Kind, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What is kept of a watched object: the object, or of a Workload only its quota held
+    (``{"clusterQueue": ..., "gpus": {flavor: n}}``; None when it holds none)."""
+    if kind != "workloads":
+        return obj
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or ()
+                  if isinstance(c, Mapping)}
+    admission = status.get("admission") or {}
+    if conditions.get("QuotaReserved") != "True" or conditions.get("Finished") == "True" \
+            or not admission.get("clusterQueue"):
+        return None
+    gpus: dict[str, int] = {}
+    for assigned in admission.get("podSetAssignments") or ():
+        flavor = (assigned.get("flavors") or {}).get(GPU_RESOURCE)
+        used = whole_count((assigned.get("resourceUsage") or {}).get(GPU_RESOURCE, 0))
+        if flavor and used:
+            gpus[str(flavor)] = gpus.get(str(flavor), 0) + used
+    return {"clusterQueue": str(admission["clusterQueue"]), "gpus": gpus} if gpus else None
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -365,12 +403,19 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 
 def build(cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]],
-          flavors: Iterable[Mapping[str, Any]]) -> MemberQuota:
+          flavors: Iterable[Mapping[str, Any]],
+          held: Iterable[Mapping[str, Any]] = ()) -> MemberQuota:
     """A ``MemberQuota`` from the objects as the API serves them (v1beta2 or v1beta1:
-    v1beta1's ``spec.cohort`` is read too)."""
+    v1beta1's ``spec.cohort`` is read too); ``held``: the quota its Workloads hold
+    (``_kept``)."""
+    by_queue: dict[str, dict[str, int]] = {}
+    for item in held:
+        sums = by_queue.setdefault(str(item["clusterQueue"]), {})
+        for flavor, gpus in item["gpus"].items():
+            sums[flavor] = sums.get(flavor, 0) + int(gpus)
     queues = []
     for obj in cluster_queues:
-        queue = ClusterQueue.of(obj)
+        queue = ClusterQueue.of(obj, by_queue.get(str((obj.get("metadata") or {}).get("name"))))
         legacy = (obj.get("spec") or {}).get("cohort")
         if not queue.cohort and legacy:
             queue = ClusterQueue(name=queue.name, cohort=str(legacy), flavors=queue.flavors,

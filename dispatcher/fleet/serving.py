@@ -39,12 +39,12 @@ async def gang_mechanism(client: KubeClient) -> Mechanism:
 
 
 _QUEUE_KINDS: dict[Kind, str] = {"clusterqueues": "ClusterQueue", "localqueues": "LocalQueue",
-                                 "resourceflavors": "ResourceFlavor"}
+                                 "resourceflavors": "ResourceFlavor", "workloads": "Workload"}
 
 
 async def kueue_resources(client: KubeClient) -> dict[Kind, ResourceRef] | None:
-    """The member's ClusterQueue, LocalQueue and ResourceFlavor resources, of the newest
-    Kueue version it serves all three of (None: it runs no Kueue we can read)."""
+    """The member's ClusterQueue, LocalQueue, ResourceFlavor and Workload resources, of the
+    newest Kueue version it serves all of (None: it runs no Kueue we can read)."""
     for gvk in LOCAL_QUEUES:
         found: dict[Kind, ResourceRef] = {}
         for kind, name in _QUEUE_KINDS.items():

@@ -143,6 +143,8 @@ def test_quota_objects_follow_watch_events_and_rebuild_only_after_a_change() -> 
     objects.relist("localqueues", [local_queue("ns", "q", "cq")])
     assert not objects.synced
     objects.relist("resourceflavors", [flavor("h100")])
+    assert not objects.synced
+    objects.relist("workloads", [])
     assert objects.synced
     view = objects.view()
     assert objects.view() is view
@@ -211,3 +213,44 @@ def test_a_fleet_file_carries_a_members_kueue_objects_and_explain_reads_their_qu
     listed = parse_fleet({"members": [{"name": "m", "kueue": [
         {"kind": "ResourceFlavor", "metadata": {"name": "f"}}]}]})
     assert listed.members[0].kueue[0]["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+
+
+def _workload(name: str, *, queue: str, gpus: dict[str, int], reserved: bool = True,
+              finished: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "QuotaReserved", "status": "True" if reserved else "False"}]
+    if finished:
+        conditions.append({"type": "Finished", "status": "True"})
+    return {"metadata": {"name": name, "namespace": "ns"}, "status": {
+        "conditions": conditions,
+        "admission": {"clusterQueue": queue, "podSetAssignments": [
+            {"name": "main", "flavors": {"nvidia.com/gpu": f, "cpu": f},
+             "resourceUsage": {"nvidia.com/gpu": str(n), "cpu": "4"}}
+            for f, n in gpus.items()]}}}
+
+
+def test_the_quota_workloads_hold_counts_before_the_cluster_queue_status_says_so() -> None:
+    objects = QuotaObjects()
+    objects.relist("clusterqueues", [cluster_queue("cq", {"h100": 16})])  # status: 0 used
+    objects.relist("localqueues", [local_queue("ns", "q", "cq")])
+    objects.relist("resourceflavors", [flavor("h100")])
+    objects.relist("workloads", [_workload("a", queue="cq", gpus={"h100": 8}),
+                                 _workload("waiting", queue="cq", gpus={"h100": 8},
+                                           reserved=False),
+                                 _workload("done", queue="cq", gpus={"h100": 8},
+                                           finished=True)])
+    ask = demand([shape(1, 8)])
+    fit = objects.view().fit(ask, namespace="ns", queue="q")
+    assert fit is not None and (fit.reserved, fit.free) == (8, 8)
+    version = objects.version
+    objects.apply("workloads", "MODIFIED", _workload("waiting", queue="cq", gpus={"h100": 8},
+                                                     reserved=False))
+    assert objects.version == version  # holds nothing, held nothing: no rebuild
+    objects.apply("workloads", "ADDED", _workload("b", queue="cq", gpus={"h100": 8}))
+    full = objects.view().fit(ask, namespace="ns", queue="q")
+    assert full is not None and not full.fits and full.reserved == 16
+    objects.apply("workloads", "DELETED", _workload("a", queue="cq", gpus={"h100": 8}))
+    # the status, once written, counts too: the larger of the two
+    objects.apply("clusterqueues", "MODIFIED", cluster_queue("cq", {"h100": 16},
+                                                              reserved={"h100": 12}))
+    later = objects.view().fit(ask, namespace="ns", queue="q")
+    assert later is not None and later.reserved == 12
