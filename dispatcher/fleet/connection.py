@@ -456,8 +456,12 @@ class MemberConnection:
         before = self.health
         self.health = healthmod.failed(before, now=self._clock(), problem=problem,
                                        unreachable_after=self._unreachable_after)
-        if (before.reason, before.ready) != (self.health.reason, self.health.ready):
-            # failing while within unreachableAfter; unreachable (as ``expire`` says) after
+        after = self.health
+        if (before.reason, before.ready, before.reachable) != (after.reason, after.ready,
+                                                               after.reachable):
+            # failing while within unreachableAfter; unreachable (as ``expire`` says) after.
+            # A reconnect that fails past unreachableAfter turns it unreachable here, before
+            # ``expire`` looks: said here then, or the SRE's log never says it.
             lost = "member.failing" if self.health.reachable else "member.unreachable"
             event = {"KubeconfigInvalid": "member.kubeconfig_invalid",
                      "SecretMissing": "member.secret_missing"}.get(problem.reason, lost)
