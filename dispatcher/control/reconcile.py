@@ -59,6 +59,7 @@ from dispatcher.control.submit import MemberWrites
 from dispatcher.control.writer import HubWriter, MemberWriter, Outcome, Ports
 from dispatcher.control.writes import HubWrites
 from dispatcher.fleet.admission import queued_generic
+from dispatcher.fleet.queueing import QUEUE_LABEL
 from dispatcher.fleet.reservations import Reservation
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.errors import KubeError
@@ -195,7 +196,8 @@ class Reconciler:
             copy_uid = str(meta.get("uid", ""))
             admission = self.copies.admission(cluster, copy_uid)
             return Copy(state=CopyState.OURS, uid=copy_uid, status=status,
-                        generic=queued_generic(found.generic, admission),
+                        generic=queued_generic(found.generic, admission,
+                                               queued=QUEUE_LABEL in (meta.get("labels") or {})),
                         statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
                         seen_at=found.seen_at, gang_mechanism=mechanism,

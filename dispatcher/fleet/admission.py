@@ -69,11 +69,16 @@ class Admission:
 _DONE = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
 
 
-def queued_generic(generic: str, admission: Admission | None) -> str:
+def queued_generic(generic: str, admission: Admission | None, *, queued: bool = False) -> str:
     """The copy's generic status, its admission considered: a copy its member's Kueue has
     not admitted (or evicted) is ``pending`` whatever its own status says (a suspended
-    Job, pods still terminating), unless it finished."""
-    if admission is None or admission.admitted or generic in _DONE:
+    Job, pods still terminating), unless it finished. ``queued``: the copy is in a Kueue
+    queue (its member runs Kueue, the copy carries the queue label): suspended before its
+    Workload is seen means waiting too (Kueue's webhook suspended it)."""
+    if admission is None:
+        return GenericStatus.PENDING if queued and generic == GenericStatus.SUSPENDED \
+            else generic
+    if admission.admitted or generic in _DONE:
         return generic
     return GenericStatus.PENDING
 

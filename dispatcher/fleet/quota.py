@@ -207,6 +207,9 @@ class QuotaFit:
     reserved: int
     nominal: int
     asked: int
+    in_flight: int = 0
+    """Of what the queue has left, GPUs held for copies just sent there (not in Kueue's
+    numbers yet): not in ``free``."""
     reason: str = ""
 
     def cell(self) -> str:
@@ -216,14 +219,16 @@ class QuotaFit:
     def to_dict(self) -> dict[str, Any]:
         return {"clusterQueue": self.cluster_queue, "localQueue": self.local_queue,
                 "fits": self.fits, "free": self.free, "reserved": self.reserved,
-                "nominal": self.nominal, "asked": self.asked, "reason": self.reason}
+                "nominal": self.nominal, "asked": self.asked, "inFlight": self.in_flight,
+                "reason": self.reason}
 
     def describe(self) -> str:
         """``ClusterQueue gpus (LocalQueue team-a/gpus): 24 of 32 nvidia.com/gpu reserved,
         8 free by quota``."""
+        sent = f" ({self.in_flight} held for copies just sent)" if self.in_flight else ""
         return (f"ClusterQueue {self.cluster_queue} (LocalQueue {self.local_queue}): "
                 f"{self.reserved} of {self.nominal} {GPU_RESOURCE} reserved, {self.free} "
-                f"free by quota")
+                f"free by quota{sent}")
 
 
 class MemberQuota:
@@ -299,6 +304,7 @@ class MemberQuota:
         rooms = {q.flavor: self.room(cq, q) for q in cq.flavors}
         usable: set[str] = set()
         unplaced: list[int] = []
+        held = 0  # of in_flight, taken from the flavors these pods may use
         for shape in (s for g in demand.gangs for s in g.pod_shapes if s.gpus > 0):
             need = shape.gpus * shape.count
             allowed = [q.flavor for q in cq.flavors if q.flavor in self.flavors
@@ -308,16 +314,18 @@ class MemberQuota:
                 taken = min(in_flight, rooms[flavor])
                 rooms[flavor] -= taken
                 in_flight -= taken
+                held += taken
             chosen = next((f for f in allowed if rooms[f] >= need), None)
             if chosen is None:
                 unplaced.append(need)
             else:
                 rooms[chosen] -= need
         counted = [q for q in cq.flavors if q.flavor in usable]
-        free = sum(self.room(cq, q) for q in counted)
+        free = sum(self.room(cq, q) for q in counted) - held
         fit = QuotaFit(cluster_queue=cq.name, local_queue=where, fits=not unplaced,
                        free=free, reserved=sum(q.reserved for q in counted),
-                       nominal=sum(q.nominal for q in counted), asked=demand.gpus)
+                       nominal=sum(q.nominal for q in counted), asked=demand.gpus,
+                       in_flight=held)
         if unplaced:
             if not counted:
                 said = (f"ClusterQueue {cq.name} (LocalQueue {where}): no flavor of it admits "
@@ -329,7 +337,7 @@ class MemberQuota:
                 said = f"{fit.describe()}, {demand.gpus} asked"
             fit = QuotaFit(cluster_queue=fit.cluster_queue, local_queue=where, fits=False,
                            free=free, reserved=fit.reserved, nominal=fit.nominal,
-                           asked=fit.asked, reason=said)
+                           asked=fit.asked, in_flight=held, reason=said)
         return fit
 
 

@@ -60,6 +60,9 @@ def test_a_copy_not_admitted_is_pending_unless_finished() -> None:
     assert queued_generic("completed", waiting) == "completed"
     assert queued_generic("running", admitted) == "running"
     assert queued_generic("running", None) == "running"
+    # in a Kueue queue, before its Workload is seen: Kueue's webhook suspended it
+    assert queued_generic("suspended", None, queued=True) == "pending"
+    assert queued_generic("suspended", None) == "suspended"
 
 
 def test_descriptions_name_the_member_and_the_queue() -> None:

@@ -76,7 +76,10 @@ def test_in_flight_gpus_are_taken_before_the_pod_sets() -> None:
     fit = quota.fit(ask, namespace="team-a", queue="gpus", in_flight=8)
     assert fit is not None and fit.fits
     full = quota.fit(ask, namespace="team-a", queue="gpus", in_flight=9)
-    assert full is not None and not full.fits
+    assert full is not None and not full.fits and (full.free, full.in_flight) == (7, 9)
+    assert full.reason == ("ClusterQueue team-a (LocalQueue team-a/gpus): 0 of 16 "
+                           "nvidia.com/gpu reserved, 7 free by quota (9 held for copies just "
+                           "sent), 8 asked")
 
 
 @pytest.mark.parametrize(("limits", "free"), [
