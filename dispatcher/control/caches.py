@@ -179,6 +179,7 @@ class CopyCache:
         self._copies: dict[str, dict[str, MemberCopy]] = {}
         self.synced: set[tuple[str, GroupVersionKind]] = set()
         self._admissions: dict[str, dict[str, Admission]] = {}
+        self._by_copy: dict[str, dict[str, str]] = {}  # member -> copy's own uid -> hub uid
 
     def get(self, member: str, uid: str) -> MemberCopy | None:
         return self._copies.get(member, {}).get(uid)
@@ -186,10 +187,7 @@ class CopyCache:
     def hub_uid(self, member: str, copy_uid: str) -> str | None:
         """The hub uid of our copy on ``member`` whose own uid is ``copy_uid`` (a Kueue
         Workload names the copy it admits by that)."""
-        for uid, copy in self._copies.get(member, {}).items():
-            if copy.obj["metadata"].get("uid") == copy_uid:
-                return uid
-        return None
+        return self._by_copy.get(member, {}).get(copy_uid)
 
     def admission(self, member: str, copy_uid: str) -> Admission | None:
         """What the member's Kueue says of the copy ``copy_uid`` (None: not queued there,
@@ -225,10 +223,25 @@ class CopyCache:
         old = self._copies.get(member, {}).get(uid)
         if old is not None and _rv(old.obj) > _rv(copy.obj):
             return
+        if old is not None:
+            self._unindex(member, old)
         self._copies.setdefault(member, {})[uid] = copy
+        self._index(member, uid, copy)
 
     def drop(self, member: str, uid: str) -> None:
-        self._copies.get(member, {}).pop(uid, None)
+        old = self._copies.get(member, {}).pop(uid, None)
+        if old is not None:
+            self._unindex(member, old)
+
+    def _index(self, member: str, uid: str, copy: MemberCopy) -> None:
+        own = copy.obj["metadata"].get("uid")
+        if own:
+            self._by_copy.setdefault(member, {})[str(own)] = uid
+
+    def _unindex(self, member: str, copy: MemberCopy) -> None:
+        own = copy.obj["metadata"].get("uid")
+        if own:
+            self._by_copy.get(member, {}).pop(str(own), None)
 
     def relist(self, member: str, kind: GroupVersionKind, fresh: Mapping[str, MemberCopy]
                ) -> set[str]:
@@ -238,8 +251,13 @@ class CopyCache:
         for uid, copy in list(copies.items()):
             if GroupVersionKind.of_object(copy.obj) == kind and uid not in fresh:
                 del copies[uid]
+                self._unindex(member, copy)
                 touched.add(uid)
+            elif uid in fresh:
+                self._unindex(member, copy)
         copies.update(fresh)
+        for uid, copy in fresh.items():
+            self._index(member, uid, copy)
         self.synced.add((member, kind))
         return touched
 

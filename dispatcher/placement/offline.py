@@ -27,18 +27,17 @@ def fleet_snapshots(spec: FleetSpec) -> list[MemberSnapshot]:
     """Members of a fleet file, their nodes fed through ``ClusterCapacity`` like a watch.
 
     Served kinds are unknown offline (every kind passes); every member is Ready; a member
-    runs Kueue when its ``queueing`` says so or it lists ``kueue`` objects (``auto`` is
-    none otherwise: nothing is served),
-    with the quota of its ``kueue`` objects (none given: quota does not bound it).
+    runs Kueue when its ``queueing`` says so or it lists ``kueue`` objects (``auto`` is none
+    otherwise: nothing is served), with their quota (none listed: quota does not bound it).
     """
     members = []
     for member in spec.members:
         capacity = ClusterCapacity()
         for node in node_manifests(member):
             capacity.upsert_node(node)
+        queueing = member.queueing.effective(discovered=bool(member.kueue))
         members.append(MemberSnapshot(name=member.name, capacity=capacity,
                                       labels=dict(member.labels),
                                       topology_levels=member.topology_levels,
-                                      queueing=member.queueing.effective(discovered=bool(member.kueue)),
-                                      quota=quota_of(member)))
+                                      queueing=queueing, quota=quota_of(member)))
     return members
