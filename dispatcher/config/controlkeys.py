@@ -86,12 +86,12 @@ def _webhook(r: Reader, base: Path) -> WebhookSettings:
         raise r.error("url", f"must be an https:// URL (the apiserver calls webhooks over "
                              f"TLS only), got {url!r}")
     settings = WebhookSettings(
-        address=r.get("address", str, "0.0.0.0"), port=r.integer("port", 9443, minimum=1),
+        address=r.get("address", str, "127.0.0.1"), port=r.integer("port", 9443, minimum=1),
         cert_dir=config_path(r.get("certDir", str, None), base),
         secret_name=r.get("secretName", str, "dispatcher-webhook-cert"),
         configuration=r.get("configurationName", str, "dispatcher"),
         service_name=r.get("serviceName", str, "dispatcher-webhook"), url=url,
-        hosts=r.strings("hosts"))
+        hosts=r.strings("hosts"), drain_s=r.number("drainSeconds", 5.0, minimum=0))
     r.done()
     return settings
 
@@ -187,7 +187,7 @@ def _leader(le: Reader) -> LeaderSettings:
 
 def _server(srv: Reader) -> ServerSettings:
     """``server``: metrics, health and the fleet view (which needs the server)."""
-    server = ServerSettings(address=srv.get("address", str, "0.0.0.0"),
+    server = ServerSettings(address=srv.get("address", str, "127.0.0.1"),
                             port=srv.integer("port", 8080),
                             fleet_view=srv.get("fleetView", bool, False))
     if server.fleet_view and not server.port:

@@ -9,6 +9,7 @@ by the reconciler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -63,6 +64,13 @@ async def execute(p: Ports, *, uid: str, snap: Snapshot, action: Action) -> Outc
         return later(0.5)
     if kind is ActionKind.RELEASE_FINALIZER:
         return await _release_finalizer(p, uid, snap)
+    # these may be about an uncached hub object (row 1a: out of the watched scope)
+    if kind is ActionKind.REPORT_NOT_HELD:
+        return await _not_held(p, uid, snap, action)
+    if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
+        if action.rejection is not None:
+            return await _rejected(p, uid, snap, action, action.rejection)
+        return await _requeue(p, uid, snap, action)
     assert snap.workload is not None
     if kind is ActionKind.CREATE_RECORD:
         assert action.placement is not None
@@ -87,12 +95,6 @@ async def execute(p: Ports, *, uid: str, snap: Snapshot, action: Action) -> Outc
         return await _mark_unknown(p, uid, snap, action)
     if kind in (ActionKind.REPORT_STALL, ActionKind.CLEAR_STALL):
         return await _gang_stall(p, uid, snap, action)
-    if kind is ActionKind.REPORT_NOT_HELD:
-        return await _not_held(p, uid, snap, action)
-    if kind in (ActionKind.REQUEUE, ActionKind.FAIL):
-        if action.rejection is not None:
-            return await _rejected(p, uid, snap, action, action.rejection)
-        return await _requeue(p, uid, snap, action)
     raise AssertionError(f"unhandled action {kind}")
 
 
@@ -198,7 +200,7 @@ async def _not_held(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outco
     await p.hub.patch_record(uid, {"conditions": [records.condition(
         type_="Held", status=False, reason="NotHeld", message=action.reason, now=snap.now)]})
     log.warning("workload.not_held", uid=uid, member=action.member, reason=action.reason)
-    p.hub.event(snap.workload or {}, reason="NotHeld", message=action.reason, warning=True)
+    p.hub.event(_about(snap), reason="NotHeld", message=action.reason, warning=True)
     return AGAIN
 
 
@@ -407,9 +409,20 @@ async def _requeue(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcom
     await _write_retreat(p, uid, snap, action, outcome="requeued")
     log.warning("workload.failed" if fail else "workload.requeued", uid=uid, member=member,
                 reason=action.reason, attempt=record.attempt)
-    p.hub.event(snap.workload or {}, reason="Failed" if fail else "Requeued",
+    p.hub.event(_about(snap), reason="Failed" if fail else "Requeued",
                 message=action.reason, warning=True)
     return replace(DONE if fail else AGAIN, release=True, answered=True)
+
+
+def _about(snap: Snapshot) -> Mapping[str, Any]:
+    """The hub object an Event is about: the cached one, else what its record names (an
+    uncached one out of the watched scope)."""
+    if snap.workload is not None or snap.record is None:
+        return snap.workload or {}
+    api_version, kind, name = snap.record.workload_ref
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": snap.record.namespace,
+                         "uid": snap.record.workload_uid}}
 
 
 async def _release_finalizer(p: Ports, uid: str, snap: Snapshot) -> Outcome:

@@ -32,6 +32,7 @@ class StepMemory:
     _foreign: dict[tuple[str, str], float] = field(default_factory=dict)
     _refusals: dict[str, Rejection] = field(default_factory=dict)
     _gone: set[str] = field(default_factory=set)
+    _outside: dict[str, str] = field(default_factory=dict)
 
     def mirrored(self, uid: str, copy_resource_version: str) -> None:
         """The hub status now equals the copy's at that resourceVersion."""
@@ -76,10 +77,23 @@ class StepMemory:
         """The hub said the workload is gone (``found_gone``)."""
         return uid in self._gone
 
+    def found_outside(self, uid: str, reason: str | None) -> None:
+        """A read of the hub found the uncached workload alive and out of the watched
+        scope (``reason``), or back in it (None)."""
+        if reason is None:
+            self._outside.pop(uid, None)
+        else:
+            self._outside[uid] = reason
+
+    def outside(self, uid: str) -> str | None:
+        """Why the live hub object is out of the watched scope (``found_outside``)."""
+        return self._outside.get(uid)
+
     def forget(self, uid: str) -> None:
         """The hub object is gone: drop everything about it."""
         self._mirrored.pop(uid, None)
         self._refusals.pop(uid, None)
         self._gone.discard(uid)
+        self._outside.pop(uid, None)
         for key in [k for k in self._foreign if k[1] == uid]:
             del self._foreign[key]

@@ -40,7 +40,7 @@ from dispatcher.control.core.decide import (
     placing_needed,
 )
 from dispatcher.control.core.gangsched import mechanism_of
-from dispatcher.control.core.hubhold import unheld_reason
+from dispatcher.control.core.hubhold import HoldScope, unheld_reason
 from dispatcher.control.core.hubstatus import hub_status
 from dispatcher.control.core.parking import BareFleet
 from dispatcher.control.core.placing import Placement, PlacementInput, QueueStep
@@ -133,6 +133,11 @@ class Reconciler:
         self.planner = CopyPlanner(settings=settings, live=live, resolutions=self.resolutions,
                                    fleet=fleet, copies=copies)
         """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.core.copyplan``)."""
+        self.scope = HoldScope.watching(namespaces=settings.namespaces,
+                                        own=settings.leader.namespace,
+                                        selector=settings.label_selector)
+        """What the controller watches: a live object outside it is not held, as far as we
+        know (``_outside``)."""
         self.memory = StepMemory(clock=clock)
         """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
@@ -159,7 +164,12 @@ class Reconciler:
                         workload_gone=workload is None and record is not None
                         and (record.deleting or self.memory.gone(uid)))
         cluster = record.cluster if record is not None else None
-        if cluster is None or (workload is None and not snap.workload_gone):
+        outside = self.memory.outside(uid) if workload is None and record is not None \
+            and not snap.workload_gone else None
+        if outside is not None:
+            snap = replace(snap, unheld=outside)
+        if cluster is None or (workload is None and not snap.workload_gone
+                               and outside is None):
             return snap
         health = self.fleet.health(cluster)
         copy = Copy(state=CopyState.UNKNOWN)
@@ -167,7 +177,7 @@ class Reconciler:
         if health.reachable:
             copy = self._copy(cluster, uid, workload) if workload is not None \
                 else self._leftover(cluster, uid, record)
-        unheld = self._unheld(workload) if workload is not None else None
+        unheld = self._unheld(workload) if workload is not None else outside
         return replace(snap, health=health, copy=copy, unheld=unheld)
 
     def _leftover(self, cluster: str, uid: str, record: records.DispatchRecord) -> Copy:
@@ -390,12 +400,28 @@ class Reconciler:
     async def _confirm_gone(self, uid: str) -> None:
         """A record whose workload is not cached: ask the hub whether it is gone (a
         watch's label selector hides a live one that lost its label). Its record being
-        deleted says so without a read (garbage collection of its owner)."""
+        deleted says so without a read (garbage collection of its owner). On a shared hub,
+        a live one out of the watched scope is no longer held as far as we know (its hold
+        was checked only while we saw it): ``snapshot`` says so."""
         record = self.cache.record_value(uid)
-        if record is None or self.cache.workload(uid) is not None or self.memory.gone(uid):
+        if record is None or self.cache.workload(uid) is not None or self.memory.gone(uid) \
+                or record.deleting:
             return
-        if not record.deleting and await self.ports.hub.workload_gone(record):
+        read = await self.ports.hub.read_workload(record)
+        if read.gone:
             self.memory.found_gone(uid)
+        elif read.found is not None and self.settings.hub_mode == "shared":
+            self.memory.found_outside(uid, self._outside(read.found))
+
+    def _outside(self, workload: Mapping[str, Any]) -> str | None:
+        """Why a live hub object is out of the scope the controller watches (None: in it,
+        only not listed yet)."""
+        meta = workload.get("metadata") or {}
+        if self.scope.covers(str(meta.get("namespace") or ""), meta.get("labels") or {}):
+            return None
+        return (f"it left the watched scope (watch.labelSelector "
+                f"{self.settings.label_selector!r}), so the shared hub's controllers may "
+                f"run it")
 
     def _inputs(self, uid: str) -> Settled | None:
         """What ``decide`` reads for a placed workload, by the versions of the objects (hub

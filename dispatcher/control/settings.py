@@ -39,8 +39,9 @@ class LeaderSettings:
 class ServerSettings:
     """The /metrics, /healthz and /readyz HTTP server."""
 
-    address: str = "0.0.0.0"
-    """Listen address."""
+    address: str = "127.0.0.1"
+    """Listen address: loopback unless set (in a pod, deploy/ sets 0.0.0.0: the probes and
+    Prometheus reach the pod's IP, the NetworkPolicy fences who may)."""
     port: int = 8080
     """Listen port (0: no server)."""
     fleet_view: bool = False
@@ -54,8 +55,8 @@ class WebhookSettings:
     """The mutating admission webhook that holds workloads on a shared hub
     (``control/core/hubhold.py``; served only with ``hub.mode: shared``)."""
 
-    address: str = "0.0.0.0"
-    """Listen address of the HTTPS server."""
+    address: str = "127.0.0.1"
+    """Listen address of the HTTPS server (in a pod, deploy/ sets 0.0.0.0)."""
     port: int = 9443
     """Listen port."""
     cert_dir: str | None = None
@@ -71,6 +72,9 @@ class WebhookSettings:
     """Instead of the Service: a URL (a controller running outside the hub)."""
     hosts: tuple[str, ...] = ()
     """Extra names or IPs the self-managed serving certificate is valid for."""
+    drain_s: float = 5.0
+    """A stopping replica keeps serving this long, unready, so the Service stops sending it
+    calls before it closes (a call refused meanwhile is a refused create)."""
 
 
 @dataclass(frozen=True, kw_only=True)

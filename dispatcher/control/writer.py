@@ -44,6 +44,15 @@ class Sent(StrEnum):
     FOREIGN = "foreign"  # an object that is not ours holds the name: never overwritten
 
 
+@dataclass(frozen=True)
+class HubRead:
+    """What a read of an uncached workload found: ``gone``, or the live object (None
+    when the hub could not say)."""
+
+    gone: bool
+    found: Mapping[str, Any] | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     """After an action: ``again`` = decide again now; ``after`` = look again in N seconds.
@@ -94,9 +103,10 @@ class HubWriter(Protocol):
         (``record.first_placement``); anything but CREATED means nothing of ``placed``
         was written."""
 
-    async def workload_gone(self, record: DispatchRecord) -> bool:
-        """Read the hub: True when no object of the record's workload name and uid is
-        there (an uncached one may only be hidden from a filtered watch)."""
+    async def read_workload(self, record: DispatchRecord) -> HubRead:
+        """Read the hub for an uncached workload: gone when no object of the record's
+        workload name and uid is there, else the object when it could be read (a filtered
+        watch hides one that left ``watch.labelSelector``)."""
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         """Merge-patch the Dispatch status (conditions merged by type)."""

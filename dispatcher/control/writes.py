@@ -13,7 +13,7 @@ from dispatcher.control.core import record as records
 from dispatcher.control.core.names import FINALIZER
 from dispatcher.control.core.record import DispatchRecord
 from dispatcher.control.events import EventRecorder
-from dispatcher.control.writer import Created
+from dispatcher.control.writer import Created, HubRead
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, KubeError, NotFound
 from dispatcher.kube.resources import DISPATCHES
@@ -75,18 +75,20 @@ class HubWrites:
             return Created.CREATED
         return Created.EXISTS
 
-    async def workload_gone(self, record: DispatchRecord) -> bool:
+    async def read_workload(self, record: DispatchRecord) -> HubRead:
         api_version, kind, name = record.workload_ref
         try:
             ref = await self.hub.discovery.resource(api_version, kind)
             if ref is None:
-                return False  # not served (yet): never guess
+                return HubRead(gone=False)  # not served (yet): never guess
             found = await self.hub.request("GET", ref.item(name, record.namespace))
         except NotFound:
-            return True
+            return HubRead(gone=True)
         except KubeError:
-            return False
-        return str((found.get("metadata") or {}).get("uid")) != record.workload_uid
+            return HubRead(gone=False)
+        if str((found.get("metadata") or {}).get("uid")) != record.workload_uid:
+            return HubRead(gone=True)
+        return HubRead(gone=False, found=found)
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         raw = self.cache.record(uid)

@@ -35,7 +35,6 @@ from dispatcher.fleet.kubeconfigs import INSECURE, KubeconfigProblem, transport_
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient, observe_requests
 from dispatcher.kube.errors import KubeError
-from dispatcher.placement.selector import parse_selector
 from dispatcher.shell import fleetpage
 from dispatcher.shell.hubmode import hub_warnings
 from dispatcher.shell.webhook import HubWebhook
@@ -93,19 +92,19 @@ async def check_hub(config: Config) -> list[str]:
         await hub.close()
 
 
-async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller
-                         ) -> Callable[[], Awaitable[None]]:
+async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller,
+                         stops: _Stops) -> None:
     """Serve and register the shared hub's webhook. Every replica serves it and is Ready
     once it does (the decision needs only the catalog, which every replica follows), so
     the Service reaches them all and a leader's restart refuses nothing."""
-    scope = HoldScope(namespaces=settings.namespaces,
-                      skip=frozenset({settings.leader.namespace}),
-                      selector=parse_selector(settings.label_selector))
+    scope = HoldScope.watching(namespaces=settings.namespaces, own=settings.leader.namespace,
+                               selector=settings.label_selector)
     webhook = HubWebhook(hub=hub, settings=settings.webhook,
                          namespace=settings.leader.namespace,
                          catalog=lambda: controller.live.current, scope=scope)
     controller.live.subscribe(lambda _old, _new: webhook.catalog_changed())
-    return await webhook.start()
+    stops.webhook = await webhook.start()
+    stops.drain = webhook.drain
 
 
 @dataclass
@@ -114,8 +113,26 @@ class _Stops:
 
     server: Callable[[], Awaitable[None]] | None = None
     webhook: Callable[[], Awaitable[None]] | None = None
+    drain: Callable[[], None] | None = None  # the webhook's answers close their connections
     definitions: Callable[[], Awaitable[None]] | None = None
     serving: bool = False  # the shared hub's webhook answers (a replica's readiness there)
+    stopping_at: float | None = None  # loop time the stop was asked for
+
+
+async def _drain(stops: _Stops, *, seconds: float) -> None:
+    """Keep a stopping replica's webhook serving, unready, for ``seconds`` after the stop
+    was asked: a Service sends new calls to it until its EndpointSlice drops it, and a
+    call refused meanwhile is a refused create (the apiserver does not retry it). Its
+    answers close their connections meanwhile, so the apiserver's kept-open ones move to
+    the other replicas before this one closes."""
+    if stops.webhook is None or stops.stopping_at is None:
+        return
+    if stops.drain is not None:
+        stops.drain()
+    left = stops.stopping_at + seconds - asyncio.get_running_loop().time()
+    if left > 0:
+        log.info("webhook.draining", seconds=round(left, 1))
+        await asyncio.sleep(left)
 
 
 async def run(config: Config) -> int:
@@ -134,6 +151,15 @@ async def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     crashed: list[str] = []
+    stops = _Stops()
+
+    async def unready_on_stop() -> None:
+        await stop.wait()
+        stops.serving, stops.stopping_at = False, loop.time()
+        if stops.drain is not None:
+            stops.drain()
+
+    unready = asyncio.ensure_future(unready_on_stop())
 
     def crash(task: str, _: BaseException) -> None:
         crashed.append(task)
@@ -146,7 +172,6 @@ async def run(config: Config) -> int:
     fleet = LiveFleet(Fleet(hub=hub, settings=config.fleet, kinds=kinds))
     controller = Controller(settings=settings, catalog=catalog, hub=hub, fleet=fleet,
                             metrics=metrics)
-    stops = _Stops()
     code = 0
     try:
         await _start_surfaces(config, hub, controller, metrics, stops, stop=stop)
@@ -159,6 +184,8 @@ async def run(config: Config) -> int:
         metrics.leader.set(0)
         observe_requests(observed)
         remove_crash_hook()
+        unready.cancel()
+        await _drain(stops, seconds=settings.webhook.drain_s)
         if stops.webhook is not None:
             await stops.webhook()
         if stops.definitions is not None:
@@ -196,7 +223,7 @@ async def _start_surfaces(config: Config, hub: KubeClient, controller: Controlle
     if shared:
         await controller.follow_definitions(stop, report=False)
         stops.definitions = controller.definitions.stop
-        stops.webhook = await _start_webhook(settings, hub, controller)
+        await _start_webhook(settings, hub, controller, stops)
         stops.serving = True
 
 

@@ -65,6 +65,7 @@ class HubWebhook:
         self._context: ssl.SSLContext | None = None
         self._files: dict[Path, float] = {}
         self._dirty = asyncio.Event()
+        self._draining = False
 
     # -- certificates ------------------------------------------------------------------
 
@@ -239,8 +240,16 @@ class HubWebhook:
                      kind=(admission.get("kind") or {}).get("kind"),
                      namespace=admission.get("namespace"), name=admission.get("name"),
                      message=(response.get("status") or {}).get("message", ""))
-        return web.json_response({"apiVersion": "admission.k8s.io/v1",
-                                  "kind": "AdmissionReview", "response": response})
+        answer = web.json_response({"apiVersion": "admission.k8s.io/v1",
+                                    "kind": "AdmissionReview", "response": response})
+        if self._draining:
+            answer.force_close()  # Connection: close, the next call opens a new one
+        return answer
+
+    def drain(self) -> None:
+        """This replica is stopping: every answer from now on closes its connection, so
+        the apiserver's next calls open new ones, which the Service sends elsewhere."""
+        self._draining = True
 
     async def start(self) -> Callable[[], Awaitable[None]]:
         """Certificates, the HTTPS server, then registration; returns the async cleanup."""

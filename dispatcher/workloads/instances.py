@@ -12,8 +12,9 @@ from typing import Any
 
 from dispatcher.workloads.batchvalues import BatchValues
 from dispatcher.workloads.model import Component, Expr
+from dispatcher.workloads.pathshape import path_shape_problem
 
-__all__ = ["MAPPINGS", "SPEC_IN", "assemble", "instance_ids", "pod_specs"]
+__all__ = ["MAPPINGS", "SPEC_IN", "assemble", "builds_containers", "instance_ids", "pod_specs"]
 
 MAPPINGS = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
@@ -39,6 +40,16 @@ def instance_ids(comp: Component, values: BatchValues) -> list[str]:
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         raise values.fail(comp.instance_ids, f"duplicate instance ids {duplicates}")
     return ids
+
+
+def builds_containers(comp: Component) -> bool:
+    """The component's pod spec is in fragments and its containers list is built by the
+    expression (not a path: KServe's model container joined to ``.containers``)."""
+    spec = comp.spec
+    containers = spec.fragment("containersPath") if spec is not None \
+        and spec.pattern == "fragmented" else None
+    return containers is not None and bool(path_shape_problem(containers.text))
+
 
 
 def pod_specs(comp: Component, values: BatchValues, *, count: int

@@ -13,6 +13,7 @@ all of one object's paths in one call.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
+from dispatcher.workloads.instances import builds_containers
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
@@ -111,21 +113,62 @@ def _whole_spec_path(comp: Component) -> Expr | None:
     if spec is None:
         return None
     if spec.pattern == "fragmented":
-        containers = spec.fragment("containersPath")
-        # one that builds its list (KServe's model container) locates nothing
-        return containers if containers is not None \
-            and not path_shape_problem(containers.text) else None
+        # one that builds its list (KServe's model container) locates nothing: ``_built``
+        return None if builds_containers(comp) else spec.fragment("containersPath")
     return spec.path
 
 
+def _component_where(definition: str, component: str, _index: int) -> str:
+    return f"definition {definition}: component {component}"
+
+
+# where each path-shaped fragment sits in a pod spec
+_IN_SPEC = {"initContainersPath": ("initContainers",), "nodeSelectorPath": ("nodeSelector",),
+            "tolerationsPath": ("tolerations",), "schedulerNamePath": ("schedulerName",),
+            "priorityClassNamePath": ("priorityClassName",), "nodeNamePath": ("nodeName",),
+            "nodeAffinityPath": ("affinity", "nodeAffinity"),
+            "podAffinityPath": ("affinity", "podAffinity"),
+            "resourceClaimsPath": ("resourceClaims",)}
+
+
+def _built(obj: Mapping[str, Any], text: str, definition: Definition,
+           built: Sequence[tuple[str, Mapping[str, Any]]], *, locate: Locator
+           ) -> list[PodTemplate]:
+    """The pods of components whose containers list is built: the object its path-shaped
+    fragments share as their pod spec (KServe's predictor inlines a PodSpec: host
+    namespaces, volumes and the pod's securityContext are there), with the built
+    containers; the assembled fragments alone when they share none."""
+    out: list[PodTemplate] = []
+    for comp in definition.components:
+        specs = [spec for name, spec in built if name == comp.name]
+        if not specs or comp.spec is None:
+            continue
+        frags = [(expr, _IN_SPEC[key]) for key, expr in comp.spec.fragments
+                 if key in _IN_SPEC and not path_shape_problem(expr.text)]
+        found = expr_locations([expr for expr, _ in frags], text, locate=locate,
+                               verb="written", where=functools.partial(
+                                   _component_where, definition.name, comp.name))
+        bases = {tuple(at[:-len(suffix)]) for (_, suffix), each in zip(frags, found,
+                                                                       strict=True)
+                 for at in each if len(at) > len(suffix)
+                 and tuple(at[-len(suffix):]) == suffix}
+        base = value_at(obj, next(iter(bases))) if len(bases) == 1 else None
+        for spec in specs:
+            whole = {**base, **spec} if isinstance(base, Mapping) else dict(spec)
+            out.append(PodTemplate(component=comp.name, metadata={}, spec=whole))
+    return out
+
+
 def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
+                  built: Sequence[tuple[str, Mapping[str, Any]]] = (),
                   locate: Locator = in_process) -> list[PodTemplate]:
     """Every pod template of ``obj``, in definition order: templates and pod specs as
     written; for a component declared in fragments, the whole object its containers list
     is in (a kind like LLMInferenceService keeps a full pod spec there: what the member
     must judge is all of it, host namespaces and volumes included, not only the fields the
     fragments name). A fragmented component without ``containersPath`` describes no pod
-    spec and is left out."""
+    spec and is left out; one whose containers list is built takes it from ``built``
+    (``Resolution.built``, per instance)."""
     try:
         text = canonical_text(obj)
     except ValueError as error:
@@ -152,7 +195,7 @@ def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
                 meta, pod = {}, found
             if isinstance(meta, Mapping) and isinstance(pod, Mapping):
                 out.append(PodTemplate(component=comp.name, metadata=meta, spec=pod))
-    return out
+    return out + _built(obj, text, definition, built, locate=locate) if built else out
 
 
 def _targets(definition: Definition, names: Iterable[str] | None) -> list[Component]:

@@ -17,7 +17,13 @@ from dispatcher.workloads.batchvalues import BatchValues, Fail, Text
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.errors import ObjectError, TemplateError
 from dispatcher.workloads.gangs import Member, build_gangs
-from dispatcher.workloads.instances import MAPPINGS, SPEC_IN, instance_ids, pod_specs
+from dispatcher.workloads.instances import (
+    MAPPINGS,
+    SPEC_IN,
+    builds_containers,
+    instance_ids,
+    pod_specs,
+)
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Component, Definition, Expr, GenericStatus, Scale
 from dispatcher.workloads.podfields import PodField, scheduling_fields
@@ -81,6 +87,10 @@ class Resolution:
     scheduling: tuple[PodField, ...] = ()
     """The scheduling fields its pod templates set themselves (``podfields``), each with
     its JSON path: the operator's policy judges them (``control.core.podpolicy``)."""
+    built: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """(component, pod spec) per instance of a component whose containers list the
+    definition builds (KServe's model container): no location holds that list, so the
+    admission dry-run takes it from here (``mutate.pod_templates``)."""
 
     @property
     def status(self) -> GenericStatus:
@@ -186,20 +196,20 @@ def _resolution(definition: Definition, obj: Any, results: Results, *, text: Tex
                 identity: tuple[str, str | None]) -> Resolution:
     name, namespace = identity
     split = len(definition.demand_batch.expressions)
-    components, demand, scheduling = _demand(definition, results[:split], name=name,
+    components, demand, scheduling, built = _demand(definition, results[:split], name=name,
                                              text=text, root=obj)
     reading = read_status(definition.status, results[split:], fail=Fail(definition, name))
     return Resolution(
         api_version=obj["apiVersion"], kind=obj["kind"], namespace=namespace, name=name,
         definition_name=definition.name, components=components, demand=demand,
-        reading=reading, scheduling=scheduling)
+        reading=reading, scheduling=scheduling, built=built)
 
 
 def demand_from(definition: Definition, obj: Any, results: Results, *,
                 text: Text = "") -> Demand:
     """The Demand from ``definition.demand_batch`` results on ``obj``."""
     name, _ = _identity(obj)
-    _, demand, _ = _demand(definition, results, name=name, text=text, root=obj)
+    _, demand, _, _ = _demand(definition, results, name=name, text=text, root=obj)
     return demand
 
 
@@ -227,15 +237,17 @@ def _identity(obj: Any) -> tuple[str, str | None]:
 
 def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *, name: str,
             text: Text, root: Any) -> tuple[tuple[ComponentView, ...], Demand,
-                                            tuple[PodField, ...]]:
+                                            tuple[PodField, ...],
+                                            tuple[tuple[str, Mapping[str, Any]], ...]]:
     values = BatchValues(results, Fail(definition, name), text=text, root=root)
     views = []
     members: list[Member] = []
     scheduling: list[PodField] = []
+    built: list[tuple[str, Mapping[str, Any]]] = []
     for comp in definition.components:
         if comp.spec is None:
             continue
-        instances = _instances(comp, values, scheduling)
+        instances = _instances(comp, values, scheduling, built)
         views.append(ComponentView(name=comp.name, instances=instances))
         members.extend(instances)
     gangs = build_gangs(definition, members, default_name=name or definition.root.name,
@@ -243,16 +255,19 @@ def _demand(definition: Definition, results: Sequence[list[Any] | JqFailure], *,
     # A field at a location the definition declares server-set is the hub's admission's
     # (a bare Pod's spec.priority): the copy drops it, so there is nothing to judge.
     kept = tuple(f for f in scheduling if f.path not in definition.server_set_fields)
-    return tuple(views), Demand(gangs=gangs), kept
+    return tuple(views), Demand(gangs=gangs), kept, tuple(built)
 
 
-def _instances(comp: Component, values: BatchValues, scheduling: list[PodField]
-               ) -> tuple[Instance, ...]:
+def _instances(comp: Component, values: BatchValues, scheduling: list[PodField],
+               built: list[tuple[str, Mapping[str, Any]]]) -> tuple[Instance, ...]:
     """The component's instances; the scheduling fields their pod specs set are appended
-    to ``scheduling`` (with their JSON paths)."""
+    to ``scheduling`` (with their JSON paths), the pod specs of a built containers list
+    to ``built``."""
     ids = instance_ids(comp, values)
     count = len(ids)
     specs = pod_specs(comp, values, count=count)
+    if builds_containers(comp):
+        built.extend((comp.name, spec) for _, spec in specs if spec is not None)
     scale = comp.scale
     exprs = scale.exprs() if scale is not None else ()
     columns = dict(zip(exprs, values.padded(exprs, count), strict=True)) if exprs else {}

@@ -5,7 +5,8 @@ Covered: a catalog change (a definition applied, then deleted) logs ``catalog.ch
 and no ``task.exited`` warning (the one-shot catalog-follow task is meant to end); a
 Dispatch that was ``Resolved=False`` (a pod template that cannot be a Pod) and is placed
 once its owner fixed it says ``Resolved=True``: the condition is the current resolution's,
-not the last failure's. (The invalid MemberCluster spec: test_member_spec.py; the doubled
+not the last failure's; a member removed while its copy watches stream crashes nothing
+(issue 35). (The invalid MemberCluster spec: test_member_spec.py; the doubled
 "annotation" wording: tests/unit/control/core/test_parking.py.)
 """
 
@@ -19,7 +20,8 @@ from structlog.testing import capture_logs
 
 from dispatcher.devfleet.controlplane import FleetState
 from dispatcher.kube.client import JSON_MERGE_PATCH
-from dispatcher.kube.resources import KARTAS
+from dispatcher.kube.resources import KARTAS, ResourceRef
+from tests import builders
 from tests.integration.harness import Harness, eventually, running
 from tests.integration.test_live_definitions import (
     JOBSETS,
@@ -34,6 +36,7 @@ from tests.integration.test_live_definitions import (
 )
 
 pytestmark = pytest.mark.integration
+JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
 
 
 def _follows(h: Harness) -> list[Any]:
@@ -83,3 +86,28 @@ async def test_a_fixed_template_placed_later_is_resolved_true(dev_fleet: FleetSt
         await eventually(lambda: copy_on_members(h, JOBSETS, "fixme"), what="the copy")
         resolved = await eventually(lambda: condition("True"), what="Resolved=True")
         assert resolved["reason"] == "Resolved" and resolved["message"] == ""
+
+
+async def test_removing_a_member_while_its_copy_watches_stream_crashes_nothing(
+        dev_fleet: FleetState) -> None:
+    """Issue 35: deleting MemberClusters once crashed the controller (``RuntimeError:
+    Connection closed.`` from a copy watch reading on the member's closed client). A
+    member removed while its copy watches stream (one copy on it): the controller runs
+    on, no task crashes, and the next workload is dispatched to the member left."""
+    with capture_logs() as logs:
+        async with running(dev_fleet) as h:
+            first = builders.job("on-2", namespace=h.namespace, gpus=0)
+            first["metadata"]["annotations"] = {"dispatcher.io/cluster": "member-2"}
+            await h.hub.request("POST", JOBS.collection(h.namespace), body=first)
+            await eventually(lambda: _copy_on(h, "on-2", "member-2"), what="a copy there")
+            # what a MemberCluster's deletion runs (``Membership.on_member_clusters``)
+            await h.controller.fleet.fleet._membership.remove("member-2")  # type: ignore[attr-defined]
+            await h.hub.request("POST", JOBS.collection(h.namespace),
+                                body=builders.job("after", namespace=h.namespace, gpus=0))
+            await eventually(lambda: _copy_on(h, "after", "member-1"),
+                             what="the next Job on member-1")
+    assert not [e for e in logs if e["event"] in ("task.crashed", "controller.task_crashed")]
+
+
+async def _copy_on(h: Harness, name: str, member: str) -> bool:
+    return member in await copy_on_members(h, JOBS, name)

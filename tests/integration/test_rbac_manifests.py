@@ -223,11 +223,17 @@ def test_deployment_is_hardened_and_probes_the_configured_port() -> None:
     assert service["spec"]["selector"].items() <= labels.items()
 
 
-def test_in_cluster_config_is_the_default_but_for_the_hub_kubeconfig() -> None:
+def test_in_cluster_config_is_the_default_but_for_the_hub_kubeconfig_and_binds() -> None:
+    """Two differences: the pod's ServiceAccount, and the listen addresses (loopback by
+    default, so a laptop's ``dispatcher run`` opens nothing to its network; the pod's IP
+    in-cluster, fenced by the NetworkPolicy)."""
     deployed = yaml.safe_load((DEPLOY / "base" / "config.yaml").read_text())
     default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
     assert deployed["hub"].pop("kubeconfig") == "in-cluster.kubeconfig"
     default["hub"].pop("kubeconfig")
+    for section in ("server", "webhook"):
+        assert deployed[section].pop("address") == "0.0.0.0"
+        assert default[section].pop("address") == "127.0.0.1"
     assert deployed == default
     loaded = configmod.load(DEPLOY / "base" / "config.yaml")
     assert loaded.hub_kubeconfig == str(DEPLOY / "base" / "in-cluster.kubeconfig")

@@ -13,7 +13,10 @@ hub (``HubWebhook``, failurePolicy Fail) and the controller itself in shared mod
   (the kind's own controller's value is no one else's); set back to it, ours is put back;
   set to anyone else's, denied;
 - a held Deployment: the marker cannot be removed, no controller owner can be added, and
-  it cannot leave the watched labels.
+  it cannot leave the watched labels;
+- with the webhook bypassed (its configuration deleted), a dispatched Deployment that
+  leaves the watched labels and is unpaused: the controller, whose watch no longer shows
+  it, reads it live out of its scope and says so (``NotHeld``) or removes its copy.
 Before issue 35 each of these ran the workload on the hub while its copy ran on a member.
 """
 
@@ -39,7 +42,7 @@ from dispatcher.kube.resources import DISPATCHES, NAMESPACES, ResourceRef
 from dispatcher.placement.selector import parse_selector
 from dispatcher.shell.webhook import WEBHOOK_CONFIGURATIONS, HubWebhook
 from dispatcher.workloads.holds import HOLD_ANNOTATION, MANAGED_BY
-from tests.integration.harness import Harness, get_or_none, running
+from tests.integration.harness import Harness, eventually, get_or_none, running
 from tests.integration.test_real_members import DEPLOYMENTS
 from tests.integration.test_real_operators import MPIJOBS
 from tests.security.tenancy.test_two_tenants import BINDINGS, ROLES
@@ -52,8 +55,9 @@ SELECTED = {"team": "a"}
 
 
 class Tenant:
-    def __init__(self, h: Harness, client: KubeClient) -> None:
+    def __init__(self, h: Harness, client: KubeClient, *, configuration: str = "") -> None:
         self.h, self.client, self.namespace = h, client, h.namespace
+        self.configuration = configuration  # the webhook's MutatingWebhookConfiguration
 
     async def create(self, ref: ResourceRef, body: dict[str, Any]) -> dict[str, Any]:
         created: dict[str, Any] = await self.client.request(
@@ -126,7 +130,7 @@ async def tenant(dev_fleet: FleetState) -> AsyncIterator[Tenant]:
         stop = await webhook.start()
         client = await _as_tenant(dev_fleet, h)
         try:
-            yield Tenant(h, client)
+            yield Tenant(h, client, configuration=settings.configuration)
         finally:
             await client.close()
             with contextlib.suppress(NotFound):
@@ -234,3 +238,36 @@ async def test_a_held_deployment_keeps_its_hold_its_marker_and_its_labels(
         "spec": {**deployment("own-pause")["spec"], "paused": True}})
     assert HOLD_ANNOTATION not in (forged["metadata"].get("annotations") or {}), \
         json.dumps(forged["metadata"])
+
+
+async def test_a_dispatched_workload_that_leaves_the_selector_unwatched_is_not_held(
+        tenant: Tenant) -> None:
+    """Issue 35: a label removed while the webhook is bypassed took the object out of the
+    controller's filtered watch; its copy ran on while the hub ran it too, and the
+    Dispatch said Running. Now the copy goes (not started) or the Dispatch says
+    ``Held=False`` (started, failover.policy keeps it): never both running silently."""
+    hub = tenant.h.hub
+    await tenant.create(DEPLOYMENTS, deployment("leaves"))
+    record_path = DISPATCHES.item("deployment-leaves", tenant.namespace)
+
+    async def placed() -> Any:
+        record = await get_or_none(hub, record_path)
+        status = (record or {}).get("status") or {}
+        return status.get("phase") in ("Submitted", "Running") and record
+
+    await eventually(placed, what="the Deployment dispatched")
+    await hub.request("DELETE", WEBHOOK_CONFIGURATIONS.item(tenant.configuration))
+    left = await tenant.patch(DEPLOYMENTS, "leaves", {"metadata": {"labels": {"team": None}},
+                                                      "spec": {"paused": False}})
+    assert left["spec"].get("paused") is not True  # bypassed: the hub takes it
+
+    async def said() -> Any:
+        status = (await get_or_none(hub, record_path) or {}).get("status") or {}
+        held = [c for c in status.get("conditions") or () if c["type"] == "Held"]
+        if held and held[0]["status"] == "False" and held[0]["reason"] == "NotHeld":
+            return held[0]["message"]
+        return status.get("failure") if "left the watched scope" in str(
+            status.get("failure")) else None
+
+    message = await eventually(said, what="the Dispatch saying it is not held")
+    assert "left the watched scope" in message, message

@@ -125,7 +125,8 @@ def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Reject
                             message=refused)
     try:
         body, gang_plan = _joined(given, resolution, locate=locate)
-        templates = pod_templates(body, given.definition, locate=locate) \
+        templates = pod_templates(body, given.definition, built=resolution.built,
+                                  locate=locate) \
             if given.definition is not None and given.dry_run else []
         pods = dryrun.dry_run_pods(templates, namespace=namespace)
     except (EvaluationUnavailable, DefinitionQuarantined):

@@ -19,6 +19,8 @@ Branch order (first match wins):
 ==  =============================================  ==========================================
 #   when                                           action
 ==  =============================================  ==========================================
+1a  shared hub: not cached, placed, the hub has   as row 10a (``unheld``: out of scope)
+    it out of the watched scope (``unheld``)
 1   hub object not cached, no record, or the hub   NOTHING (a watch's label selector may
     has not said it is gone (``workload_gone``)    hide a live one: never guessed)
 2   gone or being deleted, copy ours on a          DELETE_COPY
@@ -397,6 +399,17 @@ def _not_held(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action | 
                          f"{policy} keeps it: it may run on the hub as well")
 
 
+def _outside(snap: Snapshot, record: DispatchRecord, cluster: str) -> Action:
+    """Row 1a: shared hub, a placed workload the hub still has but out of the watched
+    scope (a label removed while the webhook was bypassed): not held as far as we know,
+    so row 10a's rule, once its copy can be seen."""
+    if not snap.health.reachable or snap.copy.state is not CopyState.OURS:
+        return Action(kind=ActionKind.NOTHING, member=cluster,
+                      reason=f"out of the watched scope; no copy of ours seen on {cluster}")
+    return _not_held(snap, record, cluster) or Action(
+        kind=ActionKind.NOTHING, member=cluster, reason="out of the watched scope (said)")
+
+
 def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
             cluster: str) -> Action:
     copy, rules = snap.copy, snap.rules
@@ -515,6 +528,9 @@ def decide(snap: Snapshot) -> Action:
     """The next action for one hub workload (branch table in the module docstring)."""
     workload, record = snap.workload, snap.record
     if workload is None:
+        if record is not None and record.cluster is not None and snap.unheld is not None \
+                and not snap.workload_gone and not record.failure:
+            return _outside(snap, record, record.cluster)
         if record is None or not snap.workload_gone:
             return Action(kind=ActionKind.NOTHING, reason="hub object not cached")
         return _deleting(snap, None)

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.placement.selector import Selector
+from dispatcher.placement.selector import Selector, parse_selector
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.holds import (
     HOLD_ANNOTATION,
@@ -64,6 +64,14 @@ class HoldScope:
     namespaces: tuple[str, ...] = ()  # empty: all
     skip: frozenset[str] = frozenset()  # the controller's own namespace
     selector: Selector = field(default_factory=Selector)
+
+    @classmethod
+    def watching(cls, *, namespaces: tuple[str, ...], own: str, selector: str
+                 ) -> HoldScope:
+        """The scope of ``watch.namespaces`` and ``watch.labelSelector``, the controller's
+        ``own`` namespace left out."""
+        return cls(namespaces=namespaces, skip=frozenset({own}),
+                   selector=parse_selector(selector))
 
     def covers(self, namespace: str, labels: Mapping[str, str]) -> bool:
         """True when the controller would dispatch an object here with these labels."""

@@ -14,7 +14,7 @@ from dispatcher.control.core import record as records
 from dispatcher.control.core.copies import Rejection
 from dispatcher.control.core.copyplan import CopyPlan
 from dispatcher.control.core.names import FINALIZER, ORIGIN_LABEL
-from dispatcher.control.writer import CopyUpdate, Created, Sent
+from dispatcher.control.writer import CopyUpdate, Created, HubRead, Sent
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.patches import apply_merge
 from dispatcher.kube.resources import ResourceRef
@@ -39,7 +39,8 @@ class FakeHub:
         self.created = created  # what create_record answers (BLOCKED: a namesake waits)
         self.mirror_ok = mirror_ok
         self.finalizer_conflict = finalizer_conflict
-        self.gone = True  # what workload_gone answers
+        self.gone = True  # what read_workload answers
+        self.found: Mapping[str, Any] | None = None  # ... when not gone
         self._rv = 10
 
     def _next_rv(self) -> str:
@@ -56,9 +57,9 @@ class FakeHub:
             self.cache.put_record(body, force=True)
         return self.created
 
-    async def workload_gone(self, record: records.DispatchRecord) -> bool:
-        self.calls.append(("workload_gone", record.workload_uid))
-        return self.gone
+    async def read_workload(self, record: records.DispatchRecord) -> HubRead:
+        self.calls.append(("read_workload", record.workload_uid))
+        return HubRead(gone=self.gone, found=None if self.gone else self.found)
 
     async def patch_record(self, uid: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_record", status))

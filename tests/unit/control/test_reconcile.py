@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from dispatcher.control import reconcile as reconcile_module
@@ -25,6 +26,7 @@ from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.core import record as records
 from dispatcher.control.core.copies import Rejection
 from dispatcher.control.core.decide import MemberHealth
+from dispatcher.control.core.hubhold import HoldScope
 from dispatcher.control.core.queue import PendingQueue
 from dispatcher.control.observe import Metrics
 from dispatcher.control.reconcile import Reconciler
@@ -229,7 +231,7 @@ def dispatched_then_gone(*, record_deleting: bool = False) -> tuple[Reconciler, 
 def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
     reconciler, w = dispatched_then_gone()
     assert reconcile(reconciler) == 0.5
-    assert w.names() == ["workload_gone", "delete_copy"]
+    assert w.names() == ["read_workload", "delete_copy"]
     w.calls.clear()
     assert reconcile(reconciler) is None
     assert w.names() == ["remove_finalizer"]
@@ -238,12 +240,39 @@ def test_a_workload_gone_from_the_hub_loses_its_copy_then_its_record() -> None:
     assert book is not None and UID not in book  # forgotten
 
 
+def test_on_a_shared_hub_a_workload_that_left_the_selector_loses_its_copy() -> None:
+    """Issue 35: a label removed while the webhook was bypassed hides the object from the
+    selector-filtered watch; read live and out of the scope, it is not held as far as the
+    controller knows, so its copy goes (failover.policy if-not-started, not started), the
+    Dispatch fails with the reason and an Event is written about the hub object."""
+    reconciler, w = world()
+    list_copies(reconciler, "a")
+    reconcile(reconciler)  # dispatched (from here on, the hub is shared)
+    assert reconciler.copies.get("a", UID) is not None
+    reconciler.settings = replace(reconciler.settings, hub_mode="shared",
+                                  label_selector="dispatch=yes")
+    reconciler.scope = HoldScope.watching(namespaces=(), own="dispatcher-system",
+                                          selector="dispatch=yes")
+    hub_job = reconciler.cache.workload(UID)
+    assert hub_job is not None
+    reconciler.cache.drop(UID)
+    w.calls.clear()
+    w.hub.gone, w.hub.found = False, {**hub_job.obj, "metadata": {
+        **hub_job.obj["metadata"], "labels": {"dispatch": "no"}}}
+    reconcile(reconciler)
+    assert w.names()[:3] == ["read_workload", "delete_copy", "patch_record"], w.names()
+    record = records.read(reconciler.cache.record(UID) or {})
+    assert record.failure and "left the watched scope" in record.failure
+    events = [c for c in w.calls if c[0] == "event"]
+    assert events == [("event", "Failed")], events
+
+
 def test_an_uncached_workload_the_hub_still_has_keeps_its_copy() -> None:
     """A watch's label selector no longer matching is not a deletion: nothing is written."""
     reconciler, w = dispatched_then_gone()
     w.hub.gone = False
     assert reconcile(reconciler) is None
-    assert w.names() == ["workload_gone"]  # forgotten here, not deleted there
+    assert w.names() == ["read_workload"]  # forgotten here, not deleted there
     book = reconciler.fleet.reservations("a")
     assert book is not None and UID not in book
     assert reconciler.copies.get("a", UID) is not None

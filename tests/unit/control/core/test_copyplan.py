@@ -71,6 +71,23 @@ def test_the_pods_to_dry_run_follow_the_setting_and_the_mutations_apply() -> Non
     assert planned(pb.job(), dry_run=False).pods == ()
 
 
+def test_an_inference_service_s_built_model_container_is_dry_run_in_its_pod() -> None:
+    """Issue 35: KServe's predictor (a containers list the definition builds) is dry-run
+    as the pod it is: the predictor's own pod fields, the model container, the sidecars."""
+    obj = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+           "metadata": {"name": "llm", "namespace": "serving"},
+           "spec": {"predictor": {"hostPID": True, "nodeSelector": {"pool": "a"},
+                                  "model": {"modelFormat": {"name": "huggingface"},
+                                            "securityContext": {"privileged": True},
+                                            "resources": {"limits": {
+                                                "nvidia.com/gpu": "1"}}}}}}
+    (pod,) = planned(obj).pods
+    assert pod["spec"]["hostPID"] is True and pod["spec"]["nodeSelector"] == {"pool": "a"}
+    (model,) = pod["spec"]["containers"]
+    assert model["name"] == "kserve-container"
+    assert model["securityContext"] == {"privileged": True}
+
+
 def test_the_copy_keeps_to_the_chosen_domains() -> None:
     obj = jobset()
     resolution = CATALOG.resolve(obj)

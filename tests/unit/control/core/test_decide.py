@@ -385,6 +385,22 @@ UNHELD = "created without the hub hold (.spec.paused: True)"
     ("finished: its result stands", Snapshot(
         now=NOW, workload=workload(status={"a": 1}), record=COMPLETED, unheld=UNHELD,
         copy=replace(OURS, status={"a": 1}, generic="completed")), ActionKind.NOTHING),
+    # row 1a: uncached, the hub has it out of the watched scope (``unheld`` says so)
+    ("out of scope, not started: the copy goes, terminal", Snapshot(
+        now=NOW, workload=None, record=SUBMITTED, copy=OURS, unheld=UNHELD),
+     ActionKind.FAIL),
+    ("out of scope, running, never: said", Snapshot(
+        now=NOW, workload=None, record=RUNNING, copy=replace(OURS, generic="running"),
+        unheld=UNHELD, rules=Rules(policy="never")), ActionKind.REPORT_NOT_HELD),
+    ("out of scope, said already: nothing more", Snapshot(
+        now=NOW, workload=None, record=replace(RUNNING, not_held=True), unheld=UNHELD,
+        copy=replace(OURS, generic="running"), rules=Rules(policy="never")),
+     ActionKind.NOTHING),
+    ("out of scope, copy not seen yet: nothing", Snapshot(
+        now=NOW, workload=None, record=SUBMITTED, copy=Copy(state=CopyState.UNKNOWN),
+        unheld=UNHELD), ActionKind.NOTHING),
+    ("uncached, in scope (not listed yet): nothing", Snapshot(
+        now=NOW, workload=None, record=SUBMITTED, copy=OURS), ActionKind.NOTHING),
 ])
 def test_not_held(name: str, snap: Snapshot, wanted: ActionKind) -> None:
     action = decide(snap)
