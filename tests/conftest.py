@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.control.nominator import DISPATCHER_NAME
 from dispatcher.devfleet import devfleet, orphans
 from dispatcher.devfleet.binaries import cache_root
 from dispatcher.devfleet.controlplane import FleetState
@@ -140,6 +141,17 @@ def member_kueue_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fle
     yield from _with_operators(tmp_path_factory.mktemp("memberkueue"), "jobset", lambda root: (
         devfleet.up(root=root, fleet=load_fleet(MEMBER_KUEUE_FLEET), real=True,
                     member_kueue=True, job_seconds=600)))
+
+
+@pytest.fixture(scope="module")
+def mk_dispatcher_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: FleetSpec
+                        ) -> Iterator[FleetState]:
+    """The ``--with-kueue --kueue-dispatcher ours`` profile (a MultiKueue manager on the
+    hub whose ``multiKueue.dispatcherName`` is ours, a worker on each member) with the
+    JobSet operator, for one module: three Kueue instances are stopped once it is done."""
+    yield from _with_operators(tmp_path_factory.mktemp("mkdispatcher"), "jobset", lambda root: (
+        devfleet.up(root=root, fleet=fleet_spec, real=True,
+                    kueue=ClientLimits(dispatcher_name=DISPATCHER_NAME))))
 
 
 def _with_operators(root: Path, operators: str,

@@ -37,6 +37,9 @@ examples:
                                             schedules or runs pods
   dispatcher dev up --with-kueue            + Kueue: MultiKueue manager on the hub, workers
                                             on the members (for comparison; not default)
+  dispatcher dev up --with-kueue --kueue-dispatcher ours
+                                            the same, with us as MultiKueue's dispatcher
+                                            (then: dispatcher run --set mode=multikueue-dispatcher)
   dispatcher dev up --member-kueue --fleet clusters/kueue-members.yaml
                                             each member runs its own Kueue (no MultiKueue):
                                             quota decides what starts there; the fleet
@@ -107,6 +110,12 @@ def register(subparsers: Any) -> None:
                          "fleet-file 'kueue:' objects (none: ClusterQueue 'gpus' of its "
                          "node GPUs, LocalQueue 'gpus' in namespace default); see "
                          "clusters/kueue-members.yaml")
+    up.add_argument("--kueue-dispatcher", choices=("kueue", "ours"), default="kueue",
+                    help="with --with-kueue: who chooses the worker MultiKueue copies a "
+                         "workload to: 'kueue' (its own, all workers at once) or 'ours' "
+                         "(multiKueue.dispatcherName dispatcher.io/multikueue-dispatcher: "
+                         "run the controller with mode: multikueue-dispatcher); default "
+                         "%(default)s")
     up.add_argument("--kueue-qps", type=float, default=None, metavar="N",
                     help="Kueue's client QPS (default: Kueue's own, 20)")
     up.add_argument("--kueue-burst", type=int, default=None, metavar="N",
@@ -135,6 +144,7 @@ def _up(args: argparse.Namespace) -> int:
     from dispatcher.devfleet import devfleet
     from dispatcher.devfleet.binaries import BuildError
     from dispatcher.devfleet.controlplane import JOB_SECONDS
+    from dispatcher.control.nominator import DISPATCHER_NAME
     from dispatcher.devfleet.kueue import ClientLimits
     from dispatcher.fleet.fleetfile import FleetFileError, load_fleet
 
@@ -155,7 +165,13 @@ def _up(args: argparse.Namespace) -> int:
         print("error: --hub shared runs the members' operators on the hub and needs real "
               "members (drop --light)", file=sys.stderr)
         return 2
-    kueue = (ClientLimits(qps=args.kueue_qps, burst=args.kueue_burst)
+    if args.kueue_dispatcher == "ours" and not args.with_kueue:
+        print("error: --kueue-dispatcher ours is MultiKueue's: add --with-kueue",
+              file=sys.stderr)
+        return 2
+    kueue = (ClientLimits(qps=args.kueue_qps, burst=args.kueue_burst,
+                          dispatcher_name=DISPATCHER_NAME
+                          if args.kueue_dispatcher == "ours" else None)
              if args.with_kueue else None)
     started = time.monotonic()
     try:

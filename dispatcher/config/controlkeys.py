@@ -15,6 +15,7 @@ from dispatcher.control.core.pending import DEFAULT_REFRESH_S
 from dispatcher.control.core.podpolicy import Allowed, PodFieldPolicy
 from dispatcher.control.core.priority import PRIORITY_LIMIT, PriorityPolicy
 from dispatcher.control.settings import (
+    MODES,
     ControlSettings,
     LeaderSettings,
     ServerSettings,
@@ -126,7 +127,12 @@ def control_settings(r: Reader, *, hub_mode: str, base: Path) -> ControlSettings
     hub_id = r.get("hubId", str, "hub")
     if not hub_id:
         raise r.error("hubId", "must not be empty")
+    mode = r.choice("mode", "dispatch", MODES)
+    mk = r.section("multiKueue")
+    admit_within = mk.number("admitWithin", 300.0)
+    mk.done()
     return ControlSettings(
+        mode=mode, multikueue_admit_within_s=admit_within,
         webhook=_webhook(r.section("webhook"), base), hub_mode=hub_mode,
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
         **submit, backfill_limit=backfill, priority=priority,

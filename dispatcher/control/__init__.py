@@ -24,6 +24,8 @@ for the gang objects created with a copy), ``controller``
 catalog) fed by ``definitions`` (hub definition objects and their status), ``leader``
 (Lease election), ``events`` (Kubernetes Events), ``observe`` (logs, metrics, health
 server) and ``meters`` (gauges read at scrape), ``fleetview`` (the fleet seam).
+``nominator`` replaces the dispatch path with ``mode: multikueue-dispatcher``: it watches
+the hub's Kueue Workloads and nominates the worker MultiKueue copies each to.
 
 The controller process and explain's live view are assembled above this package, in
 ``shell.app`` and ``shell.live``.

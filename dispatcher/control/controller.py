@@ -27,10 +27,11 @@ from dispatcher.control.definitions import DefinitionWatcher
 from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.meters import ControllerProbe
+from dispatcher.control.nominator import Nominator
 from dispatcher.control.observe import Metrics
 from dispatcher.control.readings import member_copy
 from dispatcher.control.reconcile import Reconciler
-from dispatcher.control.settings import ControlSettings
+from dispatcher.control.settings import MULTIKUEUE_DISPATCHER, ControlSettings
 from dispatcher.control.submit import delete_if_owned
 from dispatcher.control.watchers import HubWatchers, MemberWatchers
 from dispatcher.control.workers import Workers
@@ -94,6 +95,7 @@ class Controller:
                                               kick=self.kick, hub_id=settings.hub_id,
                                               monotonic=monotonic)
         self._tasks: list[asyncio.Task[None]] = []
+        self.nominator: Nominator | None = None
         self.started = False
         self.live.subscribe(self._catalog_changed)
 
@@ -162,7 +164,12 @@ class Controller:
             self.definitions.report()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set; then drain workers and stop every task."""
+        """Run until ``stop`` is set; then drain workers and stop every task. With
+        ``mode: multikueue-dispatcher``, nominate workers for the hub's Kueue Workloads
+        instead (``control.nominator``): no Dispatch and no copy of our own."""
+        if self.settings.mode == MULTIKUEUE_DISPATCHER:
+            await self._nominate(stop)
+            return
         await self.follow_definitions(stop)
         await self.member_watchers.start()
         await self.hub_watchers.start()
@@ -191,6 +198,21 @@ class Controller:
             await self.definitions.stop()
             await asyncio.to_thread(self.live.close)
             log.debug("controller.drained")
+
+    async def _nominate(self, stop: asyncio.Event) -> None:
+        await self.follow_definitions(stop)
+        nominator = Nominator(hub=self.hub, fleet=self.fleet, live=self.live,
+                              settings=self.settings, clock=self.clock)
+        self.nominator = nominator
+        started = asyncio.ensure_future(nominator.listed.wait())
+        started.add_done_callback(lambda _: setattr(self, "started", True))
+        try:
+            await nominator.run(stop)
+        finally:
+            started.cancel()
+            self.started = False
+            await self.definitions.stop()
+            await asyncio.to_thread(self.live.close)
 
     async def _wait_definitions(self, stop: asyncio.Event) -> None:
         """The hub's definitions merged once before anything is watched or decided, so a

@@ -14,7 +14,8 @@ from dispatcher.control.core.podpolicy import PodFieldPolicy
 from dispatcher.control.core.priority import PriorityPolicy
 from dispatcher.kube.podsecurity import LEVELS
 
-__all__ = ["HUB_MODES", "ControlSettings", "LeaderSettings", "ServerSettings", "WebhookSettings"]
+__all__ = ["HUB_MODES", "MODES", "MULTIKUEUE_DISPATCHER", "ControlSettings", "LeaderSettings",
+           "ServerSettings", "WebhookSettings"]
 
 HUB_MODES = ("dedicated", "shared")
 
@@ -33,6 +34,10 @@ class LeaderSettings:
     """How long a Lease is honoured without renewal (failover time after a crash)."""
     renew_every_s: float = 5.0
     """How often the leader renews (must be well below the duration)."""
+
+
+MODES = ("dispatch", "multikueue-dispatcher")
+MULTIKUEUE_DISPATCHER = "multikueue-dispatcher"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +86,13 @@ class WebhookSettings:
 class ControlSettings:
     """How the control loop watches, places, submits and fails over."""
 
+    mode: str = "dispatch"
+    """``dispatch`` (copies of our own, a Dispatch per workload) or
+    ``multikueue-dispatcher`` (``MULTIKUEUE_DISPATCHER``: the hub's Kueue MultiKueue makes
+    the copies, we nominate where: ``control.nominator``)."""
+    multikueue_admit_within_s: float = 300.0
+    """MultiKueue dispatcher: a nominee that has not admitted a copy within this long gets
+    another worker added beside it (0: never)."""
     hub_id: str = "hub"
     """This hub's id, stamped on every member copy as ``dispatcher.io/origin``. Must be
     unique per hub sharing a member, and stable: copies are owned by it."""

@@ -120,7 +120,10 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedi
 
 
 def _limits_key(limits: kueue_run.ClientLimits | None) -> str | None:
-    return None if limits is None else f"{limits.qps}/{limits.burst}"
+    if limits is None:
+        return None
+    key = f"{limits.qps}/{limits.burst}"
+    return key if limits.dispatcher_name is None else f"{key}/{limits.dispatcher_name}"
 
 
 def _kueue_config(state: FleetState) -> str | None:

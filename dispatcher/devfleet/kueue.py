@@ -59,10 +59,13 @@ METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 
 @dataclass(frozen=True)
 class ClientLimits:
-    """The Kubernetes client rate limits of one Kueue instance (None: Kueue's default)."""
+    """The Kubernetes client rate limits of one Kueue instance (None: Kueue's default), and
+    the MultiKueue dispatcher its manager hands workloads to (None: Kueue's own, all at
+    once; ``control.nominator.DISPATCHER_NAME``: ours)."""
 
     qps: float | None = None
     burst: int | None = None
+    dispatcher_name: str | None = None
 
 
 def _metrics_certs() -> None:
@@ -122,6 +125,8 @@ def config(*, webhook_port: int, health_port: int, cert_dir: Path,
                   if v is not None}
     if connection:
         body["clientConnection"] = connection
+    if limits.dispatcher_name is not None:  # read by a manager only
+        body["multiKueue"] = {"dispatcherName": limits.dispatcher_name}
     return body
 
 

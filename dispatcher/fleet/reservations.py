@@ -109,6 +109,9 @@ class MemberReservations:
         self._bound: dict[str, int] = {}
         # Pod keys already taken off each held reservation (rule 1).
         self._taken: dict[str, set[str]] = {}
+        # (namespace, label, value) -> workload uid: pods that cannot carry HUB_UID_LABEL
+        # (a copy MultiKueue made: ``attribute``).
+        self._aliases: dict[tuple[str, str, str], str] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -166,10 +169,18 @@ class MemberReservations:
             _, node, gpus = self._pods[key]
             self._take(uid, key, node, gpus)
 
+    def attribute(self, *, namespace: str, label: str, value: str, workload_uid: str) -> None:
+        """Pods in ``namespace`` labelled ``label=value`` are the workload's: a copy made
+        by someone else (MultiKueue clones the hub job, our label is not on its pods) is
+        recognised by the label its framework puts on its pods (a Job's job name)."""
+        self._aliases[(namespace, label, value)] = workload_uid
+
     def release(self, workload_uid: str) -> Reservation | None:
         """Drop a workload's reservation (its pods are all up, or it was deleted)."""
         reservation = self._held.pop(workload_uid, None)
         self._taken.pop(workload_uid, None)
+        for key in [k for k, uid in self._aliases.items() if uid == workload_uid]:
+            del self._aliases[key]
         if reservation is not None:
             self._apply(reservation, -1)
         return reservation
@@ -178,7 +189,7 @@ class MemberReservations:
 
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
         """A pod was added or modified: a bound pod of a reserved workload shrinks it."""
-        owner = pod_owner(pod)
+        owner = pod_owner(pod) or (self._aliased(pod) if self._aliases else None)
         binding = pod_binding(pod)
         key = pod_key(pod)
         if owner is None or binding is None:
@@ -189,6 +200,15 @@ class MemberReservations:
             return
         self._remember(key, entry)
         self._take(owner, key, binding[0], binding[1])
+
+    def _aliased(self, pod: Mapping[str, Any]) -> str | None:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        for label, value in (meta.get("labels") or {}).items():
+            owner = self._aliases.get((namespace, label, str(value)))
+            if owner is not None:
+                return owner
+        return None
 
     def delete_pod(self, pod: Mapping[str, Any] | str) -> None:
         """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""

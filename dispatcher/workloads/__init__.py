@@ -22,7 +22,9 @@ Modules, in data-flow order:
   ``podspec``/``quantity`` (one pod's needs), ``podfields`` (its scheduling fields),
   ``template`` (can a pod template be a Pod?), ``location`` (the JSON location of what a
   path names, for error messages), ``demand`` (the boundary types placement
-  consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay)
+  consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay);
+  ``kueueworkload`` (a hub Kueue Workload read for MultiKueue nomination, its pod sets as
+  a ``Demand``)
 - writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
   written back through a definition's paths), on ``plaincopy`` (a JSON value copied without
   copy.deepcopy)

@@ -15,8 +15,9 @@ namespace, or why none may be written), ``gangsched`` (what a copy carries so th
 binds each gang all or nothing), ``topology`` (the node affinity that keeps a copy's gangs
 in the chosen domains), ``dryrun`` (the Pods a copy's templates are dry-run as, and the
 acceptances remembered), ``hubstatus`` (the hub status the mirror writes), ``hubhold`` (the
-shared hub's admission decision), ``names`` (labels, annotations, finalizer, phases,
-pending reasons).
+shared hub's admission decision), ``nomination`` (which worker MultiKueue copies a hub
+Workload to, as its external dispatcher), ``names`` (labels, annotations, finalizer,
+phases, pending reasons).
 
 Nothing here imports the shell around it (``dispatcher.control`` outside this package):
 ``tests/unit/test_layers.py`` enforces it.

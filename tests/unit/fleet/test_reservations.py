@@ -240,3 +240,31 @@ def test_free_is_capacity_minus_bound_minus_outstanding(
         assert cap.free >= 0
         if covered:  # nothing counted twice, nothing lost to a node's clamp
             assert cap.free == 24 - sum(s.used for s in nodes) - cap.reserved
+
+
+def test_pods_of_a_copy_someone_else_made_are_attributed_by_their_frameworks_label() -> None:
+    """A copy MultiKueue made carries no hub-uid label: its Job's pods are known by the
+    job-name label in the namespace the attribution names, nowhere else."""
+    cap, book = _cluster()
+    book.add(_res("w1", (("n1", 8),)))
+    book.attribute(namespace="default", label="batch.kubernetes.io/job-name", value="train",
+                   workload_uid="w1")
+    other = pod("elsewhere", 4, node_name="n1")
+    other["metadata"].update(namespace="team-b",
+                             labels={"batch.kubernetes.io/job-name": "train"})
+    cap.upsert_pod(other)
+    book.upsert_pod(other)
+    assert book.get("w1") == _res("w1", (("n1", 8),))  # another namespace's Job
+    for index in range(2):
+        raw = pod(f"train-{index}", 4, node_name="n1")
+        raw["metadata"].update(namespace="default",
+                               labels={"batch.kubernetes.io/job-name": "train"})
+        cap.upsert_pod(raw)
+        book.upsert_pod(raw)
+    assert "w1" not in book and cap.reserved == 0
+    book.release("w1")  # the workload is done with: its attribution goes with it
+    late = pod("train-late", 4, node_name="n2")
+    late["metadata"].update(namespace="default", labels={"batch.kubernetes.io/job-name": "train"})
+    cap.upsert_pod(late)
+    book.upsert_pod(late)
+    assert book.bound("w1") == 2  # the two seen before, not the late one

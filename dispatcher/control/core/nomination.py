@@ -1,0 +1,123 @@
+"""Which worker MultiKueue should copy a hub Workload to: the external dispatcher's decision.
+
+Pure: a function of the hub Workload (``workloads.kueueworkload``), when its current
+nominations were first seen, and the placement of its demand over the MultiKueue workers
+(``placing.place_ask``, the same node-level fit as a dispatch). Kueue keeps the tenancy
+(quota, cohorts, fair sharing, preemption): a Workload is decided here only once the hub's
+ClusterQueue reserved its quota and its MultiKueue check waits for a worker.
+
+==  ==============================================  =====================================
+#   when                                            answer
+==  ==============================================  =====================================
+1   not waiting for a nomination (no quota yet,     NOTHING; RELEASE what we held when it
+    finished, deleted, chosen, check not Pending)   finished, is gone, or lost its quota
+2   nominated, for less than ``admit_within``       NOTHING (look again when it is up)
+3   nominated that long, a worker not yet           NOMINATE the same list plus it (never
+    nominated fits now, fewer than 20 listed        removed: a listed worker may have
+                                                    admitted a copy already)
+4   nominated that long, nothing else fits          NOTHING (looked at again on a change)
+5   not nominated, a worker fits now                NOMINATE it (its GPUs reserved)
+6   not nominated, nothing fits now                 NOTHING, with why (the quota stays
+                                                    reserved in Kueue meanwhile)
+==  ==============================================  =====================================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dispatcher.control.core.parking import BareFleet
+from dispatcher.control.core.placing import Ask, Placement, Setting, place_ask
+from dispatcher.control.core.queue import Entry, PendingQueue
+from dispatcher.placement.model import MemberSnapshot
+from dispatcher.workloads.demand import Demand
+from dispatcher.workloads.kueueworkload import MAX_NOMINATED, KueueWorkload
+
+__all__ = ["Nomination", "NominationKind", "decide", "needs_placement", "place"]
+
+
+class NominationKind(enum.StrEnum):
+    NOTHING = "nothing"
+    NOMINATE = "nominate"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Nomination:
+    """The answer: ``members`` is the whole list to write (NOMINATE), ``placement`` the
+    decision that chose the new one (its reservation is taken), ``recheck_after`` when to
+    look again without an event."""
+
+    kind: NominationKind
+    reason: str
+    members: tuple[str, ...] = ()
+    placement: Placement | None = None
+    recheck_after: float | None = None
+
+
+def _waited(wl: KueueWorkload, since: float | None, now: float) -> float:
+    return 0.0 if since is None else max(0.0, now - since)
+
+
+def needs_placement(wl: KueueWorkload, *, since: float | None, now: float,
+                    admit_within: float) -> bool:
+    """Whether ``decide`` reads a placement (rows 3-6): the engine runs only then."""
+    if wl.waiting() is not None:
+        return False
+    if not wl.nominated:
+        return True
+    return len(wl.nominated) < MAX_NOMINATED and admit_within > 0 \
+        and _waited(wl, since, now) >= admit_within
+
+
+def decide(wl: KueueWorkload, *, held: bool, since: float | None, now: float,
+           admit_within: float, placement: Placement | None) -> Nomination:
+    """The answer for ``wl`` (table above). ``held``: we hold a reservation for it;
+    ``since``: when its current nominations were first seen (None: not nominated)."""
+    why = wl.waiting()
+    if why is not None:
+        gone = wl.deleting or wl.finished or (wl.cluster is None and not wl.quota_reserved)
+        if held and gone:
+            return Nomination(kind=NominationKind.RELEASE, reason=why)
+        return Nomination(kind=NominationKind.NOTHING, reason=why)
+    if wl.nominated:
+        listed = ", ".join(wl.nominated)
+        waited = _waited(wl, since, now)
+        if admit_within <= 0 or waited < admit_within:
+            return Nomination(kind=NominationKind.NOTHING,
+                              reason=f"nominated {listed}: waiting for a worker to admit it",
+                              recheck_after=admit_within - waited if admit_within > 0
+                              else None)
+        chosen = placement.decision.chosen if placement is not None else None
+        if len(wl.nominated) >= MAX_NOMINATED or chosen is None or chosen in wl.nominated:
+            return Nomination(kind=NominationKind.NOTHING,
+                              reason=f"nominated {listed} {waited:.0f}s ago, none admitted "
+                                     f"it; no other worker fits now")
+        return Nomination(kind=NominationKind.NOMINATE, members=(*wl.nominated, chosen),
+                          placement=placement,
+                          reason=f"{listed} did not admit it within {admit_within:.0f}s; "
+                                 f"adding {chosen}: {placement.decision.summary}"
+                          if placement is not None else "")
+    if placement is None or placement.decision.chosen is None:
+        summary = placement.decision.summary if placement is not None else "no workers"
+        return Nomination(kind=NominationKind.NOTHING, reason=f"no worker fits now: {summary}")
+    return Nomination(kind=NominationKind.NOMINATE, members=(placement.decision.chosen,),
+                      placement=placement, reason=placement.decision.summary)
+
+
+def place(wl: KueueWorkload, demand: Demand, *, api_version: str, kind: str,
+          annotations: Mapping[str, str], members: Callable[[], Sequence[MemberSnapshot]],
+          now: float, reservation_ttl_s: float, default_policy: str) -> Placement:
+    """``place_ask`` for the Workload's demand over ``members`` (the MultiKueue workers not
+    yet nominated): the dispatch's node-level fit, its annotations' rules (pin, selector,
+    policy, topology), and no queue of ours (Kueue orders the workloads)."""
+    ask = Ask(entry=Entry(uid=wl.uid, priority=0, created=now, name=wl.name,
+                          namespace=wl.namespace),
+              demand=demand, api_version=api_version, kind=kind, annotations=annotations,
+              queue=wl.queue or None)
+    setting = Setting(members=members, bare=BareFleet(), queue=PendingQueue(backfill_limit=0),
+                      default_policy=default_policy, now=now,
+                      reservation_ttl_s=reservation_ttl_s)
+    return place_ask(ask, setting)

@@ -1,0 +1,81 @@
+"""The external MultiKueue dispatcher's decision (``control.core.nomination``), on plain
+data: hub Workloads as Kueue v0.17.0 writes them, placed over real capacity models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.control.core.nomination import NominationKind, decide, needs_placement, place
+from dispatcher.control.core.record import parse_time
+from dispatcher.placement.model import MemberSnapshot
+from dispatcher.workloads.kueueworkload import KueueWorkload, pod_sets_demand
+from tests.unit.control import placing_builders as pb
+from tests.unit.workloads.test_kueueworkload import workload
+
+NOW = parse_time("2026-12-01T10:10:00Z") or 0.0
+WITHIN = 300.0
+
+
+def read(obj: dict[str, Any]) -> KueueWorkload:
+    return KueueWorkload.of(obj, frozenset({"multikueue"}), parse_time)
+
+
+def placed(wl: KueueWorkload, obj: dict[str, Any], fleet: list[MemberSnapshot]) -> Any:
+    return place(wl, pod_sets_demand(obj), api_version="batch/v1", kind="Job",
+                 annotations={}, members=lambda: fleet, now=NOW, reservation_ttl_s=60.0,
+                 default_policy="most-free")
+
+
+def test_a_waiting_workload_is_nominated_where_every_pod_fits_with_its_gpus_reserved() -> None:
+    obj = workload()
+    obj["metadata"]["namespace"] = "team-b"  # b takes team-b only: both are candidates
+    wl = read(obj)
+    assert needs_placement(wl, since=None, now=NOW, admit_within=WITHIN)
+    answer = decide(wl, held=False, since=None, now=NOW, admit_within=WITHIN,
+                    placement=placed(wl, obj, pb.members()))
+    assert answer.kind is NominationKind.NOMINATE and answer.members == ("a",)
+    assert answer.placement is not None and answer.placement.reservation is not None
+    assert answer.placement.reservation.gpus == 8
+
+
+def test_nothing_fits_now_nominates_nobody_and_says_why() -> None:
+    obj = workload()
+    obj["spec"]["podSets"][0]["count"] = 5  # 20 GPUs: more than any member
+    wl = read(obj)
+    answer = decide(wl, held=False, since=None, now=NOW, admit_within=WITHIN,
+                    placement=placed(wl, obj, pb.members()))
+    assert answer.kind is NominationKind.NOTHING and answer.members == ()
+    assert answer.reason.startswith("no worker fits now")
+
+
+def test_a_nominee_is_given_time_to_admit_then_another_is_added_never_removed() -> None:
+    obj = workload(nominatedClusterNames=["b"])
+    obj["metadata"]["namespace"] = "team-b"
+    wl = read(obj)
+    early = NOW - 100
+    assert not needs_placement(wl, since=early, now=NOW, admit_within=WITHIN)
+    waiting = decide(wl, held=True, since=early, now=NOW, admit_within=WITHIN, placement=None)
+    assert waiting.kind is NominationKind.NOTHING and waiting.recheck_after == 200
+    late = NOW - 400
+    assert needs_placement(wl, since=late, now=NOW, admit_within=WITHIN)
+    fleet = [m for m in pb.members() if m.name == "a"]  # the shell offers those not listed
+    widened = decide(wl, held=True, since=late, now=NOW, admit_within=WITHIN,
+                     placement=placed(wl, obj, fleet))
+    assert widened.kind is NominationKind.NOMINATE and widened.members == ("b", "a")
+
+
+@pytest.mark.parametrize(("obj", "held", "kind"), [
+    (workload(state="Ready", clusterName="a"), True, NominationKind.NOTHING),  # pods binding
+    (workload(conditions={"QuotaReserved": "True", "Finished": "True"}), True,
+     NominationKind.RELEASE),
+    (workload(conditions={"QuotaReserved": "False"}), True, NominationKind.RELEASE),  # evicted
+    (workload(conditions={"QuotaReserved": "False"}), False, NominationKind.NOTHING),
+])
+def test_what_is_not_waiting_is_left_to_kueue(obj: dict[str, Any], held: bool,
+                                              kind: NominationKind) -> None:
+    wl = read(obj)
+    assert not needs_placement(wl, since=None, now=NOW, admit_within=WITHIN)
+    assert decide(wl, held=held, since=None, now=NOW, admit_within=WITHIN,
+                  placement=None).kind is kind
