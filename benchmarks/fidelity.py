@@ -567,8 +567,9 @@ async def local_users(members: Mapping[str, KubeClient], fleet: FleetSpec,
 
 
 def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
-                     port: int, gang_scheduling: str = "auto") -> subprocess.Popen[bytes]:
-    config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
+                     port: int, gang_scheduling: str = "auto", *,
+                     mode: str = "dispatch") -> subprocess.Popen[bytes]:
+    config = {"hubId": HUB_ID, "mode": mode, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [

@@ -12,7 +12,11 @@ between systems):
    sized to the GPUs, see ``dispatcher/devfleet/multikueue.py``) at Kueue's default client
    limits (QPS 20, burst 30), the same Jobs and JobSets labelled
    ``kueue.x-k8s.io/queue-name: gpus``;
-3. ``multikueue-tuned``: the same with ``--tuned-qps``/``--tuned-burst`` on every Kueue.
+3. ``multikueue-tuned``: the same with ``--tuned-qps``/``--tuned-burst`` on every Kueue;
+4. ``multikueue+dispatcher``: the ``multikueue`` profile with the manager's
+   ``multiKueue.dispatcherName`` set to ours and ``dispatcher run`` with
+   ``mode: multikueue-dispatcher`` (Kueue keeps quota and makes the copies, we choose the
+   worker: ``control/nominator.py``).
 
 The workloads are ``fidelity.stream``'s seeded mix (1-16 pods of 1, 2, 4 or 8 GPUs, some
 with a GPU product selector, some tolerating the tainted pool, each pod running ``--run-s``
@@ -41,6 +45,8 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
   ``worker_cpu_s``/``worker_rss_mb``: the same summed over the members' Kueue instances
   (MultiKueue needs one per member; the dispatcher needs nothing there);
   ``controller_cpu_ms_per_workload``/``worker_cpu_ms_per_workload`` the same per workload;
+- ``copies_per_workload``: members on which a remote object of the workload was ever seen
+  (1 is one copy; MultiKueue's all-at-once copies to every worker with quota);
 - ``hub_writes_per_workload``: write requests the hub's kube-apiserver served from the
   first create until every workload ran (``apiserver_request_total``, Events included),
   less this benchmark's own creates and the time-driven Lease renewals, per workload;
@@ -86,6 +92,7 @@ from fidelity import (  # benchmarks/fidelity.py
 from resolve import machine  # benchmarks/resolve.py
 from running import client_for, percentile, stop, wait_ready  # benchmarks/running.py
 
+from dispatcher.control.nominator import DISPATCHER_NAME
 from dispatcher.devfleet import devfleet, multikueue
 from dispatcher.devfleet.binaries import ensure_binaries, ensure_peers
 from dispatcher.devfleet.controlplane import FleetState, ProcessInfo, free_port
@@ -108,7 +115,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRODUCT = "nvidia.com/gpu.product"
 LIMIT_S = 10.0
 SAMPLE_S = 0.5
-SYSTEMS = ("dispatcher", "multikueue", "multikueue-tuned")
+SYSTEMS = ("dispatcher", "multikueue", "multikueue-tuned", "multikueue+dispatcher")
 
 
 # -- the workloads (pure) ---------------------------------------------------------------------
@@ -152,7 +159,8 @@ def hub_write_figures(found: Mapping[str, int], items: list[tuple[Shape, str]]
 
 RATIO_KEYS = ("hub_writes_per_workload", "controller_cpu_ms_per_workload",
               "total_cpu_ms_per_workload", "first_wave_p50_created_ms",
-              "first_wave_p99_created_ms")
+              "first_wave_p99_created_ms", "p50_running_s", "p99_running_s",
+              "copies_per_workload")
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,6 +230,7 @@ class Observed:
     kinds: dict[str, str] = field(default_factory=dict)
     created: dict[str, float] = field(default_factory=dict)
     remote: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> member, t
+    copies: dict[str, set[str]] = field(default_factory=dict)  # name -> members ever
     pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
     nodes: dict[tuple[str, str], Node] = field(default_factory=dict)
     samples: list[tuple[float, bool]] = field(default_factory=list)
@@ -239,6 +248,7 @@ class Observed:
         name = ((obj.get("metadata") or {}).get("labels") or {}).get(WORKLOAD_LABEL)
         if name in self.created:
             self.remote.setdefault(str(name), (member, now))
+            self.copies.setdefault(str(name), set()).add(member)
 
     def _fits_somewhere(self, shape: Shape) -> bool:
         held: dict[tuple[str, str], int] = {}
@@ -293,6 +303,8 @@ class Observed:
             "workloads": len(self.created),
             "jobsets": sum(1 for kind in self.kinds.values() if kind == "JobSet"),
             "dispatched": len(self.remote), "fully_running": len(running),
+            "copies_per_workload": round(statistics.fmean(len(m) for m in self.copies.values()),
+                                         2) if self.copies else None,
             "throughput_per_s": (round(len(wave) / (wave_end - start), 2)
                                  if wave and wave_end > start else None),
             "first_wave": len(wave),
@@ -430,6 +442,8 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
         limits = ClientLimits()
     elif system == "multikueue-tuned":
         limits = ClientLimits(qps=args.tuned_qps, burst=args.tuned_burst)
+    elif system == "multikueue+dispatcher":
+        limits = ClientLimits(dispatcher_name=DISPATCHER_NAME)
     began = time.monotonic()
     state = await asyncio.to_thread(devfleet.up, root=root / "fleet", fleet=fleet, real=True,
                                     job_seconds=args.run_s, kueue=limits)
@@ -448,6 +462,12 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
             for cluster in state.clusters:
                 await asyncio.to_thread(multikueue.add_queue, cluster.rest(), NAMESPACE)
             controller, workers = _kueue_pids(state)
+            if limits.dispatcher_name is not None:  # ours chooses: the manager's and ours
+                port = free_port()
+                proc = start_controller(state, fleet, root, port,
+                                        mode="multikueue-dispatcher")
+                await wait_ready(port, proc)
+                controller = [*controller, proc.pid]
         result = await measure(state, fleet, items, queue=None if limits is None
                                else multikueue.QUEUE, controller=controller, workers=workers,
                                drain_s=args.drain_s)

@@ -34,6 +34,8 @@ examples:
                                     a hub that runs its own controllers: the webhook holds
                                     every dispatched workload there
   dispatcher run -c prod.yaml --set failover.policy=never --set workers=128
+  dispatcher dev up --with-kueue --kueue-dispatcher ours && \
+    dispatcher run -c config/local.yaml --mode multikueue-dispatcher
                                     any key of the file, overridden from the command line
   dispatcher run --hub-kubeconfig hub.kubeconfig --member gpu-a=a.kubeconfig \\
                  --member gpu-b=b.kubeconfig --no-leader-election
@@ -60,6 +62,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--hub-mode", choices=("dedicated", "shared"),
                         help="dedicated: the hub runs no workload controllers; shared: they "
                              "run, and the webhook holds dispatched workloads there (hub.mode)")
+    parser.add_argument("--mode", choices=("dispatch", "multikueue-dispatcher"),
+                        help="dispatch: copies of our own; multikueue-dispatcher: nominate "
+                             "workers for the hub's Kueue MultiKueue (mode)")
     parser.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                         help="hub namespace to watch (watch.namespaces; repeatable)")
     parser.add_argument("--member", action="append", default=[], metavar="NAME=KUBECONFIG",
@@ -80,7 +85,8 @@ def register(subparsers: Any) -> None:
 def _overrides(args: argparse.Namespace) -> list[str]:
     out = list(args.overrides)
     for flag, key in (("hub_kubeconfig", "hub.kubeconfig"), ("hub_context", "hub.context"),
-                      ("hub_id", "hubId"), ("hub_mode", "hub.mode"), ("port", "server.port"),
+                      ("hub_id", "hubId"), ("hub_mode", "hub.mode"), ("mode", "mode"),
+                      ("port", "server.port"),
                       ("log_level", "log.level")):
         value = getattr(args, flag)
         if value is not None:

@@ -105,7 +105,7 @@ def same_objects(chart: dict[Key, dict[str, Any]], kustomized: dict[Key, dict[st
 
 
 def test_helm_lint_passes_for_every_option_set() -> None:
-    for sets in ((), ("hub.mode=shared",),
+    for sets in ((), ("hub.mode=shared",), ("config.mode=multikueue-dispatcher",),
                  ("hub.mode=shared", "certManager.enabled=true", "serviceMonitor.enabled=true",
                   "replicas=2", "namespace.create=true")):
         out = helm("lint", "--strict", str(CHART), *(a for s in sets for a in ("--set", s)))
@@ -135,6 +135,23 @@ def test_shared_mode_renders_the_shared_hub_kustomization(tmp_path: Path) -> Non
     same_objects(chart, kustomized)
     assert ("MutatingWebhookConfiguration", "", "dispatcher") in chart
     assert ("ClusterRole", "", "dispatcher-webhook") in chart
+
+
+def test_multikueue_dispatcher_mode_renders_its_kustomization() -> None:
+    """``config.mode=multikueue-dispatcher``: what ``kubectl apply -k
+    deploy/multikueue-dispatcher/`` installs (the base, the Kueue rights, ``--mode``)."""
+    chart = normalized(template(CHART, "namespace.create=true",
+                                "config.mode=multikueue-dispatcher"))
+    kustomized = normalized(kustomize(DEPLOY / "multikueue-dispatcher"))
+    # as for hub.mode: kustomize's file keeps the default and the argument overrides it
+    config = kustomized[("ConfigMap", "dispatcher-system", "dispatcher-config")]
+    assert config["data"]["config.yaml"]["mode"] == "dispatch"
+    config["data"]["config.yaml"]["mode"] = "multikueue-dispatcher"
+    same_objects(chart, kustomized)
+    assert ("ClusterRole", "", "dispatcher-multikueue") in chart
+    args = chart[("Deployment", "dispatcher-system", "dispatcher")]["spec"]["template"][
+        "spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--mode", "multikueue-dispatcher"]
 
 
 def test_cert_manager_and_service_monitor() -> None:
@@ -249,13 +266,17 @@ def test_a_real_member_accepts_the_rendered_member_chart(dev_fleet: FleetState) 
     assert "rolebinding.rbac.authorization.k8s.io/dispatcher-member" in out
 
 
-@pytest.mark.parametrize("overlay", ["", "shared-hub"], ids=["dedicated", "shared"])
+@pytest.mark.parametrize("overlay", ["", "shared-hub", "multikueue-dispatcher"],
+                         ids=["dedicated", "shared", "multikueue"])
 def test_the_real_hub_accepts_each_kustomization(dev_fleet: FleetState, overlay: str) -> None:
-    """``kubectl apply -k deploy/`` and ``-k deploy/shared-hub/`` exactly as the operator
-    guide says (server dry-run on the dev hub): kustomize itself renders them, so a layout
-    it refuses (a base that contains its overlay) fails here."""
+    """``kubectl apply -k deploy/``, ``-k deploy/shared-hub/`` and ``-k
+    deploy/multikueue-dispatcher/`` exactly as the operator guide says (server dry-run on
+    the dev hub): kustomize itself renders them, so a layout it refuses (a base that
+    contains its overlay) fails here."""
     kubectl = ensure_binaries(members=False).kubectl
     out = run(kubectl, "--kubeconfig", dev_fleet.cluster("hub").kubeconfig, "apply",
               "--dry-run=server", "-k", str(DEPLOY / overlay) if overlay else str(DEPLOY))
     assert "deployment.apps/dispatcher" in out and "(server dry run)" in out
-    assert ("mutatingwebhookconfiguration" in out) == bool(overlay)
+    assert ("mutatingwebhookconfiguration" in out) == (overlay == "shared-hub")
+    assert ("clusterrole.rbac.authorization.k8s.io/dispatcher-multikueue" in out) == (
+        overlay == "multikueue-dispatcher")

@@ -8,7 +8,8 @@ their quota, and only then does the controller nominate the one worker whose nod
 every pod; MultiKueue creates the copy there and nowhere else (each member's jobs are
 watched from before the create: exactly one copy is ever made), the worker's Kueue admits
 it, its pods run on nodes of the product. A Job over the hub's quota waits in Kueue: no
-quota reserved, nothing nominated, no copy anywhere.
+quota reserved, nothing nominated, no copy anywhere. The controller is bound by the shipped
+RBAC (``deploy/multikueue-dispatcher/`` applied, its ServiceAccount's token).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from structlog.testing import capture_logs
 
 from dispatcher.devfleet import multikueue
 from dispatcher.devfleet.controlplane import FleetState
@@ -36,6 +40,7 @@ from tests.integration.test_kueue_multikueue import (
     _only_member_with,
     _template,
 )
+from tests.security.tenancy.test_pod_security import ROOT, _kubectl, _token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -72,9 +77,24 @@ class Copies:
                 await task
 
 
+@pytest.fixture(scope="module")
+def installed(mk_dispatcher_fleet: FleetState) -> dict[str, Any]:
+    """``kubectl apply -k deploy/multikueue-dispatcher/`` on the hub, as the operator guide
+    says; the hub's admin kubeconfig."""
+    hub = mk_dispatcher_fleet.cluster("hub")
+    done = _kubectl("apply", "-k", str(ROOT / "deploy" / "multikueue-dispatcher"),
+                    kubeconfig=hub.kubeconfig)
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, Any] = yaml.safe_load(Path(hub.kubeconfig).read_text())
+    return loaded
+
+
 @contextlib.asynccontextmanager
-async def dispatcher(fleet: FleetState) -> AsyncIterator[Harness]:
-    async with running(fleet, namespace=NAMESPACE, changes=MODE) as h:
+async def dispatcher(fleet: FleetState, admin: dict[str, Any]) -> AsyncIterator[Harness]:
+    """The controller in-process, bound by the shipped RBAC (the ServiceAccount's token)."""
+    kubeconfig = await _token_kubeconfig(admin, "dispatcher")
+    async with running(fleet, namespace=NAMESPACE, changes=MODE,
+                       hub_kubeconfig=kubeconfig) as h:
         yield h
 
 
@@ -99,6 +119,17 @@ async def _running_on(client: KubeClient, name: str, count: int, product: str) -
 async def _runs_once_where_we_chose(h: Harness, ref: ResourceRef, body: dict[str, Any],
                                     *, target: str, pods: int, product: str) -> None:
     name = body["metadata"]["name"]
+    with capture_logs() as logs:
+        await _runs_once(h, ref, body, name=name, target=target, pods=pods, product=product)
+    # the nomination was ours (Kueue's own dispatcher is off: nothing else nominates)
+    ours = [e for e in logs if e["event"] == "nomination.decided"
+            and e.get("name", "").startswith(f"{ref.kind.lower()}-{name}-")]
+    assert [e["nominated"] for e in ours] == [[target]], ours
+    assert ours[0]["chosen"] == target
+
+
+async def _runs_once(h: Harness, ref: ResourceRef, body: dict[str, Any], *, name: str,
+                     target: str, pods: int, product: str) -> None:
     async with Copies(h, ref, name) as copies:
         created = await h.hub.request("POST", ref.collection(NAMESPACE), body=body)
         assert created["spec"]["suspend"] is True  # Kueue's webhook on the hub
@@ -118,8 +149,9 @@ async def _runs_once_where_we_chose(h: Harness, ref: ResourceRef, body: dict[str
 
 
 async def test_a_job_and_a_jobset_run_once_on_the_worker_whose_nodes_fit(
-        mk_dispatcher_fleet: FleetState, fleet_spec: FleetSpec) -> None:
-    async with dispatcher(mk_dispatcher_fleet) as h:
+        mk_dispatcher_fleet: FleetState, installed: dict[str, Any],
+        fleet_spec: FleetSpec) -> None:
+    async with dispatcher(mk_dispatcher_fleet, installed) as h:
         product = "NVIDIA-A100-SXM4-80GB"
         job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": "mkd-job", "namespace": NAMESPACE,
@@ -140,8 +172,8 @@ async def test_a_job_and_a_jobset_run_once_on_the_worker_whose_nodes_fit(
 
 
 async def test_a_job_over_the_hubs_quota_waits_in_kueue_and_is_never_nominated(
-        mk_dispatcher_fleet: FleetState) -> None:
-    async with dispatcher(mk_dispatcher_fleet) as h:
+        mk_dispatcher_fleet: FleetState, installed: dict[str, Any]) -> None:
+    async with dispatcher(mk_dispatcher_fleet, installed) as h:
         name = "mkd-over-quota"
         product = "NVIDIA-H100-80GB-HBM3"  # 32 untainted in the fleet: 40 asked
         template = _template(product, name)

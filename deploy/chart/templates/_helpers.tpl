@@ -23,6 +23,11 @@ app.kubernetes.io/name: dispatcher
 app.kubernetes.io/component: controller
 {{- end -}}
 
+{{- define "dispatcher.multikueue" -}}
+{{- $mode := default "dispatch" .Values.config.mode -}}
+{{- if eq $mode "multikueue-dispatcher" }}true{{ else if ne $mode "dispatch" }}{{ fail (printf "config.mode must be dispatch or multikueue-dispatcher, not %q" $mode) }}{{ end -}}
+{{- end -}}
+
 {{- define "dispatcher.shared" -}}
 {{- if eq .Values.hub.mode "shared" }}true{{ else if ne .Values.hub.mode "dedicated" }}{{ fail (printf "hub.mode must be dedicated or shared, not %q" .Values.hub.mode) }}{{ end -}}
 {{- end -}}
