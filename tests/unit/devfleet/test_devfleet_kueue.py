@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from dispatcher.control.nominator import DISPATCHER_NAME
 from dispatcher.devfleet import kueue, multikueue
 from dispatcher.devfleet.binaries import OperatorBinary
 from dispatcher.fleet.fleetfile import load_fleet
@@ -58,6 +59,15 @@ def test_config_sets_client_limits_only_when_tuned(tmp_path: Path) -> None:
     assert default["internalCertManagement"] == {"enable": False}
     assert default["webhook"]["host"] == "127.0.0.1"
     assert "manageJobsWithoutQueueName" not in default
+
+
+def test_the_manager_hands_workloads_to_our_dispatcher_only_when_asked(tmp_path: Path
+                                                                        ) -> None:
+    ours = kueue.config(webhook_port=1, health_port=2, cert_dir=tmp_path,
+                        limits=kueue.ClientLimits(dispatcher_name=DISPATCHER_NAME))
+    assert ours["multiKueue"] == {"dispatcherName": "dispatcher.io/multikueue-dispatcher"}
+    assert "multiKueue" not in kueue.config(webhook_port=1, health_port=2, cert_dir=tmp_path,
+                                            limits=kueue.ClientLimits())
 
 
 def test_a_members_own_kueue_manages_jobs_without_a_queue_name(tmp_path: Path) -> None:
