@@ -141,10 +141,10 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from dispatcher.control.nominator import DISPATCHER_NAME
     from dispatcher.devfleet import devfleet
     from dispatcher.devfleet.binaries import BuildError
     from dispatcher.devfleet.controlplane import JOB_SECONDS
-    from dispatcher.control.nominator import DISPATCHER_NAME
     from dispatcher.devfleet.kueue import ClientLimits
     from dispatcher.fleet.fleetfile import FleetFileError, load_fleet
 

@@ -29,8 +29,10 @@ from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.core import nomination
 from dispatcher.control.core.nomination import NominationKind
+from dispatcher.control.core.pending import meaning_key
 from dispatcher.control.core.placing import Placement
 from dispatcher.control.core.record import parse_time
+from dispatcher.control.events import EventRecorder
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.settings import ControlSettings
 from dispatcher.control.workers import Workers
@@ -81,6 +83,9 @@ class Nominator:
         self._configs: dict[str, tuple[str, ...]] = {}  # MultiKueueConfig -> workers
         self._since: dict[str, tuple[tuple[str, ...], float]] = {}  # uid -> (list, seen at)
         self._listed: set[str] = set()
+        self._said: dict[str, str] = {}  # uid -> the last waiting reason an Event said
+        self.events = EventRecorder(client=hub, clock=clock) if settings.record_events \
+            else None
         self.listed = asyncio.Event()
         """Set once every watch listed (the replica's readiness)."""
         self.workers = Workers(handler=self._reconcile, concurrency=settings.workers,
@@ -97,6 +102,8 @@ class Nominator:
                        *(guarded(self._follow(WORKLOADS, ns), name=f"kueue-workloads/{ns}")
                          for ns in namespaces),
                        guarded(self._on_fleet_changes(), name="nominator-fleet")]
+        if self.events is not None:
+            self._tasks.append(guarded(self.events.run(), name="events"))
         log.info("nominator.started", dispatcher_name=DISPATCHER_NAME,
                  namespaces=list(self.settings.namespaces) or "all")
         try:
@@ -168,6 +175,7 @@ class Nominator:
     def _gone(self, uid: str) -> None:
         self.workloads.pop(uid, None)
         self._since.pop(uid, None)
+        self._said.pop(uid, None)
         self._release(uid)
 
     async def _on_fleet_changes(self) -> None:
@@ -209,7 +217,18 @@ class Nominator:
             await self._nominate(obj, wl, answer)
         elif placement is not None:
             log.info("nomination.waiting", **self._describe(uid), reason=answer.reason)
+            self._say(obj, uid, answer.reason, placement)
         return answer.recheck_after
+
+    def _say(self, obj: Mapping[str, Any], uid: str, reason: str,
+             placement: Placement) -> None:
+        """``NoWorkerFits`` on the hub Workload when why it waits changes (its kind of
+        reason, not its numbers: as the dispatch path's ``Pending``)."""
+        key = meaning_key(placement)
+        if self.events is None or self._said.get(uid) == key:
+            return
+        self._said[uid] = key
+        self.events.record(workload=obj, reason="NoWorkerFits", message=reason, warning=True)
 
     def _seen(self, wl: KueueWorkload, now: float) -> float | None:
         """When the Workload's current nominations were first seen (None: none)."""
@@ -290,6 +309,11 @@ class Nominator:
         decision = placement.decision.to_dict() if placement is not None else {}
         log.info("nomination.decided", **self._describe(wl.uid), nominated=list(answer.members),
                  reason=answer.reason, **decision)
+        self._said.pop(wl.uid, None)
+        if self.events is not None:
+            self.events.record(workload=updated, reason="Nominated",
+                               message=f"nominated {', '.join(answer.members)}: "
+                                       f"{answer.reason}")
 
     # -- reservations ----------------------------------------------------------------------
 

@@ -126,6 +126,15 @@ async def _runs_once_where_we_chose(h: Harness, ref: ResourceRef, body: dict[str
             and e.get("name", "").startswith(f"{ref.kind.lower()}-{name}-")]
     assert [e["nominated"] for e in ours] == [[target]], ours
     assert ours[0]["chosen"] == target
+    workload = ours[0]["name"]
+
+    async def said() -> list[dict[str, Any]]:
+        listed = await h.hub.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events", query=[
+            ("fieldSelector", f"involvedObject.name={workload}")])
+        return [e for e in listed["items"] if e["reason"] == "Nominated"]
+
+    (event,) = await eventually(said, what="the Nominated Event on the hub Workload")
+    assert event["involvedObject"]["kind"] == "Workload" and target in event["message"]
 
 
 async def _runs_once(h: Harness, ref: ResourceRef, body: dict[str, Any], *, name: str,
