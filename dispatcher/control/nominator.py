@@ -12,8 +12,9 @@ contract for external dispatchers), carrying that manager's own fields unchanged
 (``kube.ssa``). The chosen GPUs stay reserved until the copy's pods bind (recognised by
 the job-name label its framework puts on them), it finishes, or the reservation expires.
 
-Restarts lose nothing: the nominations are on the hub, and a Workload nominated before
-the restart is given ``admitWithin`` from when it is seen again.
+Restarts lose nothing: the nominations are on the hub; a Workload nominated before the
+restart has its nominee's GPUs held again and is given ``admitWithin`` from when it is
+seen again.
 """
 
 from __future__ import annotations
@@ -203,11 +204,13 @@ class Nominator:
         wl = KueueWorkload.of(obj, frozenset(self._checks), parse_time)
         now = self.clock()
         since = self._seen(wl, now)
+        held = self._held(uid)
         placement = None
-        if nomination.needs_placement(wl, since=since, now=now,
-                                      admit_within=self.settings.multikueue_admit_within_s):
-            placement = await self._place(obj, wl, now)
-        answer = nomination.decide(wl, held=self._held(uid), since=since, now=now,
+        over = nomination.needs_placement(wl, held=held, since=since, now=now,
+                                          admit_within=self.settings.multikueue_admit_within_s)
+        if over is not None:
+            placement = await self._place(obj, wl, now, over)
+        answer = nomination.decide(wl, held=held, since=since, now=now,
                                    admit_within=self.settings.multikueue_admit_within_s,
                                    placement=placement)
         if answer.kind is NominationKind.RELEASE:
@@ -215,6 +218,10 @@ class Nominator:
             log.info("nomination.released", uid=uid, reason=answer.reason)
         elif answer.kind is NominationKind.NOMINATE:
             await self._nominate(obj, wl, answer)
+        elif answer.kind is NominationKind.HOLD and answer.placement is not None \
+                and answer.placement.reservation is not None:
+            self._hold(wl, answer.placement.reservation)
+            log.info("nomination.held", **self._describe(uid), reason=answer.reason)
         elif placement is not None:
             log.info("nomination.waiting", **self._describe(uid), reason=answer.reason)
             self._say(obj, uid, answer.reason, placement)
@@ -241,12 +248,13 @@ class Nominator:
             self._since[wl.uid] = known
         return known[1]
 
-    async def _place(self, obj: Mapping[str, Any], wl: KueueWorkload, now: float
-                     ) -> Placement:
+    async def _place(self, obj: Mapping[str, Any], wl: KueueWorkload, now: float,
+                     over: nomination.Candidates) -> Placement:
         workers = set(self._configs.get(self._checks.get(wl.check or "", ""), ()))
         demand, api_version, kind, annotations = await self._demand(obj, wl)
+        nominees = over is nomination.Candidates.NOMINEES
         candidates = [m for m in self.fleet.snapshots()
-                      if m.name in workers and m.name not in wl.nominated]
+                      if m.name in workers and (m.name in wl.nominated) == nominees]
         return nomination.place(wl, demand, api_version=api_version, kind=kind,
                                 annotations=annotations, members=lambda: candidates, now=now,
                                 reservation_ttl_s=self.settings.reservation_ttl_s,

@@ -11,7 +11,9 @@ ClusterQueue reserved its quota and its MultiKueue check waits for a worker.
 ==  ==============================================  =====================================
 1   not waiting for a nomination (no quota yet,     NOTHING; RELEASE what we held when it
     finished, deleted, chosen, check not Pending)   finished, is gone, or lost its quota
-2   nominated, for less than ``admit_within``       NOTHING (look again when it is up)
+2   nominated, for less than ``admit_within``       NOTHING (look again when it is up); HOLD
+                                                    its nominee's GPUs again when we hold
+                                                    none for it (nominated before a restart)
 3   nominated that long, a worker not yet           NOMINATE the same list plus it (never
     nominated fits now, fewer than 20 listed        removed: a listed worker may have
                                                     admitted a copy already)
@@ -35,13 +37,21 @@ from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.kueueworkload import MAX_NOMINATED, KueueWorkload
 
-__all__ = ["Nomination", "NominationKind", "decide", "needs_placement", "place"]
+__all__ = ["Candidates", "Nomination", "NominationKind", "decide", "needs_placement", "place"]
 
 
 class NominationKind(enum.StrEnum):
     NOTHING = "nothing"
     NOMINATE = "nominate"
+    HOLD = "hold"  # reserve the placement's GPUs, write nothing
     RELEASE = "release"
+
+
+class Candidates(enum.StrEnum):
+    """Which workers ``decide``'s placement is over."""
+
+    OTHERS = "others"  # the check's workers not nominated yet (rows 3-6)
+    NOMINEES = "nominees"  # those nominated (row 2's HOLD)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,15 +71,18 @@ def _waited(wl: KueueWorkload, since: float | None, now: float) -> float:
     return 0.0 if since is None else max(0.0, now - since)
 
 
-def needs_placement(wl: KueueWorkload, *, since: float | None, now: float,
-                    admit_within: float) -> bool:
-    """Whether ``decide`` reads a placement (rows 3-6): the engine runs only then."""
+def needs_placement(wl: KueueWorkload, *, held: bool, since: float | None, now: float,
+                    admit_within: float) -> Candidates | None:
+    """Over which workers ``decide`` reads a placement (None: it reads none, the engine
+    does not run)."""
     if wl.waiting() is not None:
-        return False
+        return None
     if not wl.nominated:
-        return True
-    return len(wl.nominated) < MAX_NOMINATED and admit_within > 0 \
-        and _waited(wl, since, now) >= admit_within
+        return Candidates.OTHERS
+    if len(wl.nominated) < MAX_NOMINATED and admit_within > 0 \
+            and _waited(wl, since, now) >= admit_within:
+        return Candidates.OTHERS
+    return None if held else Candidates.NOMINEES
 
 
 def decide(wl: KueueWorkload, *, held: bool, since: float | None, now: float,
@@ -86,10 +99,15 @@ def decide(wl: KueueWorkload, *, held: bool, since: float | None, now: float,
         listed = ", ".join(wl.nominated)
         waited = _waited(wl, since, now)
         if admit_within <= 0 or waited < admit_within:
+            recheck = admit_within - waited if admit_within > 0 else None
+            if not held and placement is not None and placement.reservation is not None \
+                    and placement.decision.chosen in wl.nominated:
+                return Nomination(kind=NominationKind.HOLD, placement=placement,
+                                  recheck_after=recheck,
+                                  reason=f"nominated {listed} before: its GPUs held again")
             return Nomination(kind=NominationKind.NOTHING,
                               reason=f"nominated {listed}: waiting for a worker to admit it",
-                              recheck_after=admit_within - waited if admit_within > 0
-                              else None)
+                              recheck_after=recheck)
         chosen = placement.decision.chosen if placement is not None else None
         if len(wl.nominated) >= MAX_NOMINATED or chosen is None or chosen in wl.nominated:
             return Nomination(kind=NominationKind.NOTHING,

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher.control.core.nomination import NominationKind, decide, needs_placement, place
+from dispatcher.control.core.nomination import (
+    Candidates,
+    NominationKind,
+    decide,
+    needs_placement,
+    place,
+)
 from dispatcher.control.core.record import parse_time
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.kueueworkload import KueueWorkload, pod_sets_demand
@@ -32,7 +38,8 @@ def test_a_waiting_workload_is_nominated_where_every_pod_fits_with_its_gpus_rese
     obj = workload()
     obj["metadata"]["namespace"] = "team-b"  # b takes team-b only: both are candidates
     wl = read(obj)
-    assert needs_placement(wl, since=None, now=NOW, admit_within=WITHIN)
+    assert needs_placement(wl, held=False, since=None, now=NOW,
+                           admit_within=WITHIN) is Candidates.OTHERS
     answer = decide(wl, held=False, since=None, now=NOW, admit_within=WITHIN,
                     placement=placed(wl, obj, pb.members()))
     assert answer.kind is NominationKind.NOMINATE and answer.members == ("a",)
@@ -55,11 +62,12 @@ def test_a_nominee_is_given_time_to_admit_then_another_is_added_never_removed() 
     obj["metadata"]["namespace"] = "team-b"
     wl = read(obj)
     early = NOW - 100
-    assert not needs_placement(wl, since=early, now=NOW, admit_within=WITHIN)
+    assert needs_placement(wl, held=True, since=early, now=NOW, admit_within=WITHIN) is None
     waiting = decide(wl, held=True, since=early, now=NOW, admit_within=WITHIN, placement=None)
     assert waiting.kind is NominationKind.NOTHING and waiting.recheck_after == 200
     late = NOW - 400
-    assert needs_placement(wl, since=late, now=NOW, admit_within=WITHIN)
+    assert needs_placement(wl, held=True, since=late, now=NOW,
+                           admit_within=WITHIN) is Candidates.OTHERS
     fleet = [m for m in pb.members() if m.name == "a"]  # the shell offers those not listed
     widened = decide(wl, held=True, since=late, now=NOW, admit_within=WITHIN,
                      placement=placed(wl, obj, fleet))
@@ -76,6 +84,21 @@ def test_a_nominee_is_given_time_to_admit_then_another_is_added_never_removed() 
 def test_what_is_not_waiting_is_left_to_kueue(obj: dict[str, Any], held: bool,
                                               kind: NominationKind) -> None:
     wl = read(obj)
-    assert not needs_placement(wl, since=None, now=NOW, admit_within=WITHIN)
+    assert needs_placement(wl, held=held, since=None, now=NOW, admit_within=WITHIN) is None
     assert decide(wl, held=held, since=None, now=NOW, admit_within=WITHIN,
                   placement=None).kind is kind
+
+
+def test_a_nominee_of_before_a_restart_has_its_gpus_held_again() -> None:
+    """Nominated by the process before this one: its nominee's GPUs are reserved again
+    (nothing written), so a burst after a restart does not nominate them twice."""
+    obj = workload(nominatedClusterNames=["a"])
+    wl = read(obj)
+    assert needs_placement(wl, held=False, since=NOW, now=NOW,
+                           admit_within=WITHIN) is Candidates.NOMINEES
+    fleet = [m for m in pb.members() if m.name == "a"]
+    answer = decide(wl, held=False, since=NOW, now=NOW, admit_within=WITHIN,
+                    placement=placed(wl, obj, fleet))
+    assert answer.kind is NominationKind.HOLD and answer.members == ()
+    assert answer.placement is not None and answer.placement.reservation is not None
+    assert answer.placement.reservation.member == "a"
