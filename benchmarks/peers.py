@@ -16,7 +16,8 @@ between systems):
 4. ``multikueue+dispatcher``: the ``multikueue`` profile with the manager's
    ``multiKueue.dispatcherName`` set to ours and ``dispatcher run`` with
    ``mode: multikueue-dispatcher`` (Kueue keeps quota and makes the copies, we choose the
-   worker: ``control/nominator.py``).
+   worker: ``control/nominator.py``); ``multikueue-tuned+dispatcher`` the same at the
+   tuned client limits.
 
 The workloads are ``fidelity.stream``'s seeded mix (1-16 pods of 1, 2, 4 or 8 GPUs, some
 with a GPU product selector, some tolerating the tainted pool, each pod running ``--run-s``
@@ -45,8 +46,10 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
   ``worker_cpu_s``/``worker_rss_mb``: the same summed over the members' Kueue instances
   (MultiKueue needs one per member; the dispatcher needs nothing there);
   ``controller_cpu_ms_per_workload``/``worker_cpu_ms_per_workload`` the same per workload;
-- ``copies_per_workload``: members on which a remote object of the workload was ever seen
-  (1 is one copy; MultiKueue's all-at-once copies to every worker with quota);
+- ``copies_per_workload``: members on which a remote object of the workload (its Job or
+  JobSet) was ever seen; ``remote_workloads_per_workload``: for MultiKueue, members on
+  which a copy of its Kueue Workload was ever seen (the all-at-once dispatcher copies the
+  Workload to every worker and the Job only to the one that admits it first);
 - ``hub_writes_per_workload``: write requests the hub's kube-apiserver served from the
   first create until every workload ran (``apiserver_request_total``, Events included),
   less this benchmark's own creates and the time-driven Lease renewals, per workload;
@@ -108,6 +111,8 @@ ROOT = Path(__file__).resolve().parent.parent
 JOBS = ResourceRef(group="batch", version="v1", kind="Job", plural="jobs", namespaced=True)
 JOBSETS = ResourceRef(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet",
                       plural="jobsets", namespaced=True)
+KUEUE_WORKLOADS = ResourceRef(group="kueue.x-k8s.io", version="v1beta2", kind="Workload",
+                              plural="workloads", namespaced=True)
 NAMESPACE = "peers"
 WORKLOAD_LABEL = "peers.bench/workload"
 KIND_LABEL = "peers.bench/kind"
@@ -115,7 +120,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRODUCT = "nvidia.com/gpu.product"
 LIMIT_S = 10.0
 SAMPLE_S = 0.5
-SYSTEMS = ("dispatcher", "multikueue", "multikueue-tuned", "multikueue+dispatcher")
+SYSTEMS = ("dispatcher", "multikueue", "multikueue-tuned", "multikueue+dispatcher",
+           "multikueue-tuned+dispatcher")
 
 
 # -- the workloads (pure) ---------------------------------------------------------------------
@@ -160,7 +166,7 @@ def hub_write_figures(found: Mapping[str, int], items: list[tuple[Shape, str]]
 RATIO_KEYS = ("hub_writes_per_workload", "controller_cpu_ms_per_workload",
               "total_cpu_ms_per_workload", "first_wave_p50_created_ms",
               "first_wave_p99_created_ms", "p50_running_s", "p99_running_s",
-              "copies_per_workload")
+              "copies_per_workload", "remote_workloads_per_workload")
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,6 +237,7 @@ class Observed:
     created: dict[str, float] = field(default_factory=dict)
     remote: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> member, t
     copies: dict[str, set[str]] = field(default_factory=dict)  # name -> members ever
+    remote_workloads: dict[str, set[str]] = field(default_factory=dict)  # the same, Kueue's
     pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
     nodes: dict[tuple[str, str], Node] = field(default_factory=dict)
     samples: list[tuple[float, bool]] = field(default_factory=list)
@@ -249,6 +256,15 @@ class Observed:
         if name in self.created:
             self.remote.setdefault(str(name), (member, now))
             self.copies.setdefault(str(name), set()).add(member)
+
+    def remote_workload(self, member: str, obj: Mapping[str, Any]) -> None:
+        """A member's copy of a hub Kueue Workload (MultiKueue names it as the hub's:
+        ``<kind>-<job name>-<hash>``)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        kind, _, rest = name.partition("-")
+        job = rest.rpartition("-")[0]
+        if job in self.created and kind == self.kinds[job].lower():
+            self.remote_workloads.setdefault(job, set()).add(member)
 
     def _fits_somewhere(self, shape: Shape) -> bool:
         held: dict[tuple[str, str], int] = {}
@@ -305,6 +321,9 @@ class Observed:
             "dispatched": len(self.remote), "fully_running": len(running),
             "copies_per_workload": round(statistics.fmean(len(m) for m in self.copies.values()),
                                          2) if self.copies else None,
+            "remote_workloads_per_workload": round(statistics.fmean(
+                len(m) for m in self.remote_workloads.values()), 2)
+            if self.remote_workloads else None,
             "throughput_per_s": (round(len(wave) / (wave_end - start), 2)
                                  if wave and wave_end > start else None),
             "first_wave": len(wave),
@@ -340,7 +359,8 @@ def rss_mb(pids: list[int]) -> float:
 
 # -- one system -------------------------------------------------------------------------------
 
-async def follow(client: KubeClient, ref: ResourceRef, selector: str, handle: Any) -> None:
+async def follow(client: KubeClient, ref: ResourceRef, selector: str | None,
+                 handle: Any) -> None:
     """Feed every object of every list and event to ``handle(obj, now, deleted)``."""
     async for item in watch.informer(client, ref, namespace=NAMESPACE,
                                      label_selector=selector):
@@ -381,6 +401,10 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
             asyncio.create_task(follow(client, PODS, WORKLOAD_LABEL,
                                        lambda o, t, d, m=name: seen.pod_event(m, o, t,
                                                                               deleted=d)))]
+        if queue is not None:  # MultiKueue: its Workload copies too
+            tasks.append(asyncio.create_task(follow(
+                client, KUEUE_WORKLOADS, None,
+                lambda o, _t, _d, m=name: seen.remote_workload(m, o))))
     peak = {"controller": 0.0, "workers": 0.0}
 
     async def sampler() -> None:
@@ -444,6 +468,9 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
         limits = ClientLimits(qps=args.tuned_qps, burst=args.tuned_burst)
     elif system == "multikueue+dispatcher":
         limits = ClientLimits(dispatcher_name=DISPATCHER_NAME)
+    elif system == "multikueue-tuned+dispatcher":
+        limits = ClientLimits(qps=args.tuned_qps, burst=args.tuned_burst,
+                              dispatcher_name=DISPATCHER_NAME)
     began = time.monotonic()
     state = await asyncio.to_thread(devfleet.up, root=root / "fleet", fleet=fleet, real=True,
                                     job_seconds=args.run_s, kueue=limits)
