@@ -70,6 +70,7 @@ POD_LABELS = {("batch/v1", "Job"): "batch.kubernetes.io/job-name",
 """The label each framework puts on its pods, with the job's name: how the pods of a copy
 MultiKueue made are told apart on a worker (other kinds: the reservation expires)."""
 _RETRY_S = 5.0
+_ROUND_S = 0.5
 
 
 class Nominator:
@@ -128,7 +129,7 @@ class Nominator:
                 async with contextlib.aclosing(stream):
                     async for item in stream:
                         if isinstance(item, watch.Listed):
-                            self._relist(ref, item.objects)
+                            self._relist(ref, item.objects, namespace)
                             self._listed.add(key)
                             self._synced()
                         else:
@@ -137,10 +138,12 @@ class Nominator:
                 log.warning("nominator.watch_failed", resource=key, error=str(exc)[:300])
                 await asyncio.sleep(_RETRY_S)
 
-    def _relist(self, ref: ResourceRef, objects: list[dict[str, Any]]) -> None:
-        if ref is WORKLOADS:
+    def _relist(self, ref: ResourceRef, objects: list[dict[str, Any]], namespace: str
+                ) -> None:
+        if ref is WORKLOADS:  # one watched namespace's (or every one's: "")
             kept = {str(o["metadata"]["uid"]): o for o in objects}
-            for uid in set(self.workloads) - set(kept):
+            for uid in [u for u, o in self.workloads.items() if u not in kept and (
+                    not namespace or o["metadata"].get("namespace") == namespace)]:
                 self._gone(uid)
             self.workloads.update(kept)
             for uid in kept:
@@ -180,9 +183,11 @@ class Nominator:
         self._release(uid)
 
     async def _on_fleet_changes(self) -> None:
-        """Capacity changed somewhere: what waits for a worker may fit now."""
+        """Capacity changed somewhere: what waits for a worker may fit now. At most one
+        round per ``_ROUND_S`` (a burst of pod events is one change for this)."""
         async for _ in self.fleet.pulse.changes():
             self._kick_waiting()
+            await asyncio.sleep(_ROUND_S)
 
     def _kick_waiting(self) -> None:
         checks = frozenset(self._checks)
