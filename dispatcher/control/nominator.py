@@ -86,6 +86,9 @@ class Nominator:
         self._since: dict[str, tuple[tuple[str, ...], float]] = {}  # uid -> (list, seen at)
         self._listed: set[str] = set()
         self._said: dict[str, str] = {}  # uid -> the last waiting reason an Event said
+        # uid -> (its generation, what it asks): its job is read and resolved once, not
+        # at every round it waits through
+        self._demands: dict[str, tuple[int, tuple[Demand, str, str, Mapping[str, str]]]] = {}
         self.events = EventRecorder(client=hub, clock=clock) if settings.record_events \
             else None
         self.listed = asyncio.Event()
@@ -180,6 +183,7 @@ class Nominator:
         self.workloads.pop(uid, None)
         self._since.pop(uid, None)
         self._said.pop(uid, None)
+        self._demands.pop(uid, None)
         self._release(uid)
 
     async def _on_fleet_changes(self) -> None:
@@ -214,7 +218,11 @@ class Nominator:
         over = nomination.needs_placement(wl, held=held, since=since, now=now,
                                           admit_within=self.settings.multikueue_admit_within_s)
         if over is not None:
-            placement = await self._place(obj, wl, now, over)
+            try:
+                placement = await self._place(obj, wl, now, over)
+            except ValueError as exc:  # Kueue validates pod sets: not expected
+                log.warning("nomination.unreadable", **self._describe(uid), error=str(exc))
+                return None
         answer = nomination.decide(wl, held=held, since=since, now=now,
                                    admit_within=self.settings.multikueue_admit_within_s,
                                    placement=placement)
@@ -228,19 +236,22 @@ class Nominator:
             self._hold(wl, answer.placement.reservation)
             log.info("nomination.held", **self._describe(uid), reason=answer.reason)
         elif placement is not None:
-            log.info("nomination.waiting", **self._describe(uid), reason=answer.reason)
             self._say(obj, uid, answer.reason, placement)
         return answer.recheck_after
 
     def _say(self, obj: Mapping[str, Any], uid: str, reason: str,
              placement: Placement) -> None:
-        """``NoWorkerFits`` on the hub Workload when why it waits changes (its kind of
-        reason, not its numbers: as the dispatch path's ``Pending``)."""
+        """``nomination.waiting`` and ``NoWorkerFits`` on the hub Workload when why it
+        waits changes (its kind of reason, not its numbers: as the dispatch path's
+        ``Pending``), not at every round it waits through."""
         key = meaning_key(placement)
-        if self.events is None or self._said.get(uid) == key:
+        if self._said.get(uid) == key:
             return
         self._said[uid] = key
-        self.events.record(workload=obj, reason="NoWorkerFits", message=reason, warning=True)
+        log.info("nomination.waiting", **self._describe(uid), reason=reason)
+        if self.events is not None:
+            self.events.record(workload=obj, reason="NoWorkerFits", message=reason,
+                               warning=True)
 
     def _seen(self, wl: KueueWorkload, now: float) -> float | None:
         """When the Workload's current nominations were first seen (None: none)."""
@@ -267,8 +278,22 @@ class Nominator:
 
     async def _demand(self, obj: Mapping[str, Any], wl: KueueWorkload
                       ) -> tuple[Demand, str, str, Mapping[str, str]]:
-        """What the Workload asks of a worker: its job resolved through its definition
-        (gangs, topology, the job's placement annotations), else its pod sets."""
+        """What the Workload asks of a worker, once per Workload generation (its pod sets
+        are immutable; its job's placement annotations are read when it first waits)."""
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        known = self._demands.get(wl.uid)
+        if known is not None and known[0] == generation:
+            return known[1]
+        found, lasting = await self._read_demand(obj, wl)
+        if lasting:
+            self._demands[wl.uid] = (generation, found)
+        return found
+
+    async def _read_demand(self, obj: Mapping[str, Any], wl: KueueWorkload
+                           ) -> tuple[tuple[Demand, str, str, Mapping[str, str]], bool]:
+        """Its job resolved through its definition (gangs, topology, the job's
+        placement annotations), else its pod sets; and whether that lasts (not when the
+        job could not be read now). ValueError: pod sets that are no demand."""
         job = await self._job(wl)
         if job is not None and self.live.current.find(
                 str(job.get("apiVersion")), str(job.get("kind"))) is not None:
@@ -278,9 +303,10 @@ class Nominator:
                 log.info("nomination.pod_sets", uid=wl.uid, reason=str(exc)[:300])
             else:
                 return (resolution.demand, resolution.api_version, resolution.kind,
-                        (job.get("metadata") or {}).get("annotations") or {})
+                        (job.get("metadata") or {}).get("annotations") or {}), True
         owner = wl.owner or ("", "", "")
-        return pod_sets_demand(obj), owner[0], owner[1], {}
+        return (pod_sets_demand(obj), owner[0], owner[1], {}), \
+            job is not None or wl.owner is None
 
     async def _job(self, wl: KueueWorkload) -> dict[str, Any] | None:
         if wl.owner is None:
