@@ -95,7 +95,6 @@ class Controller:
                                               kick=self.kick, hub_id=settings.hub_id,
                                               monotonic=monotonic)
         self._tasks: list[asyncio.Task[None]] = []
-        self.nominator: Nominator | None = None
         self.started = False
         self.live.subscribe(self._catalog_changed)
 
@@ -203,7 +202,6 @@ class Controller:
         await self.follow_definitions(stop)
         nominator = Nominator(hub=self.hub, fleet=self.fleet, live=self.live,
                               settings=self.settings, clock=self.clock)
-        self.nominator = nominator
         started = asyncio.ensure_future(nominator.listed.wait())
         started.add_done_callback(lambda _: setattr(self, "started", True))
         try:

@@ -14,7 +14,8 @@ from dispatcher.workloads.batchvalues import BatchValues
 from dispatcher.workloads.model import Component, Expr
 from dispatcher.workloads.pathshape import path_shape_problem
 
-__all__ = ["MAPPINGS", "SPEC_IN", "assemble", "builds_containers", "instance_ids", "pod_specs"]
+__all__ = ["MAPPINGS", "SPEC_FIELDS", "SPEC_IN", "assemble", "builds_containers",
+           "instance_ids", "pod_specs"]
 
 MAPPINGS = (dict, Mapping)  # dict first: isinstance on the Mapping ABC is slow
 SPEC_IN = {"template": "spec", "podspec": "", "fragmented": "", "": ""}
@@ -90,6 +91,11 @@ _SIMPLE = {"schedulerNamePath": "schedulerName", "priorityClassNamePath": "prior
            "nodeNamePath": "nodeName",
            "nodeSelectorPath": "nodeSelector", "tolerationsPath": "tolerations",
            "initContainersPath": "initContainers", "resourceClaimsPath": "resourceClaims"}
+_AFFINITY = (("nodeAffinityPath", "nodeAffinity"), ("podAffinityPath", "podAffinity"))
+SPEC_FIELDS: dict[str, tuple[str, ...]] = {
+    **{key: (target,) for key, target in _SIMPLE.items()},
+    **{key: ("affinity", target) for key, target in _AFFINITY}}
+"""Where each fragment ``assemble`` reads sits in a pod spec (the containers aside)."""
 
 
 def assemble(parts: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +124,7 @@ def assemble(parts: Mapping[str, Any]) -> dict[str, Any]:
             listed.append(main)
     if listed:
         spec["containers"] = listed
-    affinity = {k: parts[p] for p, k in (("nodeAffinityPath", "nodeAffinity"),
-                                         ("podAffinityPath", "podAffinity"))
-                if parts.get(p) is not None}
+    affinity = {k: parts[p] for p, k in _AFFINITY if parts.get(p) is not None}
     if affinity:
         spec["affinity"] = affinity
     return spec

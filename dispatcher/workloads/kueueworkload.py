@@ -16,17 +16,15 @@ admits a workload all at once (a pod set's ``minCount``: partial admission).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.workloads.demand import Demand, Gang, PodShape
 from dispatcher.workloads.podspec import pod_needs
 
-__all__ = ["MULTIKUEUE_CONTROLLER", "WORKLOADS_API", "KueueWorkload", "pod_sets_demand"]
+__all__ = ["MAX_NOMINATED", "MULTIKUEUE_CONTROLLER", "KueueWorkload", "pod_sets_demand"]
 
-WORKLOADS_API = "kueue.x-k8s.io/v1beta2"
-"""The Workload API the manager stores (v0.17.0: v1beta2 is the storage version)."""
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 """``AdmissionCheck.spec.controllerName`` of a MultiKueue check."""
 MAX_NOMINATED = 20
@@ -56,7 +54,7 @@ class KueueWorkload:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], multikueue_checks: frozenset[str],
-           parse_time: Any) -> KueueWorkload:
+           parse_time: Callable[[Any], float | None]) -> KueueWorkload:
         """Read ``obj``; ``multikueue_checks`` names the AdmissionChecks whose controller is
         MultiKueue's; ``parse_time`` turns an RFC 3339 stamp into epoch seconds (or None)."""
         meta = obj.get("metadata") or {}

@@ -21,7 +21,7 @@ from typing import Any
 
 from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
-from dispatcher.workloads.instances import builds_containers
+from dispatcher.workloads.instances import SPEC_FIELDS, builds_containers
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
@@ -122,15 +122,6 @@ def _component_where(definition: str, component: str, _index: int) -> str:
     return f"definition {definition}: component {component}"
 
 
-# where each path-shaped fragment sits in a pod spec
-_IN_SPEC = {"initContainersPath": ("initContainers",), "nodeSelectorPath": ("nodeSelector",),
-            "tolerationsPath": ("tolerations",), "schedulerNamePath": ("schedulerName",),
-            "priorityClassNamePath": ("priorityClassName",), "nodeNamePath": ("nodeName",),
-            "nodeAffinityPath": ("affinity", "nodeAffinity"),
-            "podAffinityPath": ("affinity", "podAffinity"),
-            "resourceClaimsPath": ("resourceClaims",)}
-
-
 def _built(obj: Mapping[str, Any], text: str, definition: Definition,
            built: Sequence[tuple[str, Mapping[str, Any]]], *, locate: Locator
            ) -> list[PodTemplate]:
@@ -143,8 +134,8 @@ def _built(obj: Mapping[str, Any], text: str, definition: Definition,
         specs = [spec for name, spec in built if name == comp.name]
         if not specs or comp.spec is None:
             continue
-        frags = [(expr, _IN_SPEC[key]) for key, expr in comp.spec.fragments
-                 if key in _IN_SPEC and not path_shape_problem(expr.text)]
+        frags = [(expr, SPEC_FIELDS[key]) for key, expr in comp.spec.fragments
+                 if key in SPEC_FIELDS and not path_shape_problem(expr.text)]
         found = expr_locations([expr for expr, _ in frags], text, locate=locate,
                                verb="written", where=functools.partial(
                                    _component_where, definition.name, comp.name))
