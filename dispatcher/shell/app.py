@@ -30,7 +30,7 @@ from dispatcher.control.core.hubhold import HoldScope
 from dispatcher.control.fleetview import LiveFleet
 from dispatcher.control.leader import HUB_MODE_ANNOTATION, LeaderElector
 from dispatcher.control.observe import Metrics, configure_logging, serve
-from dispatcher.control.settings import ControlSettings
+from dispatcher.control.settings import MULTIKUEUE_DISPATCHER, ControlSettings
 from dispatcher.fleet.kubeconfigs import INSECURE, KubeconfigProblem, transport_risk
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube.client import KubeClient, observe_requests
@@ -81,15 +81,25 @@ async def _hub_client(config: Config) -> KubeClient:
 async def check_hub(config: Config) -> list[str]:
     """Warnings about the hub against ``hub.mode`` (``run --check``); an unreachable hub is
     a warning too, never an error: the check is advice."""
+    if config.control.mode == MULTIKUEUE_DISPATCHER:
+        return []  # before reading the hub: nothing to check (``_mode_warnings``)
     try:
         hub = await _hub_client(config)
     except (OSError, ValueError, KubeError) as exc:
         return [f"could not read the hub to check hub.mode: {exc}"]
     try:
-        return await hub_warnings(hub, mode=config.control.hub_mode,
-                                  own_webhook=config.control.webhook.configuration)
+        return await _mode_warnings(hub, config.control)
     finally:
         await hub.close()
+
+
+async def _mode_warnings(hub: KubeClient, settings: ControlSettings) -> list[str]:
+    """``hub_warnings`` for the controller's hub mode; none as MultiKueue's dispatcher: it
+    makes no copy of its own to hold, and Kueue's webhooks on the hub are its install."""
+    if settings.mode == MULTIKUEUE_DISPATCHER:
+        return []
+    return await hub_warnings(hub, mode=settings.hub_mode,
+                              own_webhook=settings.webhook.configuration)
 
 
 async def _start_webhook(settings: ControlSettings, hub: KubeClient, controller: Controller,
@@ -217,8 +227,7 @@ async def _start_surfaces(config: Config, hub: KubeClient, controller: Controlle
     log.info("controller.starting", config=config.source, hub=hub.server,
              hub_id=settings.hub_id, definitions=len(controller.live.base),
              hub_mode=settings.hub_mode, fleet_view=settings.server.fleet_view)
-    for warning in await hub_warnings(hub, mode=settings.hub_mode,
-                                      own_webhook=settings.webhook.configuration):
+    for warning in await _mode_warnings(hub, settings):
         log.warning("hub.mode_mismatch", hub_mode=settings.hub_mode, message=warning)
     if shared:
         await controller.follow_definitions(stop, report=False)

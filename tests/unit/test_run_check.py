@@ -26,3 +26,16 @@ def test_check_prints_the_config_and_warns_on_an_unreachable_hub(config: str,
     printed = json.loads(done.stdout)
     assert printed["control"]["hub_mode"] == "dedicated"
     assert "could not read the hub to check hub.mode" in done.stderr
+
+
+def test_as_multikueues_dispatcher_the_hub_mode_is_not_checked(tmp_path: Path) -> None:
+    """Kueue's webhooks on the hub are that install, not a shared hub's sign: no hub.mode
+    warning, and the hub is not read for one."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "run", "--config", str(ROOT / "config/local.yaml"),
+         "--check", "--mode", "multikueue-dispatcher",
+         "--hub-kubeconfig", str(tmp_path / "missing")],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["control"]["mode"] == "multikueue-dispatcher"
+    assert "hub.mode" not in done.stderr, done.stderr
