@@ -34,6 +34,9 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
 - ``p50/p99_created_ms``: hub create -> remote object seen on a member (all workloads, so
   queueing counts) and ``first_wave_p50/p99_created_ms`` (only the first wave: no waiting
   for capacity);
+- ``first_wave_stages``: with Kueue on the hub, the first wave's p50/p99 of each stage
+  of that path: ``quota`` (hub create -> the hub Workload's quota reserved), ``nominated``
+  (-> a worker nominated: MultiKueue's own or ours) and ``copy`` (-> the remote object);
 - ``p50/p99_running_s``: hub create -> all its pods seen Running;
 - ``left_pending``: workloads that waited more than 10 s in total, undispatched, while some
   member had free GPUs on nodes their pods may use (right product, tolerated taints) for
@@ -238,6 +241,8 @@ class Observed:
     remote: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> member, t
     copies: dict[str, set[str]] = field(default_factory=dict)  # name -> members ever
     remote_workloads: dict[str, set[str]] = field(default_factory=dict)  # the same, Kueue's
+    quota_at: dict[str, float] = field(default_factory=dict)  # hub Workload's quota seen
+    nominated_at: dict[str, float] = field(default_factory=dict)  # its first nominations
     pods: dict[tuple[str, str], PodSeen] = field(default_factory=dict)
     nodes: dict[tuple[str, str], Node] = field(default_factory=dict)
     samples: list[tuple[float, bool]] = field(default_factory=list)
@@ -265,6 +270,41 @@ class Observed:
         job = rest.rpartition("-")[0]
         if job in self.created and kind == self.kinds[job].lower():
             self.remote_workloads.setdefault(job, set()).add(member)
+
+    def hub_workload(self, obj: Mapping[str, Any], now: float) -> None:
+        """The hub's Kueue Workload of a job: when its quota was first seen reserved and
+        when a worker was first nominated for it (the stages before a copy exists)."""
+        owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+        job = next((str(o.get("name")) for o in owners if o.get("controller")), "")
+        if job not in self.created:
+            return
+        status = obj.get("status") or {}
+        if status.get("admission") is not None or any(
+                c.get("type") == "QuotaReserved" and c.get("status") == "True"
+                for c in status.get("conditions") or ()):
+            self.quota_at.setdefault(job, now)
+        if status.get("nominatedClusterNames"):
+            self.nominated_at.setdefault(job, now)
+
+    def stages(self, wave: list[str]) -> dict[str, dict[str, float | None]] | None:
+        """First-wave p50/p99 ms of each stage from the hub create to the copy: Kueue
+        reserves quota, a worker is nominated, the copy appears on it."""
+        if not self.quota_at:
+            return None
+        marks = {"quota": self.quota_at, "nominated": self.nominated_at,
+                 "copy": {n: t for n, (_, t) in self.remote.items()}}
+        out: dict[str, dict[str, float | None]] = {}
+        before = {n: self.created[n] for n in wave}
+        for stage, mark in marks.items():
+            spans = [t - before[n] for n in wave if (t := mark.get(n)) is not None]
+            for n in wave:
+                if (t := mark.get(n)) is not None:
+                    before[n] = t
+            out[stage] = {"p50_ms": round(percentile(spans, 0.5) * 1000, 1) if spans
+                          else None,
+                          "p99_ms": round(percentile(spans, 0.99) * 1000, 1) if spans
+                          else None}
+        return out
 
     def _fits_somewhere(self, shape: Shape) -> bool:
         held: dict[tuple[str, str], int] = {}
@@ -331,6 +371,7 @@ class Observed:
             "p99_created_ms": ms(list(created.values()), 0.99),
             "first_wave_p50_created_ms": ms([created[n] for n in wave], 0.5),
             "first_wave_p99_created_ms": ms([created[n] for n in wave], 0.99),
+            "first_wave_stages": self.stages(wave),
             "p50_running_s": s(list(running.values()), 0.5),
             "p99_running_s": s(list(running.values()), 0.99),
             "left_pending": sum(1 for t in self.fittable_s.values() if t > LIMIT_S),
@@ -405,6 +446,9 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
             tasks.append(asyncio.create_task(follow(
                 client, KUEUE_WORKLOADS, None,
                 lambda o, _t, _d, m=name: seen.remote_workload(m, o))))
+    if queue is not None:
+        tasks.append(asyncio.create_task(follow(
+            hub, KUEUE_WORKLOADS, None, lambda o, t, _d: seen.hub_workload(o, t))))
     peak = {"controller": 0.0, "workers": 0.0}
 
     async def sampler() -> None:
