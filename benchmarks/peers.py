@@ -56,7 +56,9 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
 - ``hub_writes_per_workload``: write requests the hub's kube-apiserver served from the
   first create until every workload ran (``apiserver_request_total``, Events included),
   less this benchmark's own creates and the time-driven Lease renewals, per workload;
-  ``hub_writes`` by verb and resource.
+  ``hub_writes`` by verb and resource; ``hub_conflicts`` the hub's writes answered 409
+  (a writer that sent a resourceVersion the object had moved past: it reads again and
+  retries, at its client's QPS), by verb and resource.
 
 Two mixes (``--mixes``): ``stream`` (the seeded mix above, ``--workloads`` of it) and
 ``single`` (``--single-jobs`` single-pod 1-GPU Jobs, one burst: the per-dispatch cost with
@@ -490,7 +492,8 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
                   total_cpu_ms_per_workload=round((cpu1 - cpu0 + wcpu1 - wcpu0) * 1000
                                                   / count, 1),
                   wall_s=round(end - min(seen.created.values()), 1),
-                  **hub_write_figures(procstats.writes(counts0, counts1), items))
+                  **hub_write_figures(procstats.writes(counts0, counts1), items),
+                  hub_conflicts=procstats.conflicts(counts0, counts1))
     return result
 
 

@@ -9,10 +9,12 @@ Shared by the benchmarks that run the controller against a dev fleet (``dispatch
 - ``Processes`` names the fleet's processes (etcd, every kube-apiserver, the controller) and
   samples them all at once, so a case reports CPU per process over its own window;
 - ``request_counts`` scrapes a kube-apiserver's ``apiserver_request_total`` with the
-  cluster's admin token: requests by (verb, resource) since the apiserver started, so the
-  difference over a window is what every client asked of that cluster (the apiserver's own
-  lease renewals included: a few PUTs per 10 s, reported by resource so they can be told
-  apart).
+  cluster's admin token: requests by (verb, resource, code) since the apiserver started, so
+  the difference over a window is what every client asked of that cluster (the apiserver's
+  own lease renewals included: a few PUTs per 10 s, reported by resource so they can be
+  told apart); ``writes`` sums it by verb and resource, ``conflicts`` keeps the 409s (a
+  write sent with a resourceVersion the object had moved past: the writer reads again and
+  retries).
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.devfleet.controlplane import ClusterInfo, FleetState
 
-__all__ = ["WRITE_VERBS", "Processes", "cpu_seconds", "request_counts", "rss_mb", "writes"]
+__all__ = ["WRITE_VERBS", "Counts", "Processes", "conflicts", "cpu_seconds", "request_counts",
+           "rss_mb", "writes"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
+Counts = Counter[tuple[str, str, str]]
+"""Requests by (verb, resource[/subresource], HTTP code)."""
 
 
 def _children() -> dict[int, list[int]]:
@@ -113,9 +118,10 @@ class Processes:
         return {name: round(after[name] - before[name], 2) for name in before}
 
 
-def request_counts(cluster: ClusterInfo) -> Counter[tuple[str, str]]:
-    """``apiserver_request_total`` of ``cluster`` summed by (verb, resource[/subresource]),
-    dry-run requests apart (`` (dry run)`` appended: admission checks, nothing stored)."""
+def request_counts(cluster: ClusterInfo) -> Counts:
+    """``apiserver_request_total`` of ``cluster`` summed by (verb, resource[/subresource],
+    code), dry-run requests apart (`` (dry run)`` appended: admission checks, nothing
+    stored)."""
     context = ssl.create_default_context(cafile=cluster.ca_file)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                          urllib.request.HTTPSHandler(context=context))
@@ -123,7 +129,7 @@ def request_counts(cluster: ClusterInfo) -> Counter[tuple[str, str]]:
                                      headers={"Authorization": f"Bearer {cluster.token}"})
     with opener.open(request, timeout=10) as resp:
         text = resp.read().decode()
-    counts: Counter[tuple[str, str]] = Counter()
+    counts: Counts = Counter()
     for family in text_string_to_metric_families(text):
         if family.name != "apiserver_request":
             continue
@@ -136,14 +142,26 @@ def request_counts(cluster: ClusterInfo) -> Counter[tuple[str, str]]:
                 resource += "/" + labels["subresource"]
             if labels.get("dry_run"):
                 resource += " (dry run)"
-            counts[(labels.get("verb", ""), resource)] += int(sample.value)
+            counts[(labels.get("verb", ""), resource, labels.get("code", ""))] += \
+                int(sample.value)
     return counts
 
 
-def writes(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]
-           ) -> dict[str, int]:
-    """Write requests over a window, by ``VERB resource`` (largest first)."""
-    delta = after - before
-    found = {f"{verb} {resource}": n for (verb, resource), n in delta.items()
-             if verb in WRITE_VERBS and n > 0}
+def _by_request(before: Counts, after: Counts, codes: frozenset[str] | None
+                ) -> dict[str, int]:
+    found: Counter[str] = Counter()
+    for (verb, resource, code), n in (after - before).items():
+        if verb in WRITE_VERBS and n > 0 and (codes is None or code in codes):
+            found[f"{verb} {resource}"] += n
     return dict(sorted(found.items(), key=lambda item: (-item[1], item[0])))
+
+
+def writes(before: Counts, after: Counts) -> dict[str, int]:
+    """Write requests over a window, by ``VERB resource`` (largest first), whatever their
+    answer."""
+    return _by_request(before, after, None)
+
+
+def conflicts(before: Counts, after: Counts) -> dict[str, int]:
+    """Writes over a window answered 409 Conflict, by ``VERB resource``."""
+    return _by_request(before, after, frozenset({"409"}))
