@@ -361,6 +361,7 @@ class Nominator:
         if book is None:
             return
         book.add(reservation)
+        book.quota_by(wl.uid, f"{wl.namespace}/{wl.name}")  # MultiKueue's copy: same name
         owner = wl.owner
         label = POD_LABELS.get((owner[0], owner[1])) if owner else None
         if owner is not None and label is not None:

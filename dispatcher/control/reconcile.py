@@ -205,6 +205,8 @@ class Reconciler:
                 if mechanism != NONE and found.generic in STUCK else (0, None)
             copy_uid = str(meta.get("uid", ""))
             admission = self.copies.admission(cluster, copy_uid)
+            if (book := self.fleet.reservations(cluster)) is not None:
+                book.quota_by(uid, copy_uid)  # its Kueue Workload's job uid, when it queues
             return Copy(state=CopyState.OURS, uid=copy_uid, status=status,
                         generic=queued_generic(found.generic, admission,
                                                queued=QUEUE_LABEL in (meta.get("labels") or {})),

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from dispatcher.fleet.admission import copy_uid
 from dispatcher.fleet.nodes import TaintTuple
 from dispatcher.workloads.demand import Demand, PodShape, Toleration
 from dispatcher.workloads.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE, tolerations
@@ -52,6 +53,7 @@ __all__ = [
     "QuotaFit",
     "QuotaObjects",
     "ResourceFlavor",
+    "holder_keys",
 ]
 
 DEFAULT_LOCAL_QUEUE = "default"
@@ -236,9 +238,13 @@ class MemberQuota:
 
     def __init__(self, *, cluster_queues: Iterable[ClusterQueue],
                  local_queues: Mapping[tuple[str, str], tuple[str, str]],
-                 flavors: Mapping[str, ResourceFlavor]) -> None:
-        """``local_queues``: (namespace, name) -> (ClusterQueue, closed reason)."""
+                 flavors: Mapping[str, ResourceFlavor],
+                 holders: frozenset[str] = frozenset()) -> None:
+        """``local_queues``: (namespace, name) -> (ClusterQueue, closed reason);
+        ``holders``: ``holder_keys`` of the Workloads holding quota (a reservation whose
+        Workload is one of them is counted by the quota already)."""
         self.flavors = dict(flavors)
+        self.holders = holders
         self.cluster_queues = {q.name: q.with_label_keys(self.flavors) for q in cluster_queues}
         self.local_queues = dict(local_queues)
         self._cohorts: dict[str, list[ClusterQueue]] = {}
@@ -384,9 +390,18 @@ class QuotaObjects:
         return self._view[1]
 
 
+def holder_keys(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """How a Kueue Workload is recognised as the one taking a reservation's quota: its
+    ``namespace/name`` (a MultiKueue copy keeps the hub Workload's) and its job's uid
+    (the copy the dispatcher created: ``fleet.admission.copy_uid``)."""
+    job = copy_uid(obj)
+    return (_key(obj), *((job,) if job else ()))
+
+
 def _kept(kind: Kind, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """What is kept of a watched object: the object, or of a Workload only its quota held
-    (``{"clusterQueue": ..., "gpus": {flavor: n}}``; None when it holds none)."""
+    (``{"clusterQueue": ..., "gpus": {flavor: n}, "keys": holder_keys}``; None when it
+    holds none)."""
     if kind != "workloads":
         return obj
     status = obj.get("status") or {}
@@ -402,7 +417,8 @@ def _kept(kind: Kind, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         used = whole_count((assigned.get("resourceUsage") or {}).get(GPU_RESOURCE, 0))
         if flavor and used:
             gpus[str(flavor)] = gpus.get(str(flavor), 0) + used
-    return {"clusterQueue": str(admission["clusterQueue"]), "gpus": gpus} if gpus else None
+    return {"clusterQueue": str(admission["clusterQueue"]), "gpus": gpus,
+            "keys": holder_keys(obj)} if gpus else None
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -417,7 +433,9 @@ def build(cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Ma
     v1beta1's ``spec.cohort`` is read too); ``held``: the quota its Workloads hold
     (``_kept``)."""
     by_queue: dict[str, dict[str, int]] = {}
+    holders: set[str] = set()
     for item in held:
+        holders.update(item.get("keys") or ())
         sums = by_queue.setdefault(str(item["clusterQueue"]), {})
         for flavor, gpus in item["gpus"].items():
             sums[flavor] = sums.get(flavor, 0) + int(gpus)
@@ -437,4 +455,5 @@ def build(cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Ma
             str(spec.get("clusterQueue") or ""),
             f"stopped (stopPolicy {stop})" if stop != "None" else "")
     return MemberQuota(cluster_queues=queues, local_queues=by_name,
-                       flavors={f.name: f for f in map(ResourceFlavor.of, flavors)})
+                       flavors={f.name: f for f in map(ResourceFlavor.of, flavors)},
+                       holders=frozenset(holders))

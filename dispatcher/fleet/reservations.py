@@ -46,7 +46,7 @@ a restart; rule 1 then shrinks it again by the pods already bound.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -112,6 +112,8 @@ class MemberReservations:
         # (namespace, label, value) -> workload uid: pods that cannot carry HUB_UID_LABEL
         # (a copy MultiKueue made: ``attribute``).
         self._aliases: dict[tuple[str, str, str], str] = {}
+        # workload uid -> the member's Kueue Workload that takes its quota (``quota_by``)
+        self._quota_keys: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -175,10 +177,27 @@ class MemberReservations:
         recognised by the label its framework puts on its pods (a Job's job name)."""
         self._aliases[(namespace, label, value)] = workload_uid
 
+    def quota_by(self, workload_uid: str, key: str) -> None:
+        """On a Kueue member, the member's Workload ``key`` (``fleet.quota.holder_keys``:
+        its ``namespace/name`` or its job's uid) reserves the workload's quota: once it
+        does, the GPUs still held here for unbound pods are in the ClusterQueue's numbers,
+        not in flight (``in_flight``)."""
+        if workload_uid in self._held:
+            self._quota_keys[workload_uid] = key
+
+    def in_flight(self, holders: Container[str]) -> int:
+        """GPUs held for workloads whose Kueue Workload on the member holds no quota yet
+        (``holders``: the keys of those that do): what a Kueue member's quota does not
+        count yet. A reservation and the quota its Workload reserved are the same GPUs,
+        counted once."""
+        return sum(r.gpus for uid, r in self._held.items()
+                   if self._quota_keys.get(uid) not in holders)
+
     def release(self, workload_uid: str) -> Reservation | None:
         """Drop a workload's reservation (its pods are all up, or it was deleted)."""
         reservation = self._held.pop(workload_uid, None)
         self._taken.pop(workload_uid, None)
+        self._quota_keys.pop(workload_uid, None)
         for key in [k for k, uid in self._aliases.items() if uid == workload_uid]:
             del self._aliases[key]
         if reservation is not None:
@@ -254,6 +273,7 @@ class MemberReservations:
             self._held[uid] = replace(reservation, nodes=left)
         else:
             del self._held[uid]
+            self._quota_keys.pop(uid, None)
             self._taken.pop(uid, None)
 
     def _swap(self, node: str, vacated: list[tuple[str, int]], *, owner: str) -> None:

@@ -195,6 +195,7 @@ class Fleet:
         """One member's snapshot (UnknownMember if none), without building the others."""
         conn = self.connection(member)
         health = self.health(member)
+        quota = conn.quota
         return MemberSnapshot(
             name=member, capacity=conn.capacity, labels=conn.spec.labels,
             ready=health.ready,
@@ -203,7 +204,8 @@ class Fleet:
             allowed_namespaces=conn.spec.allowed_namespaces,
             topology_levels=conn.spec.topology_levels or self._settings.topology_levels,
             gang_mechanism=conn.gang_mechanism, queueing=conn.queueing,
-            quota=conn.quota)
+            quota=quota, quota_in_flight=None if quota is None
+            else conn.reservations.in_flight(quota.holders))
 
     def reservations(self, member: str) -> MemberReservations:
         """The reservations of ``member`` (applied to its capacity)."""

@@ -55,3 +55,13 @@ class MemberSnapshot:
     quota: MemberQuota | None = None
     """A Kueue member's queues as last read (``fleet.quota``); None: not known, so quota
     does not bound placement there."""
+    quota_in_flight: int | None = None
+    """Of the GPUs reserved here, those whose Kueue Workload holds no quota yet
+    (``MemberReservations.in_flight``): what the quota does not count yet. None: every
+    reserved GPU (``capacity.reserved``)."""
+
+    @property
+    def in_flight(self) -> int:
+        """GPUs reserved here that the member's quota does not count yet."""
+        return self.capacity.reserved if self.quota_in_flight is None \
+            else self.quota_in_flight

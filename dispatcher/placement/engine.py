@@ -80,14 +80,14 @@ def _gate(member: MemberSnapshot, request: PlacementRequest,
 def _quota(member: MemberSnapshot, request: PlacementRequest) -> QuotaFit | None:
     """The quota bound on a Kueue member whose queues are known (None: not bounded).
     The member's in-flight reservations count against it: a copy just sent is not in the
-    ClusterQueue's status yet."""
+    ClusterQueue's numbers until its Workload reserves quota (then it is, once)."""
     quota, queueing = member.quota, member.queueing
     if quota is None or queueing.system != KUEUE:
         return None
     namespace = request.namespace or "default"
     return quota.fit(request.demand, namespace=namespace,
                      queue=queueing.label(namespace, request.queue),
-                     in_flight=member.capacity.reserved)
+                     in_flight=member.in_flight)
 
 
 def _quota_misfit(fit: QuotaFit | None, member: MemberSnapshot) -> str | None:

@@ -257,3 +257,52 @@ def test_the_quota_workloads_hold_counts_before_the_cluster_queue_status_says_so
                                                               reserved={"h100": 12}))
     later = objects.view().fit(ask, namespace="ns", queue="q")
     assert later is not None and later.reserved == 12
+
+
+@pytest.mark.parametrize("key", ["ns/hub-wl", "copy-uid"])
+def test_a_reservation_counts_against_the_quota_until_its_workload_holds_it_then_once(
+        key: str) -> None:
+    """GPUs reserved for a copy just sent are in flight until the member's Kueue Workload
+    for it (named as MultiKueue's copy, ``ns/hub-wl``, or labelled with the copy's uid)
+    reserves quota; from then they are the ClusterQueue's numbers, not counted twice."""
+    from dispatcher.fleet.capacity import ClusterCapacity
+    from dispatcher.fleet.reservations import MemberReservations, Reservation
+
+    from .objects import node
+
+    capacity = ClusterCapacity()
+    for name in ("n1", "n2"):
+        capacity.upsert_node(node(name, 8))
+    book = MemberReservations(member="m", capacity=capacity)
+    book.add(Reservation(workload_uid="hub-uid", member="m", nodes=(("n1", 8),),
+                         expires_at=100.0))
+    book.quota_by("hub-uid", key)
+    book.quota_by("not-held", "ns/other")  # no reservation: nothing to say of it
+    objects = QuotaObjects()
+    objects.relist("clusterqueues", [cluster_queue("cq", {"h100": 16})])
+    objects.relist("localqueues", [local_queue("ns", "q", "cq")])
+    objects.relist("resourceflavors", [flavor("h100")])
+    objects.relist("workloads", [])
+
+    def member() -> MemberSnapshot:
+        quota = objects.view()
+        return MemberSnapshot(name="m", capacity=capacity, quota=quota,
+                              quota_in_flight=book.in_flight(quota.holders),
+                              queueing=Queueing(system=KUEUE, local_queue="q"))
+
+    ask = PlacementRequest(demand=demand([shape(1, 8)]), namespace="ns", exhaustive=True)
+    before = decide([member()], ask).verdict("m").quota
+    assert before is not None and before.fits and (before.free, before.in_flight) == (8, 8)
+    held = _workload("hub-wl", queue="cq", gpus={"h100": 8})
+    held["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "copy-uid"}
+    objects.apply("workloads", "ADDED", held)
+    assert objects.view().holders == {"ns/hub-wl", "copy-uid"}
+    after = decide([member()], ask).verdict("m").quota
+    assert after is not None and after.fits and (after.free, after.reserved,
+                                                  after.in_flight) == (8, 8, 0)
+    # another workload's Workload holding quota does not take this reservation's place
+    book.quota_by("hub-uid", "ns/someone-else")
+    both = decide([member()], ask).verdict("m").quota
+    assert both is not None and (both.free, both.in_flight) == (0, 8) and not both.fits
+    book.release("hub-uid")
+    assert book.in_flight(objects.view().holders) == 0
