@@ -8,6 +8,12 @@ controller sees them now, reservations included), which recomputes the decision,
 fleet that changed since the controller last looked says so. A workload that is placed
 needs no explanation: where it went and why is printed from the Dispatch alone.
 
+A workload that Kueue queues on the hub (MultiKueue, with the dispatcher as its external
+dispatcher: there is no Dispatch) is answered from its Kueue Workload instead
+(``kueue_summary``): waiting for quota (Kueue's own message), waiting for a worker (the
+dispatcher's last ``NoWorkerFits`` Event, and the live verdict of every MultiKueue
+worker), nominated, or running on the worker that admitted it.
+
 Without ``KIND/NAME``: every waiting workload of the namespace (``-A``: of the hub) with its
 reason, from the Dispatches alone (no member is contacted).
 """
@@ -24,7 +30,7 @@ if TYPE_CHECKING:
     from dispatcher.config import Config
     from dispatcher.output import Format
 
-__all__ = ["answer", "dispatch_summary", "pending_rows", "register", "run"]
+__all__ = ["answer", "dispatch_summary", "kueue_summary", "pending_rows", "register", "run"]
 
 EPILOG = """\
 examples:
@@ -32,6 +38,9 @@ examples:
                              the reason it waits, and every member's verdict now
   dispatcher why -n team-a                     every waiting workload of team-a
   dispatcher why -A -o wide                    every waiting workload, full messages
+  dispatcher why -n team-a job/train -c config/local.yaml
+                             a job Kueue queues on the hub (MultiKueue): its quota,
+                             the worker nominated or why none fits, each worker now
   kubectl dispatcher why -n team-a jobset/train     the same, as a kubectl plugin
 
 exit codes: 0 answered (pending or not); 1 unreadable config, hub or workload.
@@ -132,11 +141,18 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
         obj = await live.hub_workload(hub, catalog, namespace=namespace, ref=ref)
         dispatch = await live.dispatch_of(hub, obj)
         summary = dispatch_summary(dispatch) if dispatch is not None else None
+        queued = await live.kueue_view(hub, obj) if dispatch is None else None
+        kueue = kueue_summary(queued.workload, queued.checks, queued.events, now=time.time()) \
+            if queued is not None else None
         report: dict[str, Any] = {
             "workload": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                          "namespace": namespace, "name": obj["metadata"]["name"]},
             "dispatch": summary, "members": None, "_decision": None}
-        if summary is not None and summary["phase"] not in ("", "Pending"):
+        if kueue is not None:
+            report["kueue"] = kueue
+            if kueue["stage"] != _WAITING_FOR_WORKER:
+                return report  # Kueue's own words say it; no member is asked
+        elif summary is not None and summary["phase"] not in ("", "Pending"):
             return report  # placed: the Dispatch says where and why
         try:
             members = await live.live_snapshots(
@@ -147,6 +163,8 @@ async def _explained(config: Config, catalog: Any, *, namespace: str, ref: str
             return report
     finally:
         await hub.close()
+    if kueue is not None and kueue["workers"]:  # the MultiKueue check's workers only
+        members = [m for m in members if m.name in kueue["workers"]]
     reports, _ = explain.explain_objects(
         [obj], members=members, catalog=catalog, policy=None,
         default_policy=config.control.default_policy, source="hub", control=config.control,
@@ -189,6 +207,78 @@ def dispatch_summary(dispatch: Mapping[str, Any]) -> dict[str, Any]:
         "failure": status.get("failure"),
         "gangMechanism": (status.get("remote") or {}).get("gangMechanism"),
     }
+
+
+_WAITING_FOR_QUOTA = "WaitingForQuota"
+_WAITING_FOR_WORKER = "WaitingForWorker"
+_DISPATCHER_REASONS = frozenset({"Nominated", "NoWorkerFits"})
+
+
+def kueue_summary(workload: Mapping[str, Any], checks: Mapping[str, Sequence[str]],
+                  events: Sequence[Mapping[str, Any]], *, now: float) -> dict[str, Any]:
+    """Where a hub Kueue Workload is on MultiKueue's path, and in whose words (pure).
+
+    ``stage``: ``Finished``; ``Running`` (a worker admitted the copy: ``cluster``);
+    ``WaitingForQuota`` (the hub's ClusterQueue has not reserved it: Kueue's message);
+    ``Nominated`` (workers listed, none admitted yet); ``WaitingForWorker`` (quota
+    reserved, MultiKueue's check Pending, no worker nominated: the dispatcher's last
+    word); ``NotMultiKueue`` (no MultiKueue check) or ``Check<state>`` (its check is
+    neither Pending nor done). ``checks``: MultiKueue checks -> their workers; ``events``:
+    the Events on the Workload (the dispatcher's latest ``Nominated``/``NoWorkerFits`` is
+    kept)."""
+    from dispatcher.control.core.record import parse_time
+    from dispatcher.workloads.kueueworkload import KueueWorkload
+
+    wl = KueueWorkload.of(workload, frozenset(checks), parse_time)
+    status = workload.get("status") or {}
+    conditions = {str(c.get("type")): c for c in status.get("conditions") or ()
+                  if isinstance(c, Mapping)}
+    quota = conditions.get("QuotaReserved") or {}
+    check = next((c for c in status.get("admissionChecks") or ()
+                  if isinstance(c, Mapping) and c.get("name") == wl.check), {})
+    ours = [e for e in events if e.get("reason") in _DISPATCHER_REASONS
+            and (e.get("reportingComponent") == "dispatcher"
+                 or (e.get("source") or {}).get("component") == "dispatcher")]
+    said = max(ours, key=_event_time, default=None)
+    if wl.finished:
+        stage, message, since = "Finished", str((conditions.get("Finished") or {})
+                                                .get("message") or ""), None
+    elif wl.cluster is not None:
+        stage, message, since = "Running", f"admitted on {wl.cluster}", None
+    elif not wl.quota_reserved:
+        stage = _WAITING_FOR_QUOTA
+        message = str(quota.get("message") or "Kueue has not looked at it yet")
+        since = quota.get("lastTransitionTime") or (workload.get("metadata") or {}).get(
+            "creationTimestamp")
+    elif wl.nominated:
+        stage, message = "Nominated", str(said.get("message") or "") if said else ""
+        since = check.get("lastTransitionTime")
+    elif wl.check is None:
+        stage, message, since = "NotMultiKueue", "no MultiKueue admission check", None
+    elif wl.check_state != "Pending":
+        stage, message = f"Check{wl.check_state}", str(check.get("message") or "")
+        since = check.get("lastTransitionTime")
+    else:
+        stage = _WAITING_FOR_WORKER
+        message = str(said.get("message") or "") if said else \
+            "the dispatcher has not decided yet (is it running with mode multikueue-dispatcher?)"
+        since = quota.get("lastTransitionTime")
+    at = parse_time(since)
+    return {"name": wl.name, "stage": stage, "message": message,
+            "waiting": None if at is None or stage in ("Running", "Finished")
+            else max(now - at, 0.0),
+            "clusterQueue": (status.get("admission") or {}).get("clusterQueue"),
+            "queue": wl.queue, "check": wl.check, "checkState": wl.check_state,
+            "nominated": list(wl.nominated), "cluster": wl.cluster,
+            "workers": list(checks.get(wl.check or "", ())),
+            "dispatcher": None if said is None else {
+                "reason": said.get("reason"), "message": said.get("message"),
+                "at": _event_time(said) or None}}
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime")
+               or (event.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 def pending_rows(dispatches: Sequence[Mapping[str, Any]], *, now: float
@@ -246,7 +336,9 @@ def _print_report(report: dict[str, Any], *, output: str) -> None:
         return
     workload, summary = report["workload"], report["dispatch"]
     label = f"{workload['kind']}/{workload['name']} in {workload['namespace']}"
-    if summary is None:
+    if report.get("kueue") is not None:
+        _print_kueue(label, report["kueue"])
+    elif summary is None:
         print(f"{label}: no Dispatch yet: the controller has not taken it up (is it "
               "running, and is the namespace in its watch.namespaces and labelSelector?)")
     elif summary["phase"] in ("", "Pending"):
@@ -281,6 +373,26 @@ def _print_report(report: dict[str, Any], *, output: str) -> None:
         explain.print_table(report, wide=output == "wide")
     elif report.get("membersError"):
         print(f"\nmembers now: {report['membersError']}")
+
+
+def _print_kueue(label: str, kueue: Mapping[str, Any]) -> None:
+    """The Kueue path's answer: the stage, whose words, and what is listed."""
+    waited = "" if kueue["waiting"] is None else f" for {_age(kueue['waiting'])}"
+    queue = f"ClusterQueue {kueue['clusterQueue']}" if kueue["clusterQueue"] else \
+        f"LocalQueue {kueue['queue'] or '?'}"
+    print(f"{label}: {kueue['stage']}{waited} (Kueue Workload {kueue['name']}, {queue})")
+    if kueue["stage"] == _WAITING_FOR_QUOTA:
+        print(f"  Kueue: {kueue['message']}")
+    elif kueue["message"]:
+        said = kueue["dispatcher"]
+        who = f"dispatcher ({said['reason']})" if said else "dispatcher"
+        print(f"  {who}: {kueue['message']}" if kueue["stage"] in (
+            _WAITING_FOR_WORKER, "Nominated") else f"  {kueue['message']}")
+    if kueue["nominated"]:
+        print(f"  nominated: {', '.join(kueue['nominated'])} (MultiKueue copies it there; "
+              "the first to admit runs it)")
+    if kueue["workers"] and kueue["stage"] == _WAITING_FOR_WORKER:
+        print(f"  workers of check {kueue['check']}: {', '.join(kueue['workers'])}")
 
 
 def _age(seconds: float | None) -> str:

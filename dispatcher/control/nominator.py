@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any, cast
 
 import structlog
@@ -50,7 +50,8 @@ from dispatcher.workloads.kueueworkload import (
     pod_sets_demand,
 )
 
-__all__ = ["ADMISSION_MANAGER", "DISPATCHER_NAME", "WORKLOADS", "Nominator"]
+__all__ = ["ADMISSION_MANAGER", "CHECKS", "CONFIGS", "DISPATCHER_NAME", "WORKLOADS", "Nominator",
+           "multikueue_checks"]
 
 log = structlog.get_logger("dispatcher.nominator")
 
@@ -377,6 +378,15 @@ class Nominator:
             book = self.fleet.reservations(name)
             if book is not None:
                 book.release(uid)
+
+
+def multikueue_checks(checks: Iterable[Mapping[str, Any]],
+                      configs: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """MultiKueue's AdmissionChecks among ``checks`` -> the workers of their
+    MultiKueueConfig (as listed in ``configs``)."""
+    workers = {str(o["metadata"]["name"]): _workers(o) for o in configs}
+    return {check: workers.get(config, ())
+            for check, config in filter(None, map(_multikueue_check, checks))}
 
 
 def _multikueue_check(obj: Mapping[str, Any]) -> tuple[str, str] | None:

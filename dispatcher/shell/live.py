@@ -4,7 +4,8 @@
 with the config's members (static and MemberCluster objects), Nodes and Pods listed on each
 member, and the reservations recorded on Dispatch objects (decisions whose pods are not
 visible yet) applied, so an explanation counts in-flight dispatches like the controller.
-``hub_workload`` reads one hub object by ``KIND/NAME`` through the catalog's kinds.
+``hub_workload`` reads one hub object by ``KIND/NAME`` through the catalog's kinds;
+``kueue_view`` what Kueue on the hub and the MultiKueue dispatcher say of it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,21 @@ import yaml
 
 from dispatcher.config import Config
 from dispatcher.control.core import record as records
+from dispatcher.control.nominator import CHECKS, CONFIGS, WORKLOADS, multikueue_checks
 from dispatcher.fleet import reservations
 from dispatcher.fleet.queueing import KUEUE
 from dispatcher.fleet.reservations import MemberReservations
 from dispatcher.fleet.runtime import Fleet
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
-from dispatcher.kube.errors import NotFound
-from dispatcher.kube.resources import DISPATCHES
+from dispatcher.kube.errors import KubeError, NotFound
+from dispatcher.kube.resources import DISPATCHES, EVENTS
 from dispatcher.placement.model import MemberSnapshot
 from dispatcher.shell.app import hub_kubeconfig_path
 from dispatcher.workloads.catalog import Catalog
 
-__all__ = ["dispatch_of", "hub_client", "hub_workload", "live_snapshots"]
+__all__ = ["KueueView", "dispatch_of", "hub_client", "hub_workload", "kueue_view",
+           "live_snapshots"]
 
 
 async def hub_client(config: Config) -> KubeClient:
@@ -85,6 +88,41 @@ async def dispatch_of(hub: KubeClient, obj: dict[str, Any]) -> dict[str, Any] | 
         if ((found.get("spec") or {}).get("workload") or {}).get("uid") == uid:
             return found
     return None
+
+
+@dataclass(frozen=True)
+class KueueView:
+    """A job's hub Kueue Workload, the MultiKueue checks with their workers (check ->
+    workers; empty when they could not be read) and the Events on the Workload."""
+
+    workload: dict[str, Any]
+    checks: dict[str, tuple[str, ...]]
+    events: list[dict[str, Any]]
+
+
+async def kueue_view(hub: KubeClient, obj: dict[str, Any]) -> KueueView | None:
+    """The Kueue Workload on the hub that admits ``obj`` (its controller owner is
+    ``obj``), with its MultiKueue checks and Events; None when the hub serves no Kueue
+    Workloads or none belongs to ``obj``."""
+    meta = obj.get("metadata") or {}
+    uid, namespace = str(meta.get("uid") or ""), str(meta.get("namespace") or "")
+    if await hub.discovery.resource(WORKLOADS.api_version, WORKLOADS.kind) is None:
+        return None
+    listed = await watch.list_objects(hub, WORKLOADS, namespace=namespace)
+    found = next((w for w in listed.objects if any(
+        r.get("uid") == uid and r.get("controller") is True
+        for r in (w.get("metadata") or {}).get("ownerReferences") or ())), None)
+    if found is None:
+        return None
+    try:  # cluster-scoped: a tenant may not read them; the Workload still says a lot
+        checks = multikueue_checks((await watch.list_objects(hub, CHECKS)).objects,
+                                   (await watch.list_objects(hub, CONFIGS)).objects)
+    except KubeError:
+        checks = {}
+    wl_uid = str(found["metadata"].get("uid") or "")
+    events = (await watch.list_objects(hub, EVENTS, namespace=namespace,
+                                       field_selector=f"involvedObject.uid={wl_uid}")).objects
+    return KueueView(workload=found, checks=checks, events=events)
 
 
 def _book(fleet: Fleet) -> Callable[[str], MemberReservations | None]:

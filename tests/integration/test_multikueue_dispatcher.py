@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,24 @@ async def _running_on(client: KubeClient, name: str, count: int, product: str) -
     return all(nodes[p["spec"]["nodeName"]][GPU_PRODUCT_LABEL] == product for p in running)
 
 
+async def _why(fleet: FleetState, tmp: Path, ref: str) -> dict[str, Any]:
+    """``dispatcher why -n NAMESPACE REF -o json`` as a user runs it (its own process,
+    the hub's admin kubeconfig, the workers as static members)."""
+    config = tmp / "why.yaml"
+    config.write_text(yaml.safe_dump({
+        "hub": {"kubeconfig": fleet.cluster("hub").kubeconfig},
+        "fleet": {"watchMemberClusters": False, "staticMembers": [
+            {"name": c.name, "kubeconfig": c.kubeconfig}
+            for c in fleet.clusters if c.name != "hub"]}}))
+    done = await asyncio.to_thread(
+        subprocess.run, [str(Path(sys.executable).parent / "dispatcher"), "why", "-n",
+                         NAMESPACE, ref, "--config", str(config), "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
 async def _runs_once_where_we_chose(h: Harness, ref: ResourceRef, body: dict[str, Any],
                                     *, target: str, pods: int, product: str) -> None:
     name = body["metadata"]["name"]
@@ -159,7 +180,7 @@ async def _runs_once(h: Harness, ref: ResourceRef, body: dict[str, Any], *, name
 
 async def test_a_job_and_a_jobset_run_once_on_the_worker_whose_nodes_fit(
         mk_dispatcher_fleet: FleetState, installed: dict[str, Any],
-        fleet_spec: FleetSpec) -> None:
+        fleet_spec: FleetSpec, tmp_path: Path) -> None:
     async with dispatcher(mk_dispatcher_fleet, installed) as h:
         product = "NVIDIA-A100-SXM4-80GB"
         job = {"apiVersion": "batch/v1", "kind": "Job",
@@ -167,8 +188,10 @@ async def test_a_job_and_a_jobset_run_once_on_the_worker_whose_nodes_fit(
                             "labels": {"kueue.x-k8s.io/queue-name": multikueue.QUEUE}},
                "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0,
                         "template": _template(product, "mkd-job")}}
-        await _runs_once_where_we_chose(h, JOBS, job, target=_only_member_with(
-            fleet_spec, product), pods=2, product=product)
+        target = _only_member_with(fleet_spec, product)
+        await _runs_once_where_we_chose(h, JOBS, job, target=target, pods=2, product=product)
+        kueue = (await _why(mk_dispatcher_fleet, tmp_path, "job/mkd-job"))["kueue"]
+        assert (kueue["stage"], kueue["cluster"]) == ("Running", target), kueue
         product = "NVIDIA-L40S"
         jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                   "metadata": {"name": "mkd-jobset", "namespace": NAMESPACE,
@@ -181,7 +204,7 @@ async def test_a_job_and_a_jobset_run_once_on_the_worker_whose_nodes_fit(
 
 
 async def test_a_job_over_the_hubs_quota_waits_in_kueue_and_is_never_nominated(
-        mk_dispatcher_fleet: FleetState, installed: dict[str, Any]) -> None:
+        mk_dispatcher_fleet: FleetState, installed: dict[str, Any], tmp_path: Path) -> None:
     async with dispatcher(mk_dispatcher_fleet, installed) as h:
         name = "mkd-over-quota"
         product = "NVIDIA-H100-80GB-HBM3"  # 32 untainted in the fleet: 40 asked
@@ -205,6 +228,13 @@ async def test_a_job_over_the_hubs_quota_waits_in_kueue_and_is_never_nominated(
                     assert not quota or quota[0]["status"] == "False", status
                     assert not status.get("nominatedClusterNames"), status
                     await asyncio.sleep(0.5)
+                # `why` says so in Kueue's words, and asks no member
+                answer = await _why(mk_dispatcher_fleet, tmp_path, f"job/{name}")
+                kueue = answer["kueue"]
+                assert (kueue["stage"], kueue["name"]) == ("WaitingForQuota",
+                                                           wl["metadata"]["name"]), kueue
+                assert "quota" in kueue["message"], kueue
+                assert answer["dispatch"] is None and answer["members"] is None
             finally:
                 with contextlib.suppress(Exception):
                     await h.hub.request("DELETE", JOBS.item(name, NAMESPACE),
