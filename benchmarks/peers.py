@@ -60,6 +60,11 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
   (a writer that sent a resourceVersion the object had moved past: it reads again and
   retries, at its client's QPS), by verb and resource.
 
+After every system of a mix ran, one ``peers-wave`` line per system gives the first
+wave's create -> remote p50/p99 and stages over the workloads that were in *every*
+system's first wave (the same workloads: each system's own first wave is a different set,
+and one that starts more before the first pod finishes has later arrivals in its p99).
+
 Two mixes (``--mixes``): ``stream`` (the seeded mix above, ``--workloads`` of it) and
 ``single`` (``--single-jobs`` single-pod 1-GPU Jobs, one burst: the per-dispatch cost with
 nothing to queue on but capacity). After every system of a mix ran, one ``peers-ratio`` line
@@ -172,6 +177,18 @@ RATIO_KEYS = ("hub_writes_per_workload", "controller_cpu_ms_per_workload",
               "total_cpu_ms_per_workload", "first_wave_p50_created_ms",
               "first_wave_p99_created_ms", "p50_running_s", "p99_running_s",
               "copies_per_workload", "remote_workloads_per_workload")
+
+
+def common_wave(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``peers-wave`` row per system: the first wave's figures over the workloads that
+    were in *every* system's first wave (each system's own wave is a different set: one
+    that starts more workloads before the first finishes has later ones in its p99)."""
+    if len(rows) < 2:  # a comparison needs two
+        return []
+    common = set.intersection(*(set(r["_wave"]) for r in rows))
+    names = sorted(common)
+    return [{"bench": "peers-wave", "mix": r.get("mix"), "system": r["system"],
+             "workloads": len(names), **r["_seen"].on(names)} for r in rows]
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -341,11 +358,24 @@ class Observed:
         return all(n in self.remote and self.all_running_at(n) is not None
                    for n in self.created)
 
+    def wave(self, *, end: float) -> list[str]:
+        """The first wave: workloads whose remote object appeared before any pod of the
+        run finished."""
+        cutoff = self.first_done if self.first_done is not None else end
+        return [n for n, (_, t) in self.remote.items() if t <= cutoff]
+
+    def on(self, names: list[str]) -> dict[str, Any]:
+        """create -> remote p50/p99 ms and the stages over exactly ``names`` (the
+        ``peers-wave`` row: the same workloads in every system)."""
+        spans = [self.remote[n][1] - self.created[n] for n in names if n in self.remote]
+        return {"p50_created_ms": round(percentile(spans, 0.5) * 1000, 1) if spans else None,
+                "p99_created_ms": round(percentile(spans, 0.99) * 1000, 1) if spans else None,
+                "stages": self.stages(names)}
+
     def result(self, *, end: float) -> dict[str, Any]:
         start = min(self.created.values())
         created = {n: self.remote[n][1] - self.created[n] for n in self.remote}
-        cutoff = self.first_done if self.first_done is not None else end
-        wave = [n for n, (_, t) in self.remote.items() if t <= cutoff]
+        wave = self.wave(end=end)
         wave_end = max((self.remote[n][1] for n in wave), default=start)
         running = {n: t - self.created[n] for n in self.remote
                    if (t := self.all_running_at(n)) is not None}
@@ -484,6 +514,7 @@ async def measure(state: FleetState, fleet: FleetSpec, items: list[tuple[Shape, 
     for client in (hub, *members.values()):
         await client.close()
     result = seen.result(end=end)
+    result["_seen"], result["_wave"] = seen, seen.wave(end=end)
     count = max(len(items), 1)
     result.update(cpu_s=round(cpu1 - cpu0, 1), rss_mb=round(peak["controller"]),
                   worker_cpu_s=round(wcpu1 - wcpu0, 1), worker_rss_mb=round(peak["workers"]),
@@ -579,8 +610,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 result = await run_system(system, fleet, items, args, Path(tmp) / mix)
                 result.update(mix=mix, seed=args.seed, run_s=args.run_s, machine=machine())
                 rows.append(result)
-                print(json.dumps(result), flush=True)
-            for row in ratios(rows):
+                print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}),
+                      flush=True)
+            for row in [*common_wave(rows), *ratios(rows)]:
                 print(json.dumps(row), flush=True)
 
 
