@@ -18,7 +18,13 @@ import structlog
 from dispatcher.control.core import pending
 from dispatcher.control.core import record as records
 from dispatcher.control.core.copies import Rejection
-from dispatcher.control.core.decide import Action, ActionKind, Snapshot, admission_said
+from dispatcher.control.core.decide import (
+    Action,
+    ActionKind,
+    Snapshot,
+    admission_said,
+    got_going,
+)
 from dispatcher.control.core.names import PendingReason, Phase
 from dispatcher.control.core.placing import Placement
 from dispatcher.control.writer import AGAIN, DONE, CopyUpdate, Created, Outcome, Ports, Sent, later
@@ -33,15 +39,12 @@ __all__ = ["execute"]
 
 log = structlog.get_logger("dispatcher")
 
-# Generic statuses that mean all the workload's pods are on nodes (or have finished): the
-# backstop that drops what is left of its reservation. Bound pods shrink a reservation as the
-# member's pod informer sees them (fleet.reservations), so what is left here is pods never
-# seen bound. Not "degraded": some pods are missing, and their GPUs stay reserved until they
-# bind or the reservation expires (releasing them would forget GPUs a pending pod will take).
-_PODS_UP = frozenset({GenericStatus.RUNNING, GenericStatus.COMPLETED, GenericStatus.FAILED})
+# A reservation follows the member's pods, never a status word (issue 41): each pod bound or
+# finished takes its GPUs off (fleet.reservations), so it empties itself once every planned
+# pod is there. A status says what the workload *is* (a JobSet reads running while some of its
+# pods still wait for a node), not which GPUs are still promised. Only a finished workload
+# drops what is left at once: its result is known and no pod of it will bind any more.
 _FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
-# Once seen in one of these, the copy got going: stuck detection no longer applies.
-_UP = _PODS_UP | {GenericStatus.DEGRADED}
 
 
 def _demand(snap: Snapshot) -> dict[str, Any]:
@@ -220,7 +223,7 @@ async def _adopt(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome:
     # the generic status in the same write (saves a mirror step)
     status.update({"phase": Phase.of_generic(copy.generic).value,
                    "genericStatus": copy.generic, "statuses": list(copy.statuses)})
-    if copy.generic in _UP:
+    if got_going(copy):
         status["remote"]["startedAt"] = records.format_time(snap.now)
     status["remote"]["gangMechanism"] = copy.gang_mechanism  # what the copy was joined to
     await p.hub.patch_record(uid, status)
@@ -311,11 +314,11 @@ async def _mirror(p: Ports, uid: str, snap: Snapshot, action: Action) -> Outcome
             "remote": {"lastSeen": records.format_time(snap.now)}}
         if mirrored:
             patch["conditions"] = mirrored
-        if generic in _UP and record.started_at is None:
+        if record.started_at is None and got_going(copy):
             patch["remote"]["startedAt"] = records.format_time(snap.now)
-        if generic in _PODS_UP and record.reservation is not None:
-            # Its pods hold the GPUs now (the member's capacity counts them); any part of
-            # the reservation their pod events did not take off would count twice.
+        if generic in _FINISHED and record.reservation is not None:
+            # Finished: no pod of it binds any more; a pod never seen bound (one that ran
+            # and ended between two pod events) would keep its GPUs promised until expiry.
             release = True
             patch["decision"] = {"reservation": None}
         await p.hub.patch_record(uid, patch)

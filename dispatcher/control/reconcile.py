@@ -67,7 +67,7 @@ from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import GroupVersionKind
 from dispatcher.workloads.catalog import Catalog
-from dispatcher.workloads.model import Definition
+from dispatcher.workloads.model import Definition, GenericStatus
 
 __all__ = ["Reconciler"]
 
@@ -76,6 +76,8 @@ log = structlog.get_logger("dispatcher")
 MAX_STEPS = 12
 _PLACING = frozenset({ActionKind.CREATE_RECORD, ActionKind.RECORD_PLACEMENT})
 """Actions that write the placement just applied: one that raises undoes it."""
+# Copies whose pods are read for decide.got_going: what may not have got going yet.
+_NOT_GOING = STUCK | {GenericStatus.RUNNING}
 _WAIT_FALLBACK_S = 5.0
 
 
@@ -200,9 +202,13 @@ class Reconciler:
                 hub_owns_status=self._hub_owns_status(workload))
             status = hub if target is None else target
             mechanism = mechanism_of(found.obj)
-            # read only while it may be stalled (decide's GangStalled rows)
-            bound, room = self._gang_progress(cluster, uid) \
-                if mechanism != NONE and found.generic in STUCK else (0, None)
+            # read only while it may not have got going (decide.got_going, the stuck and
+            # GangStalled rows): its pods, not its status word, say whether it did
+            bound, held, room = 0, 0, None
+            if found.generic in _NOT_GOING:
+                bound, held = self._pod_progress(cluster, uid)
+                if mechanism != NONE:
+                    bound, room = self._gang_progress(cluster, uid)
             copy_uid = str(meta.get("uid", ""))
             admission = self.copies.admission(cluster, copy_uid)
             if (book := self.fleet.reservations(cluster)) is not None:
@@ -213,12 +219,22 @@ class Reconciler:
                         statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
                         seen_at=found.seen_at, gang_mechanism=mechanism,
-                        bound_pods=bound, room_gpus=room, admission=admission)
+                        bound_pods=bound, held_gpus=held, room_gpus=room,
+                        admission=admission)
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
         key = GroupVersionKind.of(str(workload.get("apiVersion")), str(workload.get("kind")))
         synced = (cluster, key) in self.copies.synced
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
+
+    def _pod_progress(self, cluster: str, uid: str) -> tuple[int, int]:
+        """(GPU pods bound, GPUs still reserved for pods not seen bound or finished) of a
+        copy that may not have got going (``decide.got_going``)."""
+        book = self.fleet.reservations(cluster)
+        if book is None:
+            return 0, 0
+        held = book.get(uid)
+        return book.bound(uid), held.gpus if held is not None else 0
 
     def _gang_progress(self, cluster: str, uid: str) -> tuple[int, int | None]:
         """(GPU pods bound, GPUs the member has for it: free plus still reserved for it)

@@ -10,8 +10,8 @@ GPUs move from "reserved" to "used": at every moment, per member,
     free = allocatable - GPUs of bound pods - outstanding reserved GPUs
 
 and no GPU is counted twice or forgotten between "copy created" and "pods bound". A
-reservation also goes away when the controller says so (``release``: the mirrored status says
-the pods are up, the workload was deleted, the member refused it) or expires (``expire``,
+reservation also goes away when the controller says so (``release``: the workload finished,
+was deleted or moved, the member refused it) or expires (``expire``,
 with ``now`` passed in: no clock is read here).
 
 Attribution. A pod belongs to a workload when it carries ``HUB_UID_LABEL`` (the hub uid; the
@@ -23,9 +23,11 @@ The shrink rule, for a bound pod of workload W holding g GPUs on node N:
 
 1. Each pod (``namespace/name``) is taken off W's reservation at most once, however often
    the watch repeats it; deleting the pod later gives nothing back (its GPUs were the
-   workload's, and are free now). A pod bound before W's reservation was added (a
-   controller restart rebuilding reservations from Dispatch records) is taken off at
-   ``add``: rebuilt reservations account for pods already bound.
+   workload's, and are free now). A pod first seen already finished on a node (it ran and
+   ended between two events, or before a restart) is taken off too: it had its slot. A pod
+   bound or finished before W's reservation was added (a controller restart rebuilding
+   reservations from Dispatch records) is taken off at ``add``: rebuilt reservations
+   account for pods already bound.
 2. g is taken from W's entry on N first, then from W's other entries, largest first (name
    as the tie-break): the scheduler put the pod elsewhere than planned, so one of the
    planned slots will not be used by it. Never more than W still holds (a pod larger than
@@ -39,9 +41,11 @@ The shrink rule, for a bound pod of workload W holding g GPUs on node N:
    with no reservation left), there is nothing to swap with: that node shows 0 free and
    the other reservation stays where it was until its pods appear or it is released.
 
-When every planned GPU is observed, the reservation ends. Records are plain data: the
-controller persists the *planned* reservation on the Dispatch object and ``restore``s it after
-a restart; rule 1 then shrinks it again by the pods already bound.
+When every planned GPU is observed, the reservation ends: what the member's pods do (bound,
+running, finished) releases it, never the workload's status word (a JobSet reads running
+while one of its pods still waits for a node: that pod's GPUs stay held). Records are plain
+data: the controller persists the *planned* reservation on the Dispatch object and
+``restore``s it after a restart; rule 1 then shrinks it again by the pods already bound.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dispatcher.fleet.capacity import ClusterCapacity
-from dispatcher.fleet.nodes import pod_binding, pod_key
+from dispatcher.fleet.nodes import TERMINAL_PHASES, pod_binding, pod_key
+from dispatcher.workloads.podspec import pod_gpus
 
 __all__ = ["HUB_UID_LABEL", "MemberReservations", "Reservation", "pod_owner", "restore"]
 
@@ -107,6 +112,9 @@ class MemberReservations:
         self._pods: dict[str, tuple[str, str, int]] = {}
         # ... how many of them each workload has (``bound``: no scan of every pod).
         self._bound: dict[str, int] = {}
+        # Finished pods carrying HUB_UID_LABEL that ran on a node: key -> (uid, node, GPUs),
+        # so a reservation added after they ended still counts them (rule 1).
+        self._finished: dict[str, tuple[str, str, int]] = {}
         # Pod keys already taken off each held reservation (rule 1).
         self._taken: dict[str, set[str]] = {}
         # (namespace, label, value) -> workload uid: pods that cannot carry HUB_UID_LABEL
@@ -167,8 +175,9 @@ class MemberReservations:
         self._held[uid] = replace(reservation, nodes=nodes)
         self._taken[uid] = set()
         self._apply(self._held[uid], 1)
-        for key in sorted(k for k, (owner, _, _) in self._pods.items() if owner == uid):
-            _, node, gpus = self._pods[key]
+        ran = {**self._finished, **self._pods}
+        for key in sorted(k for k, (owner, _, _) in ran.items() if owner == uid):
+            _, node, gpus = ran[key]
             self._take(uid, key, node, gpus)
 
     def attribute(self, *, namespace: str, label: str, value: str, workload_uid: str) -> None:
@@ -213,6 +222,10 @@ class MemberReservations:
         key = pod_key(pod)
         if owner is None or binding is None:
             self._remember(key, None)  # unbound or finished: nothing to give back (rule 1)
+            ran = _ran_on(pod) if owner is not None else None
+            if owner is not None and ran is not None:  # finished on a node: it had its slot
+                self._finished[key] = (owner, ran[0], ran[1])
+                self._take(owner, key, ran[0], ran[1])
             return
         entry = (owner, binding[0], binding[1])
         if self._pods.get(key) == entry:
@@ -231,7 +244,9 @@ class MemberReservations:
 
     def delete_pod(self, pod: Mapping[str, Any] | str) -> None:
         """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""
-        self._remember(pod if isinstance(pod, str) else pod_key(pod), None)
+        key = pod if isinstance(pod, str) else pod_key(pod)
+        self._remember(key, None)
+        self._finished.pop(key, None)
 
     def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full pod list: pods missing from it are forgotten, the rest upserted."""
@@ -239,6 +254,8 @@ class MemberReservations:
         present = {pod_key(p) for p in pods}
         for key in [k for k in self._pods if k not in present]:
             self._remember(key, None)
+        for key in [k for k in self._finished if k not in present]:
+            del self._finished[key]
         for raw in pods:
             self.upsert_pod(raw)
 
@@ -330,6 +347,18 @@ def restore(held: Iterable[tuple[Reservation, str]],
             target.add(reservation)
             added += 1
     return added
+
+
+def _ran_on(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(node, GPUs) of a finished pod that ran on a node with GPUs, else None."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or not isinstance(node, str):
+        return None
+    if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+        return None
+    gpus = pod_gpus(spec)
+    return (node, gpus) if gpus > 0 else None
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

@@ -108,6 +108,7 @@ __all__ = [
     "Snapshot",
     "after_rejection",
     "decide",
+    "got_going",
     "not_started",
     "placing_needed",
 ]
@@ -120,6 +121,8 @@ STUCK = frozenset({"", GenericStatus.PENDING, GenericStatus.UNKNOWN,
                    GenericStatus.INITIALIZING})
 """Never got going (pods unschedulable) or a gang only partly up (still initializing):
 what may be stuck, or a stalled gang."""
+# Up, or done: what a copy is once it got going whatever its pods say (``got_going``).
+_WENT = frozenset({GenericStatus.DEGRADED, GenericStatus.COMPLETED, GenericStatus.FAILED})
 # Finished: its result is known; whatever happens to the member or the copy now, it is
 # never run again (failover, a copy the member's TTL controller removed).
 _FINISHED = frozenset({GenericStatus.COMPLETED, GenericStatus.FAILED})
@@ -174,7 +177,10 @@ class Copy:
     gang_mechanism: str = "none"
     """The member gang mechanism its gangs were joined to (``control.core.gangsched``)."""
     bound_pods: int = 0
-    """Of a copy joined to a gang: its GPU pods bound to a node and not finished."""
+    """Of a copy not known to have got going (``got_going``): its GPU pods bound to a node
+    and not finished."""
+    held_gpus: int = 0
+    """Of such a copy: the GPUs still reserved for its pods not seen bound or finished."""
     room_gpus: int | None = None
     """Of a copy joined to a gang: the member's free GPUs plus those still reserved for
     it (None: not known)."""
@@ -280,6 +286,21 @@ def _placing(snap: Snapshot) -> PlacementInput:
     if snap.placing is None:
         raise PlacingMissing("decide needs the placement input here (placing_needed)")
     return snap.placing
+
+
+def got_going(copy: Copy) -> bool:
+    """Whether the copy has got going on its member: stuck detection and the gang-stall
+    rows stop once it has (``DispatchRecord.started_at`` keeps the first time).
+
+    Degraded, completed and failed copies have. A running one has once a pod of it is
+    bound, or nothing is held for it any more: a status word says what the workload is
+    (a JobSet whose Jobs are active reads running while every pod waits for a node), the
+    member's pods say whether it started. Everything else (pending, initializing, unknown,
+    suspended) has not."""
+    if copy.generic in _WENT:
+        return True
+    return copy.generic == GenericStatus.RUNNING and (copy.bound_pods > 0
+                                                      or copy.held_gpus <= 0)
 
 
 def not_started(generic: str | None) -> bool:
@@ -442,8 +463,10 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
     if queued is not None:
         return queued
     # Stuck is about getting going: a copy that was once up (running, degraded, finished)
-    # and dips back to initializing (a restart, a scale-up) is not stuck.
-    stuck = copy.generic in STUCK and record.started_at is None
+    # and dips back to initializing (a restart, a scale-up) is not stuck. A copy that reads
+    # running with none of its pods bound yet has not got going either (``got_going``).
+    stuck = record.started_at is None and not got_going(copy) \
+        and copy.generic in STUCK | {GenericStatus.RUNNING}
     if rules.stuck_after > 0 and stuck and record.submitted_at:
         waited = snap.now - record.submitted_at
         if waited >= rules.stuck_after:
