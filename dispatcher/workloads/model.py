@@ -175,6 +175,9 @@ class Matcher:
     phase: str = ""
     conditions: tuple[Condition, ...] = ()
     expression: Expr | None = None
+    upstream_differs: str | None = None
+    """``differsFromUpstream`` (extension): why this reading deliberately differs from
+    upstream's for the workload state it matches; reported when it decides the status."""
 
 
 @dataclass(frozen=True, kw_only=True)

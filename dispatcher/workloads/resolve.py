@@ -103,8 +103,10 @@ class Resolution:
         return self.reading.statuses
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``dispatcher inspect -o json`` shape of DESIGN.md."""
-        return {
+        """The ``dispatcher inspect -o json`` shape of DESIGN.md; ``upstreamDiffers`` when
+        the definition says why its reading of this state deliberately differs from
+        upstream's."""
+        out = {
             "apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace,
             "name": self.name, "definition": self.definition_name, "status": self.status,
             "statuses": list(self.statuses), "pods": self.demand.pods,
@@ -118,6 +120,9 @@ class Resolution:
             "components": [{"name": c.name, "instances": [i.to_dict() for i in c.instances]}
                            for c in self.components],
         }
+        if self.reading.upstream_differs:
+            out["upstreamDiffers"] = self.reading.upstream_differs
+        return out
 
 
 def resolve(obj: Any, *, catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> Resolution:

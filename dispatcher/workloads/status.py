@@ -46,6 +46,8 @@ class StatusReading:
     phase: str | None
     conditions: tuple[ConditionValue, ...]
     statuses: tuple[GenericStatus, ...]
+    upstream_differs: str | None = None
+    """The ``differsFromUpstream`` reason of the matcher that decided the status."""
 
     @property
     def status(self) -> GenericStatus:
@@ -61,15 +63,20 @@ def read_status(rules: StatusRules | None, results: Results, *, fail: Fail) -> S
     conditions = _conditions(rules, results, fail=fail)
     by_type = {c.type: c for c in conditions}  # a later entry of a type overwrites
     matched: list[GenericStatus] = []
+    note: str | None = None
     for key, matchers in rules.mappings:
         generic = GENERIC_OF_KEY[key]
         if generic in matched:
             continue
-        if any(_matches(m, phase=phase, by_type=by_type, results=results, fail=fail)
-               for m in matchers):
+        hit = next((m for m in matchers if _matches(m, phase=phase, by_type=by_type,
+                                                     results=results, fail=fail)), None)
+        if hit is not None:
+            if not matched:  # the winner's: what decided the status
+                note = hit.upstream_differs
             matched.append(generic)
     return StatusReading(phase=phase, conditions=conditions,
-                         statuses=tuple(matched) or (GenericStatus.UNKNOWN,))
+                         statuses=tuple(matched) or (GenericStatus.UNKNOWN,),
+                         upstream_differs=note)
 
 
 def _first(expr: Expr, results: Results, *, fail: Fail) -> tuple[bool, Any]:

@@ -25,7 +25,7 @@ _STATUSDEF = frozenset({"phaseDefinition", "conditionsDefinition", "statusMappin
                         "statusPrecedence"})
 _CONDDEF = {"typeFieldName": "type", "statusFieldName": "status",
             "messageFieldName": "message", "reasonFieldName": "reason"}
-_MATCHER = frozenset({"byPhase", "byConditions", "byExpression"})
+_MATCHER = frozenset({"byPhase", "byConditions", "byExpression", "differsFromUpstream"})
 _EXPECTED = frozenset({"type", "status", "reason", "absent", "statusNot"})
 
 
@@ -133,7 +133,9 @@ class StatusReader(Recorder):
                     slots.append(wrapped)
                     expression = Expr(text=text, field=expression.field,
                                       slot=len(slots) - 1, section="status")
-        return Matcher(phase=phase, conditions=conditions, expression=expression)
+        note = self._string(raw.get("differsFromUpstream"), f"{field}.differsFromUpstream")
+        return Matcher(phase=phase, conditions=conditions, expression=expression,
+                       upstream_differs=note or None)
 
     def _expected(self, value: Any, field: str) -> Condition:
         raw = self._mapping(value, field, allowed=_EXPECTED) or {}

@@ -129,6 +129,12 @@ def test_status_frame(sample: Path, frame: dict[str, Any], catalog: Catalog) -> 
     assert result.status == frame["expect"], result.statuses
     if "statuses" in frame:
         assert list(result.statuses) == frame["statuses"]
+    if "upstream" in frame:  # upstream's reading of this frame (issue 41)
+        note = result.to_dict().get("upstreamDiffers")
+        if frame["upstream"] == frame["expect"]:
+            assert note is None, note
+        else:  # a deliberate difference says why, about the workload's state
+            assert isinstance(note, str) and len(note) > 40, note
 
 
 def test_inspect_reads_every_frame_as_decided(tmp_path: Path,
