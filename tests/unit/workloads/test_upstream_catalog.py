@@ -258,3 +258,23 @@ def test_every_frame_has_a_status_with_either_definition(path: Path, sample: Pat
         if new:
             expected = STATUS_DIFFERENT.get((sample_id, frame["name"]))
             assert (theirs, mine) == (expected or (mine, mine)), frame["name"]
+
+
+@pytest.mark.parametrize(("definition", "reading"), [
+    ("workload-map/go.kubeflow-org-pytorchjob-v1", "running"),
+    ("pytorch", "initializing")])
+def test_a_running_pytorchjob_through_each_upstream_definition(definition: str,
+                                                              reading: str) -> None:
+    """Issue 41: the recorded running frame (pytorchjob/typical "running (recorded)") reads
+    running with ours and with upstream's current definition (pytorch.go). The old
+    run-ai/karta example maps running only with Succeeded and Failed present and False;
+    the training operator appends conditions as they happen (v1.8.1 pkg/util/status.go
+    setCondition), and upstream's own library never matches an absent condition
+    (reference §3.4, pinned by its tests): upstream reads it initializing with that file
+    too. The difference is the old file's, not the engine's."""
+    sample = HERE / "catalog" / "pytorchjob" / "typical.yaml"
+    (frame,) = [f for f in _frames(sample) if f["name"] == "running (recorded)"]
+    obj = _load(sample)
+    obj["status"] = frame["status"]
+    assert status_of(obj, catalog=Catalog.builtin()).status == "running"
+    assert status_of(obj, catalog=_catalog(UPSTREAM / f"{definition}.yaml")).status == reading
