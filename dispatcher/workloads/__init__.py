@@ -23,6 +23,7 @@ Modules, in data-flow order:
   ``template`` (can a pod template be a Pod?), ``location`` (the JSON location of what a
   path names, for error messages), ``demand`` (the boundary types placement
   consumes), ``errors``; ``trace`` (the ``workload.resolved`` log line and its replay);
+  ``statustrace`` (recorded status frames of one object, for ``inspect --status-trace``);
   ``kueueworkload`` (a hub Kueue Workload read for MultiKueue nomination, its pod sets as
   a ``Demand``)
 - writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
