@@ -112,6 +112,10 @@ class MemberReservations:
         self._pods: dict[str, tuple[str, str, int]] = {}
         # ... how many of them each workload has (``bound``: no scan of every pod).
         self._bound: dict[str, int] = {}
+        # GPU pods carrying HUB_UID_LABEL that wait for a node (not bound, not finished):
+        # pod key -> workload uid, and how many each workload has (``waiting``).
+        self._waiting_keys: dict[str, str] = {}
+        self._waiting: dict[str, int] = {}
         # Finished pods carrying HUB_UID_LABEL that ran on a node: key -> (uid, node, GPUs),
         # so a reservation added after they ended still counts them (rule 1).
         self._finished: dict[str, tuple[str, str, int]] = {}
@@ -139,6 +143,24 @@ class MemberReservations:
     def bound(self, workload_uid: str) -> int:
         """How many of the workload's pods are bound to a node and not finished now."""
         return self._bound.get(workload_uid, 0)
+
+    def waiting(self, workload_uid: str) -> int:
+        """How many of the workload's GPU pods exist but wait for a node (not bound, not
+        finished): whether a copy that reads running has got going (``decide.got_going``)."""
+        return self._waiting.get(workload_uid, 0)
+
+    def _wait(self, key: str, owner: str | None) -> None:
+        """Set (or with None, drop) a waiting pod, keeping the per-workload counts."""
+        old = self._waiting_keys.pop(key, None)
+        if old is not None:
+            left = self._waiting[old] - 1
+            if left > 0:
+                self._waiting[old] = left
+            else:
+                del self._waiting[old]
+        if owner is not None:
+            self._waiting_keys[key] = owner
+            self._waiting[owner] = self._waiting.get(owner, 0) + 1
 
     def _remember(self, key: str, entry: tuple[str, str, int] | None) -> None:
         """Set (or with None, drop) a bound pod, keeping the per-workload counts."""
@@ -223,10 +245,13 @@ class MemberReservations:
         if owner is None or binding is None:
             self._remember(key, None)  # unbound or finished: nothing to give back (rule 1)
             ran = _ran_on(pod) if owner is not None else None
+            self._wait(key, owner if owner is not None and ran is None
+                       and _waits_for_a_node(pod) else None)
             if owner is not None and ran is not None:  # finished on a node: it had its slot
                 self._finished[key] = (owner, ran[0], ran[1])
                 self._take(owner, key, ran[0], ran[1])
             return
+        self._wait(key, None)
         entry = (owner, binding[0], binding[1])
         if self._pods.get(key) == entry:
             return
@@ -246,6 +271,7 @@ class MemberReservations:
         """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""
         key = pod if isinstance(pod, str) else pod_key(pod)
         self._remember(key, None)
+        self._wait(key, None)
         self._finished.pop(key, None)
 
     def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -256,6 +282,8 @@ class MemberReservations:
             self._remember(key, None)
         for key in [k for k in self._finished if k not in present]:
             del self._finished[key]
+        for key in [k for k in self._waiting_keys if k not in present]:
+            self._wait(key, None)
         for raw in pods:
             self.upsert_pod(raw)
 
@@ -347,6 +375,14 @@ def restore(held: Iterable[tuple[Reservation, str]],
             target.add(reservation)
             added += 1
     return added
+
+
+def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
+    """A GPU pod not bound to a node and not finished."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return False
+    return pod_gpus(spec) > 0
 
 
 def _ran_on(pod: Mapping[str, Any]) -> tuple[str, int] | None:

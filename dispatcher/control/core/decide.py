@@ -179,8 +179,8 @@ class Copy:
     bound_pods: int = 0
     """Of a copy not known to have got going (``got_going``): its GPU pods bound to a node
     and not finished."""
-    held_gpus: int = 0
-    """Of such a copy: the GPUs still reserved for its pods not seen bound or finished."""
+    waiting_pods: int = 0
+    """Of such a copy: its GPU pods that exist and wait for a node."""
     room_gpus: int | None = None
     """Of a copy joined to a gang: the member's free GPUs plus those still reserved for
     it (None: not known)."""
@@ -293,14 +293,15 @@ def got_going(copy: Copy) -> bool:
     rows stop once it has (``DispatchRecord.started_at`` keeps the first time).
 
     Degraded, completed and failed copies have. A running one has once a pod of it is
-    bound, or nothing is held for it any more: a status word says what the workload is
-    (a JobSet whose Jobs are active reads running while every pod waits for a node), the
-    member's pods say whether it started. Everything else (pending, initializing, unknown,
-    suspended) has not."""
+    bound, or when none of its GPU pods waits for a node (a CronJob before its first run, a
+    copy without GPU pods): a status word says what the workload is (a JobSet whose Jobs
+    are active reads running while every pod waits for a node), the member's pods say
+    whether it started. Everything else (pending, initializing, unknown, suspended) has
+    not."""
     if copy.generic in _WENT:
         return True
     return copy.generic == GenericStatus.RUNNING and (copy.bound_pods > 0
-                                                      or copy.held_gpus <= 0)
+                                                      or copy.waiting_pods <= 0)
 
 
 def not_started(generic: str | None) -> bool:

@@ -86,13 +86,12 @@ def _pod_event(cap: ClusterCapacity, book: MemberReservations, name: str, *,
 
 def _copy(obj: dict[str, Any], book: MemberReservations) -> Copy:
     """The copy as the reconciler builds it (``Reconciler._copy``): status read through
-    the built-in catalog, bound pods and GPUs still held from the member's book."""
+    the built-in catalog, its GPU pods bound and waiting for a node from the member's book."""
     found = resolve(obj, catalog=Catalog.builtin())
-    held = book.get(UID)
     return Copy(state=CopyState.OURS, uid="r1", status=obj.get("status"),
                 generic=found.status, statuses=tuple(found.statuses), resource_version="42",
                 written_generation=1, bound_pods=book.bound(UID),
-                held_gpus=held.gpus if held is not None else 0)
+                waiting_pods=book.waiting(UID))
 
 
 def _record(cap: ClusterCapacity, book: MemberReservations, **kw: Any) -> DispatchRecord:
@@ -187,6 +186,7 @@ def test_running_with_every_pod_pending_has_not_got_going() -> None:
         _pod_event(cap, book, f"workers-{i}", node_name=None, phase="Pending")
     obj = _jobset(UNDER_WAY)
     copy = _copy(obj, book)
+    assert copy.waiting_pods == 8 and copy.bound_pods == 0
     assert copy.generic == "running" and not got_going(copy) and not not_started(copy.generic)
     record = _record(cap, book, generic_status="running", phase=Phase.RUNNING)
     snap = Snapshot(now=NOW, workload=obj, record=record, copy=copy,
@@ -210,7 +210,44 @@ def test_running_with_a_pod_bound_is_not_stuck_and_keeps_the_rest_reserved() -> 
     assert book.get(UID) is not None and book.get(UID).gpus == 56  # type: ignore[union-attr]
     # once started, a later copy with none bound (pods recreated) is not stuck either
     later = replace(record, started_at=NOW - 10)
-    none_bound = replace(copy, bound_pods=0, held_gpus=56)
+    none_bound = replace(copy, bound_pods=0, waiting_pods=8)
     assert decide(Snapshot(now=NOW, workload=obj, record=later, copy=none_bound,
                            rules=Rules(stuck_after=20.0, gang_stall_after=0.0))
                   ).kind is ActionKind.NOTHING
+
+
+def test_a_cronjob_waiting_for_its_first_run_has_got_going() -> None:
+    """Running with no pod of it at all (a CronJob before its first scheduled time, its
+    reservation still held for that run): nothing waits for a node, so it is not stuck."""
+    sample = SAMPLE.parents[1] / "cronjob" / "typical.yaml"
+    obj = yaml.safe_load(sample.read_text(encoding="utf-8"))
+    obj["metadata"].update(uid=UID, resourceVersion="7", generation=1)
+    obj.pop("status", None)
+    cap, book = _book()
+    copy = _copy(obj, book)
+    assert copy.generic == "running" and copy.waiting_pods == 0 and got_going(copy)
+    record = _record(cap, book, generic_status="running", phase=Phase.RUNNING)
+    action = decide(Snapshot(now=NOW, workload=obj, record=record, copy=copy,
+                             rules=Rules(stuck_after=20.0, gang_stall_after=0.0)))
+    assert action.kind is ActionKind.NOTHING, action
+    assert book.get(UID) is not None  # held for the first run until its pods bind or expiry
+
+
+def test_waiting_counts_gpu_pods_that_wait_for_a_node() -> None:
+    cap, book = _book()
+    _pod_event(cap, book, "workers-0", node_name=None, phase="Pending")
+    _pod_event(cap, book, "workers-1", node_name=None, phase="Pending")
+    assert (book.waiting(UID), book.bound(UID)) == (2, 0)
+    _pod_event(cap, book, "workers-0", node_name="n0")  # bound
+    _pod_event(cap, book, "workers-1", node_name=None, phase="Failed")  # never bound
+    assert (book.waiting(UID), book.bound(UID)) == (0, 1)
+    cpu = pod("cpu-only", 0)
+    cpu["metadata"]["labels"] = {HUB_UID_LABEL: UID}
+    book.upsert_pod(cpu)  # no GPUs: not tracked
+    _pod_event(cap, book, "workers-2", node_name=None, phase="Pending")
+    assert book.waiting(UID) == 1
+    book.delete_pod("team-a/workers-2")
+    assert book.waiting(UID) == 0
+    _pod_event(cap, book, "workers-3", node_name=None, phase="Pending")
+    book.relist_pods([])
+    assert book.waiting(UID) == 0 and book.bound(UID) == 0
