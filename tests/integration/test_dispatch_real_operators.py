@@ -273,3 +273,81 @@ async def _initializing(h: Harness) -> bool:
     ready = condition(hub_obj, "Ready")
     return (await _generic(h, "RayService") == "initializing" and ready is not None
             and ready["status"] == "False" and ready.get("reason") == "Initializing")
+
+
+HOLD_GATE = "dispatcher.io/test-hold"
+
+
+def jobset_one_pod_waiting(product: str) -> dict[str, Any]:
+    """Two replicated jobs of one 1-GPU pod each; the ``waiting`` pod carries a scheduling
+    gate, so kube-scheduler leaves it Pending (unbound) until the test lifts the gate. Its
+    Job is active all the same (a pod pending counts, jobset_types.go): the JobSet is under
+    way. The pods run for ten minutes (kwok), longer than the test."""
+    def rjob(name: str, gated: bool) -> dict[str, Any]:
+        spec = gpu_pod_spec(product)
+        if gated:
+            spec["schedulingGates"] = [{"name": HOLD_GATE}]
+        return {"name": name, "replicas": 1, "template": {"spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}},
+                "spec": spec}}}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train", "annotations": PIN},
+            "spec": {"replicatedJobs": [rjob("workers", False), rjob("waiting", True)]}}
+
+
+async def test_a_running_jobset_keeps_its_unbound_pods_gpus_reserved(
+        real_fleet: FleetState, fleet_spec: FleetSpec) -> None:
+    """Issue 41: the JobSet reads ``running`` as its operator says while one of its pods is
+    still unbound, and the GPU of that pod stays reserved on the member (the next placement
+    cannot count it as free): the reservation follows the pods, not the status word. Once
+    the pod binds, the reservation is gone without any status change. The member's gang
+    mechanism is off (``none``): with one (workload-api), the JobSet is one gang and the
+    scheduler binds none of its pods while one is gated."""
+    from dispatcher.fleet.connection import MemberConnection
+
+    product, nodes = product_nodes(fleet_spec)
+    selector = "jobset.sigs.k8s.io/jobset-name=train"
+    async with running(real_fleet, gangs={MEMBER: "none"}) as h:
+        conn = h.controller.fleet.fleet.connection(MEMBER)  # type: ignore[attr-defined]
+        assert isinstance(conn, MemberConnection)
+        member = h.members[MEMBER]
+        created = await h.hub.request("POST", JOBSETS.collection(h.namespace),
+                                      body=jobset_one_pod_waiting(product))
+        uid = created["metadata"]["uid"]
+
+        async def running_with_one_pod_unbound() -> dict[str, Any] | None:
+            if await _generic(h, "JobSet") != "running":
+                return None
+            found = {p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name"): p
+                     for p in await pods(member, h.namespace, selector)}
+            workers, waiting = found.get("workers"), found.get("waiting")
+            if workers is None or waiting is None or not workers["spec"].get("nodeName"):
+                return None
+            held = conn.reservations.get(uid)
+            if held is None or held.gpus != 1 or waiting["spec"].get("nodeName"):
+                return None
+            return waiting
+
+        waiting = await eventually(running_with_one_pod_unbound, within=120.0,
+                                   what="the JobSet running, its workers pod bound and the "
+                                        "waiting pod's GPU still reserved")
+        assert conn.reservations.bound(uid) == 1
+        held = conn.reservations.get(uid)
+        assert held is not None and held.gpus == 1 and {n for n, _ in held.nodes} <= nodes
+        record = await get_or_none(h.hub, DISPATCHES.item("jobset-train", h.namespace))
+        assert record["status"]["decision"]["reservation"] is not None  # not released
+        assert record["status"]["genericStatus"] == "running"
+        # The waiting pod may bind now: the reservation empties itself, status unchanged.
+        await member.request(
+            "PATCH", f"/api/v1/namespaces/{h.namespace}/pods/{waiting['metadata']['name']}",
+            body={"spec": {"schedulingGates": []}},
+            content_type="application/merge-patch+json")
+
+        async def released_by_the_pod() -> bool:
+            return conn.reservations.get(uid) is None and conn.reservations.bound(uid) == 2
+
+        await eventually(released_by_the_pod, what="the waiting pod bound, nothing reserved",
+                         within=60.0)
+        assert await _generic(h, "JobSet") == "running"
+        await _delete_everywhere(h, member, JOBSETS, selector)
