@@ -204,9 +204,9 @@ class Reconciler:
             mechanism = mechanism_of(found.obj)
             # read only while it may not have got going (decide.got_going, the stuck and
             # GangStalled rows): its pods, not its status word, say whether it did
-            bound, waiting, room = 0, 0, None
+            bound, held, room = 0, 0, None
             if found.generic in _NOT_GOING:
-                bound, waiting = self._pod_progress(cluster, uid)
+                bound, held = self._pod_progress(cluster, uid)
                 if mechanism != NONE:
                     bound, room = self._gang_progress(cluster, uid)
             copy_uid = str(meta.get("uid", ""))
@@ -219,7 +219,7 @@ class Reconciler:
                         statuses=found.statuses, resource_version=rv,
                         written_generation=written_generation(found.obj),
                         seen_at=found.seen_at, gang_mechanism=mechanism,
-                        bound_pods=bound, waiting_pods=waiting, room_gpus=room,
+                        bound_pods=bound, held_gpus=held, room_gpus=room,
                         admission=admission)
         if self.memory.foreign(cluster, uid):
             return Copy(state=CopyState.FOREIGN)
@@ -228,12 +228,13 @@ class Reconciler:
         return Copy(state=CopyState.ABSENT if synced else CopyState.UNKNOWN)
 
     def _pod_progress(self, cluster: str, uid: str) -> tuple[int, int]:
-        """(GPU pods bound, GPU pods waiting for a node) of a copy that may not have got
-        going (``decide.got_going``)."""
+        """(GPU pods bound, GPUs still reserved for its pods not seen bound) of a copy that
+        may not have got going (``decide.got_going``)."""
         book = self.fleet.reservations(cluster)
         if book is None:
             return 0, 0
-        return book.bound(uid), book.waiting(uid)
+        held = book.get(uid)
+        return book.bound(uid), held.gpus if held is not None else 0
 
     def _gang_progress(self, cluster: str, uid: str) -> tuple[int, int | None]:
         """(GPU pods bound, GPUs the member has for it: free plus still reserved for it)

@@ -23,11 +23,11 @@ The shrink rule, for a bound pod of workload W holding g GPUs on node N:
 
 1. Each pod (``namespace/name``) is taken off W's reservation at most once, however often
    the watch repeats it; deleting the pod later gives nothing back (its GPUs were the
-   workload's, and are free now). A pod first seen already finished on a node (it ran and
-   ended between two events, or before a restart) is taken off too: it had its slot. A pod
-   bound or finished before W's reservation was added (a controller restart rebuilding
-   reservations from Dispatch records) is taken off at ``add``: rebuilt reservations
-   account for pods already bound.
+   workload's, and are free now). A pod that leaves the informer from a node (finished or
+   deleted: the member's informer watches bound, unfinished pods only) is taken off then
+   if its bound state was never seen: it had its slot. A pod bound before W's reservation
+   was added (a controller restart rebuilding reservations from Dispatch records) is taken
+   off at ``add``: rebuilt reservations account for pods already bound.
 2. g is taken from W's entry on N first, then from W's other entries, largest first (name
    as the tie-break): the scheduler put the pod elsewhere than planned, so one of the
    planned slots will not be used by it. Never more than W still holds (a pod larger than
@@ -112,10 +112,6 @@ class MemberReservations:
         self._pods: dict[str, tuple[str, str, int]] = {}
         # ... how many of them each workload has (``bound``: no scan of every pod).
         self._bound: dict[str, int] = {}
-        # GPU pods carrying HUB_UID_LABEL that wait for a node (not bound, not finished):
-        # pod key -> workload uid, and how many each workload has (``waiting``).
-        self._waiting_keys: dict[str, str] = {}
-        self._waiting: dict[str, int] = {}
         # Finished pods carrying HUB_UID_LABEL that ran on a node: key -> (uid, node, GPUs),
         # so a reservation added after they ended still counts them (rule 1).
         self._finished: dict[str, tuple[str, str, int]] = {}
@@ -143,24 +139,6 @@ class MemberReservations:
     def bound(self, workload_uid: str) -> int:
         """How many of the workload's pods are bound to a node and not finished now."""
         return self._bound.get(workload_uid, 0)
-
-    def waiting(self, workload_uid: str) -> int:
-        """How many of the workload's GPU pods exist but wait for a node (not bound, not
-        finished): whether a copy that reads running has got going (``decide.got_going``)."""
-        return self._waiting.get(workload_uid, 0)
-
-    def _wait(self, key: str, owner: str | None) -> None:
-        """Set (or with None, drop) a waiting pod, keeping the per-workload counts."""
-        old = self._waiting_keys.pop(key, None)
-        if old is not None:
-            left = self._waiting[old] - 1
-            if left > 0:
-                self._waiting[old] = left
-            else:
-                del self._waiting[old]
-        if owner is not None:
-            self._waiting_keys[key] = owner
-            self._waiting[owner] = self._waiting.get(owner, 0) + 1
 
     def _remember(self, key: str, entry: tuple[str, str, int] | None) -> None:
         """Set (or with None, drop) a bound pod, keeping the per-workload counts."""
@@ -245,13 +223,10 @@ class MemberReservations:
         if owner is None or binding is None:
             self._remember(key, None)  # unbound or finished: nothing to give back (rule 1)
             ran = _ran_on(pod) if owner is not None else None
-            self._wait(key, owner if owner is not None and ran is None
-                       and _waits_for_a_node(pod) else None)
             if owner is not None and ran is not None:  # finished on a node: it had its slot
                 self._finished[key] = (owner, ran[0], ran[1])
                 self._take(owner, key, ran[0], ran[1])
             return
-        self._wait(key, None)
         entry = (owner, binding[0], binding[1])
         if self._pods.get(key) == entry:
             return
@@ -268,10 +243,19 @@ class MemberReservations:
         return None
 
     def delete_pod(self, pod: Mapping[str, Any] | str) -> None:
-        """A pod was deleted (object or ``ns/name``): forgotten, reservations unchanged."""
+        """A pod was deleted (object or ``ns/name``): forgotten; nothing is given back.
+
+        The member's pod informer watches bound, unfinished pods only (a field selector):
+        a pod that finishes leaves it as a deletion whose object is its last state. One
+        that ran on a node had its slot (rule 1): taken off now if its bound state was
+        never seen (it ran and ended between two events)."""
         key = pod if isinstance(pod, str) else pod_key(pod)
+        if not isinstance(pod, str):
+            owner = pod_owner(pod) or (self._aliased(pod) if self._aliases else None)
+            ran = _ran_on(pod, finished=False) if owner is not None else None
+            if owner is not None and ran is not None:
+                self._take(owner, key, ran[0], ran[1])
         self._remember(key, None)
-        self._wait(key, None)
         self._finished.pop(key, None)
 
     def relist_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -282,8 +266,7 @@ class MemberReservations:
             self._remember(key, None)
         for key in [k for k in self._finished if k not in present]:
             del self._finished[key]
-        for key in [k for k in self._waiting_keys if k not in present]:
-            self._wait(key, None)
+
         for raw in pods:
             self.upsert_pod(raw)
 
@@ -377,21 +360,14 @@ def restore(held: Iterable[tuple[Reservation, str]],
     return added
 
 
-def _waits_for_a_node(pod: Mapping[str, Any]) -> bool:
-    """A GPU pod not bound to a node and not finished."""
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return False
-    return pod_gpus(spec) > 0
-
-
-def _ran_on(pod: Mapping[str, Any]) -> tuple[str, int] | None:
-    """(node, GPUs) of a finished pod that ran on a node with GPUs, else None."""
+def _ran_on(pod: Mapping[str, Any], *, finished: bool = True) -> tuple[str, int] | None:
+    """(node, GPUs) of a pod with GPUs that ran on a node (and, with ``finished``, has
+    finished), else None."""
     spec = pod.get("spec") or {}
     node = spec.get("nodeName")
     if not node or not isinstance(node, str):
         return None
-    if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+    if finished and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
         return None
     gpus = pod_gpus(spec)
     return (node, gpus) if gpus > 0 else None

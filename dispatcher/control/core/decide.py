@@ -179,8 +179,8 @@ class Copy:
     bound_pods: int = 0
     """Of a copy not known to have got going (``got_going``): its GPU pods bound to a node
     and not finished."""
-    waiting_pods: int = 0
-    """Of such a copy: its GPU pods that exist and wait for a node."""
+    held_gpus: int = 0
+    """Of such a copy: the GPUs still reserved for its pods not seen bound (or finished)."""
     room_gpus: int | None = None
     """Of a copy joined to a gang: the member's free GPUs plus those still reserved for
     it (None: not known)."""
@@ -289,19 +289,20 @@ def _placing(snap: Snapshot) -> PlacementInput:
 
 
 def got_going(copy: Copy) -> bool:
-    """Whether the copy has got going on its member: stuck detection and the gang-stall
-    rows stop once it has (``DispatchRecord.started_at`` keeps the first time).
+    """Whether the copy has got going on its member, by its pods where its status word
+    cannot tell: ``DispatchRecord.started_at`` keeps the first time, and the GangStalled
+    rows stop once it has.
 
     Degraded, completed and failed copies have. A running one has once a pod of it is
-    bound, or when none of its GPU pods waits for a node (a CronJob before its first run, a
-    copy without GPU pods): a status word says what the workload is (a JobSet whose Jobs
-    are active reads running while every pod waits for a node), the member's pods say
-    whether it started. Everything else (pending, initializing, unknown, suspended) has
-    not."""
+    bound, or when nothing is reserved for it any more (every planned pod seen, a copy
+    without GPU pods, or the reservation expired): a status word says what the workload is
+    (a JobSet whose Jobs are active reads running while every pod waits for a node), the
+    member's pods say whether it started. Everything else (pending, initializing, unknown,
+    suspended) has not."""
     if copy.generic in _WENT:
         return True
     return copy.generic == GenericStatus.RUNNING and (copy.bound_pods > 0
-                                                      or copy.waiting_pods <= 0)
+                                                      or copy.held_gpus <= 0)
 
 
 def not_started(generic: str | None) -> bool:
@@ -464,9 +465,12 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
     if queued is not None:
         return queued
     # Stuck is about getting going: a copy that was once up (running, degraded, finished)
-    # and dips back to initializing (a restart, a scale-up) is not stuck. A copy that reads
-    # running with none of its pods bound yet has not got going either (``got_going``).
-    stuck = record.started_at is None and not got_going(copy) \
+    # and dips back to initializing (a restart, a scale-up) is not stuck. A copy whose
+    # operator says running is never requeued as stuck (its status is the workload's,
+    # issue 41); while none of its pods is bound it may still be a stalled gang (its pods,
+    # ``got_going``, say so), which is reported, not acted on.
+    stuck = copy.generic in STUCK and record.started_at is None
+    stalling = record.started_at is None and not got_going(copy) \
         and copy.generic in STUCK | {GenericStatus.RUNNING}
     if rules.stuck_after > 0 and stuck and record.submitted_at:
         waited = snap.now - record.submitted_at
@@ -481,7 +485,7 @@ def _placed(snap: Snapshot, record: DispatchRecord, workload: Mapping[str, Any],
             or (copy.generic or None) != record.generic_status
             or admission_said(copy, cluster) not in (None, record.admission)):
         return Action(kind=ActionKind.MIRROR, member=cluster, reason=copy.generic)
-    stall, stall_at = _gang_stall(snap, record, cluster, stuck=stuck)
+    stall, stall_at = _gang_stall(snap, record, cluster, stuck=stalling)
     if stall is not None:
         return stall
     stuck_at = record.submitted_at + rules.stuck_after \

@@ -111,7 +111,7 @@ class DispatchRecord:
     last_seen: float | None = None
     synced_generation: int = 0  # hub metadata.generation last written to the copy
     mirror_refused: bool = False  # the hub refused the last status mirror (StatusMirrored)
-    started_at: float | None = None  # first seen running (or past it): never stuck after
+    started_at: float | None = None  # first seen got going (decide.got_going): never stuck after
     gpus: int | None = None  # the demand's GPUs (status, else the one made at create)
     gang_stalled: bool = False  # GangStalled=True: the member's gang holds every pod
     not_held: bool = False  # Held=False: said that the hub object is not held any more

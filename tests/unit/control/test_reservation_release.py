@@ -84,14 +84,17 @@ def _pod_event(cap: ClusterCapacity, book: MemberReservations, name: str, *,
     book.upsert_pod(raw)
 
 
-def _copy(obj: dict[str, Any], book: MemberReservations) -> Copy:
+def _copy(obj: dict[str, Any], book: MemberReservations, *,
+          gang_mechanism: str = "none", room_gpus: int | None = None) -> Copy:
     """The copy as the reconciler builds it (``Reconciler._copy``): status read through
-    the built-in catalog, its GPU pods bound and waiting for a node from the member's book."""
+    the built-in catalog, bound pods and GPUs still held from the member's book."""
     found = resolve(obj, catalog=Catalog.builtin())
+    held = book.get(UID)
     return Copy(state=CopyState.OURS, uid="r1", status=obj.get("status"),
                 generic=found.status, statuses=tuple(found.statuses), resource_version="42",
                 written_generation=1, bound_pods=book.bound(UID),
-                waiting_pods=book.waiting(UID))
+                held_gpus=held.gpus if held is not None else 0,
+                gang_mechanism=gang_mechanism, room_gpus=room_gpus)
 
 
 def _record(cap: ClusterCapacity, book: MemberReservations, **kw: Any) -> DispatchRecord:
@@ -177,22 +180,24 @@ def test_a_finished_jobset_releases_what_is_left() -> None:
     assert UID not in book and cap.reserved == 0
 
 
-def test_running_with_every_pod_pending_has_not_got_going() -> None:
-    """Stuck detection and the gang-stall rows read the pods: a JobSet that reads running
-    with no pod bound after ``stuckAfter`` never started there and is moved; it is not
-    "not started" for failover (its status says it is under way)."""
+def test_running_with_every_pod_pending_is_not_stuck_but_may_be_a_stalled_gang() -> None:
+    """A JobSet that reads running with no pod bound is not requeued as stuck (its status
+    is its operator's) nor "not started" for failover; its pods say it has not got going,
+    so on a member gang with room for it the Dispatch says GangStalled."""
     cap, book = _book()
     for i in range(8):
         _pod_event(cap, book, f"workers-{i}", node_name=None, phase="Pending")
     obj = _jobset(UNDER_WAY)
     copy = _copy(obj, book)
-    assert copy.waiting_pods == 8 and copy.bound_pods == 0
-    assert copy.generic == "running" and not got_going(copy) and not not_started(copy.generic)
+    assert copy.generic == "running" and copy.held_gpus == 64 and copy.bound_pods == 0
+    assert not got_going(copy) and not not_started(copy.generic)
     record = _record(cap, book, generic_status="running", phase=Phase.RUNNING)
-    snap = Snapshot(now=NOW, workload=obj, record=record, copy=copy,
-                    rules=Rules(stuck_after=20.0, gang_stall_after=0.0))
-    action = decide(snap)
-    assert action.kind is ActionKind.REQUEUE and "not started on m1" in action.reason
+    rules = Rules(stuck_after=20.0, gang_stall_after=10.0)
+    assert decide(Snapshot(now=NOW, workload=obj, record=record, copy=copy,
+                           rules=rules)).kind is ActionKind.NOTHING
+    gang = _copy(obj, book, gang_mechanism="workload-api", room_gpus=64)
+    action = decide(Snapshot(now=NOW, workload=obj, record=record, copy=gang, rules=rules))
+    assert action.kind is ActionKind.REPORT_STALL and "no pod of the copy bound" in action.reason
 
 
 def test_running_with_a_pod_bound_is_not_stuck_and_keeps_the_rest_reserved() -> None:
@@ -210,44 +215,41 @@ def test_running_with_a_pod_bound_is_not_stuck_and_keeps_the_rest_reserved() -> 
     assert book.get(UID) is not None and book.get(UID).gpus == 56  # type: ignore[union-attr]
     # once started, a later copy with none bound (pods recreated) is not stuck either
     later = replace(record, started_at=NOW - 10)
-    none_bound = replace(copy, bound_pods=0, waiting_pods=8)
+    none_bound = replace(copy, bound_pods=0, held_gpus=56)
     assert decide(Snapshot(now=NOW, workload=obj, record=later, copy=none_bound,
                            rules=Rules(stuck_after=20.0, gang_stall_after=0.0))
                   ).kind is ActionKind.NOTHING
 
 
-def test_a_cronjob_waiting_for_its_first_run_has_got_going() -> None:
+def test_a_cronjob_waiting_for_its_first_run_is_not_stuck() -> None:
     """Running with no pod of it at all (a CronJob before its first scheduled time, its
-    reservation still held for that run): nothing waits for a node, so it is not stuck."""
+    reservation still held for that run): not requeued as stuck."""
     sample = SAMPLE.parents[1] / "cronjob" / "typical.yaml"
     obj = yaml.safe_load(sample.read_text(encoding="utf-8"))
     obj["metadata"].update(uid=UID, resourceVersion="7", generation=1)
     obj.pop("status", None)
     cap, book = _book()
     copy = _copy(obj, book)
-    assert copy.generic == "running" and copy.waiting_pods == 0 and got_going(copy)
+    assert copy.generic == "running"
     record = _record(cap, book, generic_status="running", phase=Phase.RUNNING)
     action = decide(Snapshot(now=NOW, workload=obj, record=record, copy=copy,
-                             rules=Rules(stuck_after=20.0, gang_stall_after=0.0)))
+                             rules=Rules(stuck_after=20.0, gang_stall_after=10.0)))
     assert action.kind is ActionKind.NOTHING, action
     assert book.get(UID) is not None  # held for the first run until its pods bind or expiry
 
 
-def test_waiting_counts_gpu_pods_that_wait_for_a_node() -> None:
-    cap, book = _book()
-    _pod_event(cap, book, "workers-0", node_name=None, phase="Pending")
-    _pod_event(cap, book, "workers-1", node_name=None, phase="Pending")
-    assert (book.waiting(UID), book.bound(UID)) == (2, 0)
-    _pod_event(cap, book, "workers-0", node_name="n0")  # bound
-    _pod_event(cap, book, "workers-1", node_name=None, phase="Failed")  # never bound
-    assert (book.waiting(UID), book.bound(UID)) == (0, 1)
-    cpu = pod("cpu-only", 0)
-    cpu["metadata"]["labels"] = {HUB_UID_LABEL: UID}
-    book.upsert_pod(cpu)  # no GPUs: not tracked
-    _pod_event(cap, book, "workers-2", node_name=None, phase="Pending")
-    assert book.waiting(UID) == 1
-    book.delete_pod("team-a/workers-2")
-    assert book.waiting(UID) == 0
-    _pod_event(cap, book, "workers-3", node_name=None, phase="Pending")
-    book.relist_pods([])
-    assert book.waiting(UID) == 0 and book.bound(UID) == 0
+def test_a_pod_gone_from_its_node_had_its_slot() -> None:
+    """The member's informer sees bound, unfinished pods only: a pod that ran and ended
+    between two events arrives as a deletion with its last state, and takes its share."""
+    _, book = _book()
+    raw = pod("workers-0", 8, node_name="n0", phase="Succeeded")
+    raw["metadata"]["labels"] = {HUB_UID_LABEL: UID}
+    book.delete_pod(raw)
+    held = book.get(UID)
+    assert held is not None and held.gpus == 56 and dict(held.nodes).get("n0") is None
+    book.delete_pod(raw)  # once only
+    assert book.get(UID) == held
+    pending = pod("workers-1", 8, phase="Pending")
+    pending["metadata"]["labels"] = {HUB_UID_LABEL: UID}
+    book.delete_pod(pending)  # never on a node: nothing to take
+    assert book.get(UID) == held
