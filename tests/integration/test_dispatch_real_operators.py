@@ -278,76 +278,93 @@ async def _initializing(h: Harness) -> bool:
 HOLD_GATE = "dispatcher.io/test-hold"
 
 
-def jobset_one_pod_waiting(product: str) -> dict[str, Any]:
-    """Two replicated jobs of one 1-GPU pod each; the ``waiting`` pod carries a scheduling
-    gate, so kube-scheduler leaves it Pending (unbound) until the test lifts the gate. Its
-    Job is active all the same (a pod pending counts, jobset_types.go): the JobSet is under
-    way. The pods run for ten minutes (kwok), longer than the test."""
+def jobset_with_pods_waiting(product: str, *, pods_each: int,
+                             in_order: bool = False) -> dict[str, Any]:
+    """Two replicated jobs of ``pods_each`` 1-GPU pods; the ``waiting`` pods carry a
+    scheduling gate, so kube-scheduler leaves them Pending (unbound) until the test lifts
+    it. Their Job is active all the same (a pod pending counts, jobset_types.go): the
+    JobSet is under way. The pods run for ten minutes (kwok), longer than the test.
+    ``in_order``: the JobSet controller creates ``waiting`` only once ``workers`` is ready
+    (startupPolicy InOrder: two creation stages, one member gang each)."""
     def rjob(name: str, gated: bool) -> dict[str, Any]:
         spec = gpu_pod_spec(product)
         if gated:
             spec["schedulingGates"] = [{"name": HOLD_GATE}]
         return {"name": name, "replicas": 1, "template": {"spec": {
-            "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+            "parallelism": pods_each, "completions": pods_each, "backoffLimit": 0,
+            "template": {
                 "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}},
                 "spec": spec}}}}
+    spec: dict[str, Any] = {"replicatedJobs": [rjob("workers", False), rjob("waiting", True)]}
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "train", "annotations": PIN},
-            "spec": {"replicatedJobs": [rjob("workers", False), rjob("waiting", True)]}}
+            "metadata": {"name": "train", "annotations": PIN}, "spec": spec}
 
 
+@pytest.mark.parametrize("gang", ["none", "workload-api"])
 async def test_a_running_jobset_keeps_its_unbound_pods_gpus_reserved(
-        real_fleet: FleetState, fleet_spec: FleetSpec) -> None:
-    """Issue 41: the JobSet reads ``running`` as its operator says while one of its pods is
-    still unbound, and the GPU of that pod stays reserved on the member (the next placement
-    cannot count it as free): the reservation follows the pods, not the status word. Once
-    the pod binds, the reservation is gone without any status change. The member's gang
-    mechanism is off (``none``): with one (workload-api), the JobSet is one gang and the
-    scheduler binds none of its pods while one is gated."""
+        real_fleet: FleetState, fleet_spec: FleetSpec, gang: str) -> None:
+    """Issue 41: the JobSet reads ``running`` as its operator says while some of its pods
+    are still unbound, and their GPUs stay reserved on the member (the next placement
+    cannot count them as free): the reservation follows the pods, not the status word.
+    Once they bind, the reservation is gone without any status change. Without a member
+    gang mechanism (``none``): one pod per replicated job, independent. With the Workload
+    API the JobSet is one gang unless its replicated jobs start in order (then one gang
+    per creation stage): two pods per stage, InOrder, so ``waiting`` is created once
+    ``workers`` is ready and its gang holds while its pods are gated."""
     from dispatcher.fleet.connection import MemberConnection
 
     product, nodes = product_nodes(fleet_spec)
+    each = 1 if gang == "none" else 2
     selector = "jobset.sigs.k8s.io/jobset-name=train"
-    async with running(real_fleet, gangs={MEMBER: "none"}) as h:
+    async with running(real_fleet, gangs={MEMBER: gang}) as h:
         conn = h.controller.fleet.fleet.connection(MEMBER)  # type: ignore[attr-defined]
         assert isinstance(conn, MemberConnection)
         member = h.members[MEMBER]
         created = await h.hub.request("POST", JOBSETS.collection(h.namespace),
-                                      body=jobset_one_pod_waiting(product))
+                                      body=jobset_with_pods_waiting(
+                                          product, pods_each=each, in_order=gang != "none"))
         uid = created["metadata"]["uid"]
 
-        async def running_with_one_pod_unbound() -> dict[str, Any] | None:
+        async def running_with_pods_unbound() -> list[dict[str, Any]] | None:
             if await _generic(h, "JobSet") != "running":
                 return None
-            found = {p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name"): p
-                     for p in await pods(member, h.namespace, selector)}
-            workers, waiting = found.get("workers"), found.get("waiting")
-            if workers is None or waiting is None or not workers["spec"].get("nodeName"):
+            found: dict[str, list[dict[str, Any]]] = {}
+            for p in await pods(member, h.namespace, selector):
+                rjob = p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name")
+                found.setdefault(str(rjob), []).append(p)
+            workers, waiting = found.get("workers", []), found.get("waiting", [])
+            if len(workers) != each or not all(p["spec"].get("nodeName") for p in workers):
                 return None
             held = conn.reservations.get(uid)
-            if held is None or held.gpus != 1 or waiting["spec"].get("nodeName"):
+            if len(waiting) != each or any(p["spec"].get("nodeName") for p in waiting) \
+                    or held is None or held.gpus != each:
                 return None
             return waiting
 
-        waiting = await eventually(running_with_one_pod_unbound, within=120.0,
-                                   what="the JobSet running, its workers pod bound and the "
-                                        "waiting pod's GPU still reserved")
-        assert conn.reservations.bound(uid) == 1
+        waiting = await eventually(running_with_pods_unbound, within=120.0,
+                                   what="the JobSet running, its workers bound and the "
+                                        "waiting pods' GPUs still reserved")
+        assert conn.reservations.bound(uid) == each
         held = conn.reservations.get(uid)
-        assert held is not None and held.gpus == 1 and {n for n, _ in held.nodes} <= nodes
+        assert held is not None and held.gpus == each and {n for n, _ in held.nodes} <= nodes
         record = await get_or_none(h.hub, DISPATCHES.item("jobset-train", h.namespace))
         assert record["status"]["decision"]["reservation"] is not None  # not released
         assert record["status"]["genericStatus"] == "running"
-        # The waiting pod may bind now: the reservation empties itself, status unchanged.
-        await member.request(
-            "PATCH", f"/api/v1/namespaces/{h.namespace}/pods/{waiting['metadata']['name']}",
-            body={"spec": {"schedulingGates": []}},
-            content_type="application/merge-patch+json")
+        assert record["status"]["remote"]["gangMechanism"] == gang  # what the copy joined
+        # The waiting pods may bind now: the reservation empties itself, status unchanged.
+        for pod in waiting:
+            await member.request(
+                "PATCH", f"/api/v1/namespaces/{h.namespace}/pods/{pod['metadata']['name']}",
+                body={"spec": {"schedulingGates": []}},
+                content_type="application/merge-patch+json")
 
-        async def released_by_the_pod() -> bool:
-            return conn.reservations.get(uid) is None and conn.reservations.bound(uid) == 2
+        async def released_by_the_pods() -> bool:
+            return conn.reservations.get(uid) is None \
+                and conn.reservations.bound(uid) == 2 * each
 
-        await eventually(released_by_the_pod, what="the waiting pod bound, nothing reserved",
+        await eventually(released_by_the_pods, what="the waiting pods bound, nothing reserved",
                          within=60.0)
         assert await _generic(h, "JobSet") == "running"
         await _delete_everywhere(h, member, JOBSETS, selector)
