@@ -66,8 +66,9 @@ Branch order (first match wins):
 18  copy ours, hub spec changed since written      UPDATE_COPY (the hub object is the truth)
 19  copy ours, status (or its Kueue admission,     MIRROR (MemberAdmitted)
     MemberAdmitted) differs from the hub's
-19a copy joined to a member gang, never up, no     REPORT_STALL (GangStalled=True, once)
-    GPU pod bound gangStalledAfter after
+19a copy joined to a member gang, never got       REPORT_STALL (GangStalled=True, once)
+    going (``got_going``: also running with no
+    GPU pod bound) gangStalledAfter after
     submission, the member has room for it
 19b GangStalled reported, pods bound since         CLEAR_STALL (GangStalled=False)
 20  otherwise                                      NOTHING (or WAIT until the stuck or the
