@@ -120,8 +120,12 @@ async def kueue_view(hub: KubeClient, obj: dict[str, Any]) -> KueueView | None:
     except KubeError:
         checks = {}
     wl_uid = str(found["metadata"].get("uid") or "")
-    events = (await watch.list_objects(hub, EVENTS, namespace=namespace,
-                                       field_selector=f"involvedObject.uid={wl_uid}")).objects
+    try:  # without the right to read Events the stage still reads; only our words are lost
+        events = (await watch.list_objects(
+            hub, EVENTS, namespace=namespace,
+            field_selector=f"involvedObject.uid={wl_uid}")).objects
+    except KubeError:
+        events = []
     return KueueView(workload=found, checks=checks, events=events)
 
 
