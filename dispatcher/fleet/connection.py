@@ -122,7 +122,8 @@ class MemberConnection:
         self.synced = False
         """Whether capacity was listed at least once (it may be stale while not Ready)."""
         self.credentials_version: str | None = None
-        self._client: KubeClient | None = None
+        self._client: KubeClient | None = None  # published once the member answered
+        self._opened: KubeClient | None = None  # this session's client, to close
         self._load = load
         self._settings = settings
         self._clock = clock
@@ -287,18 +288,20 @@ class MemberConnection:
                                    "(allowed by fleet.allowInsecureTLS)")
         client = await KubeClient.from_kubeconfig(kubeconfig, name=self.name,
                                                   context=self.spec.context)
-        self._client = client
+        self._opened = client
         self.insecure_transport = risk
         return client
 
     async def _close(self) -> None:
-        client, self._client = self._client, None
+        client, self._opened, self._client = self._opened, None, None
         if client is not None:
             await client.close()
 
     async def _prepare(self, client: KubeClient) -> None:
         timeout = self._settings.request_timeout_s
         info = await client.request("GET", "/version", request_timeout=timeout)
+        # Published only now: a reconnect attempt to a member still down is not connected.
+        self._client = client
         version = str((info or {}).get("gitVersion", "")) or None
         recovered = self.health.first_loss is not None
         self.kubernetes_version = version

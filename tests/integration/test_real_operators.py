@@ -116,9 +116,20 @@ async def test_jobset_operator_runs_a_gpu_jobset_to_completion(
         return current if generic_status(current) == "running" else None
 
     seen = await eventually(running, what="JobSet generic status running", within=WITHIN_S)
-    # Running = every Job ready or already done (a slow poll can see one finished first).
+    # Running = as the operator counts it: both Jobs under way (active, ready or already
+    # done), none failed; which pods are on nodes is the reservation's business.
     workers = seen["status"]["replicatedJobsStatus"][0]
-    assert workers.get("ready", 0) + workers.get("succeeded", 0) == 2, seen["status"]
+    under_way = max(workers.get("active", 0), workers.get("ready", 0))
+    assert under_way + workers.get("succeeded", 0) == 2, seen["status"]
+    assert workers.get("failed", 0) == 0, seen["status"]
+
+    async def ready() -> dict[str, Any] | None:
+        current: dict[str, Any] = await member.request("GET", JOBSETS.item("train", namespace))
+        jobs = ((current.get("status") or {}).get("replicatedJobsStatus") or [{}])[0]
+        return current if jobs.get("ready", 0) + jobs.get("succeeded", 0) == 2 else None
+
+    # Then every Job's pods run on the product's nodes (or are already done).
+    await eventually(ready, what="both Jobs ready", within=WITHIN_S)
 
     async def completed() -> dict[str, Any] | None:
         current: dict[str, Any] = await member.request("GET", JOBSETS.item("train", namespace))
