@@ -20,6 +20,8 @@ the hub, workers on the members) and only the JobSet operator; the tests using i
 the normal suite's budget. They are deselected otherwise (reported as such), never skipped.
 ``member_kueue_fleet`` (session) is the ``--member-kueue`` profile: each member runs its own
 Kueue (``clusters/kueue-members.yaml``), the hub none; its tests run in every suite.
+``v137_fleet`` (module) runs Kubernetes 1.37 everywhere, one member with its gang API gate
+off (``integration/fleet-v137.yaml``).
 """
 
 from __future__ import annotations
@@ -152,6 +154,17 @@ def mk_dispatcher_fleet(tmp_path_factory: pytest.TempPathFactory, fleet_spec: Fl
     yield from _with_operators(tmp_path_factory.mktemp("mkdispatcher"), "jobset", lambda root: (
         devfleet.up(root=root, fleet=fleet_spec, real=True,
                     kueue=ClientLimits(dispatcher_name=DISPATCHER_NAME))))
+
+
+V137_FLEET = Path(__file__).parent / "integration" / "fleet-v137.yaml"
+
+
+@pytest.fixture(scope="module")
+def v137_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetState]:
+    """A dedicated 1.37 hub and two real 1.37 members (``fleet-v137.yaml``: the built-in gang
+    API on one, its gate off on the other) with the JobSet operator, for one module."""
+    yield from _with_operators(tmp_path_factory.mktemp("v137"), "jobset", lambda root: (
+        devfleet.up(root=root, fleet=load_fleet(V137_FLEET), real=True)))
 
 
 def _with_operators(root: Path, operators: str,

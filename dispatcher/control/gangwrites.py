@@ -24,7 +24,7 @@ from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.client import JSON_MERGE_PATCH, KubeClient
 from dispatcher.kube.errors import Conflict, NotFound
-from dispatcher.kube.gangapis import COSCHEDULING, NONE, POD_GROUP, WORKLOAD, Mechanism
+from dispatcher.kube.gangapis import API_OF, NONE, Mechanism
 from dispatcher.kube.resources import GroupVersionKind, ResourceRef
 
 __all__ = ["adopt_objects", "create_objects", "discard_objects", "served"]
@@ -40,8 +40,7 @@ async def usable(client: KubeClient, mechanism: Mechanism) -> Mechanism:
     client), else ``none``."""
     if mechanism == NONE:
         return NONE
-    gvk = POD_GROUP if mechanism == COSCHEDULING else WORKLOAD
-    return mechanism if await served(client, gvk) is not None else NONE
+    return mechanism if await served(client, API_OF[mechanism]) is not None else NONE
 
 
 async def create_objects(client: KubeClient, gang_plan: GangPlan, *, cluster: str,

@@ -37,17 +37,20 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Collection
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dispatcher.devfleet.operatorbuilds import OPERATORS, PEERS, OperatorBuild
 from dispatcher.sources import SourceMissing, source_path
 
-__all__ = ["OPERATORS", "PEERS", "Binaries", "BuildError", "OperatorBinary", "OperatorBuild",
-           "cache_root", "ensure_binaries", "ensure_helm", "ensure_operators", "ensure_peers",
-           "kwok_stages",
-           "wrapper_dir"]
+__all__ = ["KUBERNETES_MODULES", "OPERATORS", "PEERS", "Binaries", "BuildError",
+           "OperatorBinary", "OperatorBuild", "cache_root", "ensure_binaries", "ensure_helm",
+           "ensure_operators", "ensure_peers", "kwok_stages", "minor_of", "wrapper_dir"]
+
+KUBERNETES_MODULES: Mapping[str, str] = {"1.35": "kube-apiserver", "1.37": "kubernetes-v1.37"}
+"""The Kubernetes minors a dev cluster can run, each from its wrapper module under
+``deploy/local``; the first is the default (and builds etcd and kwok beside it)."""
 
 
 class BuildError(RuntimeError):
@@ -62,6 +65,12 @@ class OperatorBinary:
     binary: Path
     version: str
     crds_dir: Path
+    minors: tuple[str, ...] = ()
+    """The Kubernetes minors whose clusters run it (empty: every minor)."""
+
+    def runs_on(self, minor: str) -> bool:
+        """Whether a cluster of Kubernetes ``minor`` runs this build."""
+        return not self.minors or minor in self.minors
 
     def crd_files(self) -> list[Path]:
         """The CRD YAMLs copied from the module."""
@@ -88,6 +97,24 @@ class Binaries:
     kwok_version: str
     operators: tuple[OperatorBinary, ...] = ()
     """The workload operators of the real members (empty for a light fleet)."""
+    minors: Mapping[str, Binaries] = field(default_factory=dict)
+    """Every built minor ("1.37") to its binaries: its own Kubernetes four, the same etcd,
+    kwok and operators."""
+
+    @property
+    def minor(self) -> str:
+        """This set's Kubernetes minor ("1.35")."""
+        return minor_of(self.kubernetes_version)
+
+    def at(self, minor: str | None) -> Binaries:
+        """The binaries of a cluster running Kubernetes ``minor`` (None: this set)."""
+        if minor is None or minor == self.minor:
+            return self
+        found = self.minors.get(minor)
+        if found is None:
+            raise BuildError(f"Kubernetes {minor} is not built here; the dev fleet runs "
+                             f"{', '.join(KUBERNETES_MODULES)}")
+        return replace(found, operators=self.operators, minors=self.minors)
 
     def operator(self, name: str) -> OperatorBinary | None:
         """The built operator called ``name``, or None."""
@@ -213,13 +240,13 @@ def ensure_operators(*, rebuild: bool = False, names: Collection[str] | None = N
     root = wrapper_dir()
     built: list[OperatorBinary] = []
     for spec in builds:
-        module_dir = root / spec.name
+        module_dir = root / spec.directory
         if (names is not None and spec.name not in names) or not (module_dir / "go.mod").exists():
             continue
         version = _required_version(module_dir / "go.mod", spec.module)
         target = cache_root() / f"op-{spec.name}-{version}-{_key(module_dir)}"
         op = OperatorBinary(name=spec.name, binary=target / spec.name, version=version,
-                            crds_dir=target / "crds")
+                            crds_dir=target / "crds", minors=spec.minors)
         if rebuild and target.exists():
             shutil.rmtree(target)
         if not op.binary.exists():
@@ -257,16 +284,63 @@ def ensure_peers(*, rebuild: bool = False) -> tuple[OperatorBinary, ...]:
     return ensure_operators(rebuild=rebuild, builds=PEERS)
 
 
+def minor_of(version: str) -> str:
+    """ "v1.37.2" -> "1.37"."""
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def _kubernetes_jobs(bins: Binaries, module: Path, *, members: bool
+                     ) -> list[tuple[Path, Path, str, str]]:
+    ldflags = _k8s_ldflags(bins.kubernetes_version)
+    names = ["kube-apiserver", "kubectl", "kube-controller-manager"]
+    if members:
+        names.append("kube-scheduler")
+    outputs = {"kube-apiserver": bins.kube_apiserver, "kubectl": bins.kubectl,
+               "kube-controller-manager": bins.kube_controller_manager,
+               "kube-scheduler": bins.kube_scheduler}
+    return [(outputs[n], module, f"k8s.io/kubernetes/cmd/{n}", ldflags) for n in names]
+
+
+def _run_jobs(jobs: list[tuple[Path, Path, str, str]], log: Path) -> None:
+    for output, module, package, ldflags in jobs:
+        if output.exists():
+            continue
+        partial = output.with_suffix(".partial")
+        _go_build(module=module, package=package, output=partial, ldflags=ldflags, log=log)
+        partial.rename(output)
+
+
+def _other_minor(minor: str, base: Binaries, *, rebuild: bool, members: bool) -> Binaries:
+    """Kubernetes ``minor``'s own four binaries (cached by their module alone), with
+    ``base``'s etcd and kwok."""
+    module = wrapper_dir() / KUBERNETES_MODULES[minor]
+    version = _required_version(module / "go.mod", "k8s.io/kubernetes")
+    target = cache_root() / f"k8s-{version}-{_key(module)}"
+    if rebuild and target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True, exist_ok=True)
+    bins = replace(base, kube_apiserver=target / "kube-apiserver", kubectl=target / "kubectl",
+                   kube_scheduler=target / "kube-scheduler",
+                   kube_controller_manager=target / "kube-controller-manager",
+                   kubernetes_version=version, operators=(), minors={})
+    _run_jobs(_kubernetes_jobs(bins, module, members=members), target / "build.log")
+    return bins
+
+
 def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     """Return the cached binaries, building whichever is missing.
 
-    ``members=False`` builds only what a light fleet runs: etcd, kube-apiserver, kubectl and
-    kube-controller-manager (its dedicated hub runs one); kube-scheduler and kwok are still
-    returned but may not exist, and no operator is built. Raises BuildError when Go is
-    missing or a build fails; never returns partial results of what was asked for.
+    The result is the default minor's (the first of ``KUBERNETES_MODULES``); ``.at(minor)``
+    gives every other pinned minor's. ``members=False`` builds only what a light fleet runs:
+    etcd, kube-apiserver, kubectl and kube-controller-manager (its dedicated hub runs one);
+    kube-scheduler and kwok are still returned but may not exist, and no operator is built.
+    Raises BuildError when Go is missing or a build fails; never returns partial results of
+    what was asked for.
     """
     root = wrapper_dir()
-    k8s_mod, etcd_mod, kwok_mod = root / "kube-apiserver", root / "etcd", root / "kwok"
+    default, *others = KUBERNETES_MODULES
+    k8s_mod = root / KUBERNETES_MODULES[default]
+    etcd_mod, kwok_mod = root / "etcd", root / "kwok"
     k8s_version = _required_version(k8s_mod / "go.mod", "k8s.io/kubernetes")
     etcd_version = _required_version(etcd_mod / "go.mod", "go.etcd.io/etcd/server/v3")
     kwok_version = _required_version(kwok_mod / "go.mod", "sigs.k8s.io/kwok")
@@ -280,26 +354,14 @@ def ensure_binaries(*, rebuild: bool = False, members: bool = True) -> Binaries:
     if rebuild and target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True, exist_ok=True)
-    log = target / "build.log"
-    k8s_ldflags = _k8s_ldflags(k8s_version)
-    jobs = [
-        (bins.etcd, etcd_mod, "go.etcd.io/etcd/server/v3", "-s -w"),
-        (bins.kube_apiserver, k8s_mod, "k8s.io/kubernetes/cmd/kube-apiserver", k8s_ldflags),
-        (bins.kubectl, k8s_mod, "k8s.io/kubernetes/cmd/kubectl", k8s_ldflags),
-        (bins.kube_controller_manager, k8s_mod,
-         "k8s.io/kubernetes/cmd/kube-controller-manager", k8s_ldflags),
-    ]
+    jobs = [(bins.etcd, etcd_mod, "go.etcd.io/etcd/server/v3", "-s -w"),
+            *_kubernetes_jobs(bins, k8s_mod, members=members)]
     if members:
-        jobs += [
-            (bins.kube_scheduler, k8s_mod, "k8s.io/kubernetes/cmd/kube-scheduler", k8s_ldflags),
-            (bins.kwok, kwok_mod, "sigs.k8s.io/kwok/cmd/kwok", "-s -w"),
-        ]
-    for output, module, package, ldflags in jobs:
-        if output.exists():
-            continue
-        partial = output.with_suffix(".partial")
-        _go_build(module=module, package=package, output=partial, ldflags=ldflags, log=log)
-        partial.rename(output)
+        jobs.append((bins.kwok, kwok_mod, "sigs.k8s.io/kwok/cmd/kwok", "-s -w"))
+    _run_jobs(jobs, target / "build.log")
+    minors = {minor: _other_minor(minor, bins, rebuild=rebuild, members=members)
+              for minor in others}
+    bins = replace(bins, minors={default: bins, **minors})
     if members:
         bins = replace(bins, operators=ensure_operators(rebuild=rebuild,
                                                         names=selected_operators()))
@@ -362,9 +424,14 @@ def main() -> int:
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    for path in (bins.etcd, bins.kube_apiserver, bins.kubectl, bins.kube_scheduler,
-                 bins.kube_controller_manager, bins.kwok):
+    for path in (bins.etcd, bins.kwok):
         _say(f"{path.name}: {path.stat().st_size / 2**20:.0f} MiB")
+    for minor in bins.minors:
+        at = bins.at(minor)
+        for path in (at.kube_apiserver, at.kubectl, at.kube_scheduler,
+                     at.kube_controller_manager):
+            _say(f"{path.name} {at.kubernetes_version}: "
+                 f"{path.stat().st_size / 2**20:.0f} MiB")
     _say(f"helm: {helm.stat().st_size / 2**20:.0f} MiB")
     for op in bins.operators:
         _say(f"{op.name} {op.version}: {op.binary.stat().st_size / 2**20:.0f} MiB, "

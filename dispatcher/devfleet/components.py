@@ -3,6 +3,8 @@ kube-scheduler and kwok (with its stages), per cluster profile."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -10,8 +12,10 @@ import yaml
 from dispatcher.devfleet.binaries import kwok_stages
 from dispatcher.devfleet.state import LIGHT, REAL
 
-__all__ = ["JOB_SECONDS", "KCM_CONTROLLERS", "KWOK_NODE_ANNOTATION", "apiserver_argv",
-           "kcm_argv", "kwok_argv", "render_stages", "scheduler_argv"]
+__all__ = ["DEFAULT_MINOR", "GANG_FLAGS", "JOB_SECONDS", "KCM_CONTROLLERS",
+           "KWOK_NODE_ANNOTATION", "GangFlags", "apiserver_argv", "gang_flags", "gate_flag",
+           "kcm_argv",
+           "kcm_controllers", "kwok_argv", "render_stages", "scheduler_argv"]
 
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 """The annotation that hands a Node of a real member to its kwok (key, value)."""
@@ -20,25 +24,82 @@ JOB_SECONDS = 5.0
 
 # kube-controller-manager controllers of a real cluster: every default one except those that
 # need a cloud provider or allocate node CIDRs (no CNI here; kwok assigns pod IPs itself).
-KCM_CONTROLLERS = ",".join([
-    "*", "-cloud-node-lifecycle-controller", "-node-route-controller",
-    "-service-lb-controller", "-node-ipam-controller"])
+# 1.37 no longer has the cloud ones (an unknown name in --controllers is a start-up error:
+# controller-manager/options/generic.go Validate).
+_KCM_CONTROLLERS = {
+    "1.35": ",".join(["*", "-cloud-node-lifecycle-controller", "-node-route-controller",
+                      "-service-lb-controller", "-node-ipam-controller"]),
+    "1.37": "*,-node-ipam-controller",
+}
+KCM_CONTROLLERS = _KCM_CONTROLLERS["1.35"]
+DEFAULT_MINOR = "1.35"
 
-# Gang scheduling on a real member through the Workload API (Kubernetes 1.35 alpha):
-# the apiserver serves scheduling.k8s.io/v1alpha1 Workloads (GenericWorkload gate and the
-# group; pkg/registry/scheduling/rest/storage_scheduling.go) and keeps pods' workloadRef
-# (dropped without the gate: pkg/api/pod/util.go dropDisabledWorkloadRef); kube-scheduler
-# adds the GangScheduling plugin to its default profile (GangScheduling gate, which needs
-# GenericWorkload: pkg/features/kube_features.go; pkg/scheduler/apis/config/v1/
-# default_plugins.go). The plugin acts only on pods with a workloadRef, so ordinary
-# scheduling is unchanged.
-GANG_GATES_APISERVER = "GenericWorkload=true"
-GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
-GANG_GATES_SCHEDULER = "GenericWorkload=true,GangScheduling=true"
+
+@dataclass(frozen=True, kw_only=True)
+class GangFlags:
+    """What a real cluster of one minor is started with so its scheduler holds gangs.
+
+    1.35: the apiserver serves ``scheduling.k8s.io/v1alpha1`` Workloads with its group
+    enabled and the ``GenericWorkload`` gate (pkg/registry/scheduling/rest/
+    storage_scheduling.go) and keeps pods' ``workloadRef`` (dropped without the gate:
+    pkg/api/pod/util.go); kube-scheduler adds the GangScheduling plugin under the gates
+    ``GenericWorkload,GangScheduling`` (pkg/scheduler/apis/config/v1/default_plugins.go).
+    1.37: ``scheduling.k8s.io/v1beta1`` Workload and PodGroup (group off by default, gate
+    Beta but off: pkg/controlplane/instance.go, pkg/features/kube_features.go); the
+    ``GangScheduling`` gate is gone (naming it stops kube-scheduler), the plugin comes with
+    ``GenericWorkload``; kube-controller-manager needs the gate too, or no one lifts the
+    ``podgroup-protection`` finalizer the apiserver's admission puts on every PodGroup.
+    The plugin acts only on pods that name a group, so ordinary scheduling is unchanged.
+    """
+
+    runtime_config: str
+    gates: Mapping[str, bool]
+    """Every component's gates (the scheduler's; the others drop ``scheduler_only``)."""
+    scheduler_only: frozenset[str] = frozenset()
+    kcm_gated: bool = False
+    """Whether kube-controller-manager takes the gates too."""
+
+    def apiserver(self, extra: Mapping[str, bool]) -> str:
+        return gate_flag({k: v for k, v in {**self.gates, **extra}.items()
+                           if k not in self.scheduler_only})
+
+    def scheduler(self, extra: Mapping[str, bool]) -> str:
+        gates = {**self.gates, **extra}
+        if not gates.get("GenericWorkload", True):
+            # GangScheduling needs GenericWorkload (kube_features.go dependencies)
+            gates = {k: v for k, v in gates.items() if k not in self.scheduler_only}
+        return gate_flag(gates)
+
+    def kcm(self, extra: Mapping[str, bool]) -> str:
+        return self.apiserver(extra) if self.kcm_gated else gate_flag(extra)
+
+
+GANG_FLAGS: Mapping[str, GangFlags] = {
+    "1.35": GangFlags(runtime_config="scheduling.k8s.io/v1alpha1=true",
+                      gates={"GenericWorkload": True, "GangScheduling": True},
+                      scheduler_only=frozenset({"GangScheduling"})),
+    "1.37": GangFlags(runtime_config="scheduling.k8s.io/v1beta1=true",
+                      gates={"GenericWorkload": True}, kcm_gated=True),
+}
+
+
+def gang_flags(minor: str) -> GangFlags:
+    """The gang flags of ``minor`` ("" for the default)."""
+    return GANG_FLAGS[minor or DEFAULT_MINOR]
+
+
+def kcm_controllers(minor: str) -> str:
+    """A real cluster's kube-controller-manager controllers at ``minor``."""
+    return _KCM_CONTROLLERS[minor or DEFAULT_MINOR]
+
+
+def gate_flag(gates: Mapping[str, bool]) -> str:
+    return ",".join(f"{k}={'true' if v else 'false'}" for k, v in gates.items())
 
 
 def apiserver_argv(binary: Path, home: Path, *, etcd_url: str, prefix: str, port: int,
-                   profile: str) -> list[str]:
+                   profile: str, minor: str = "",
+                   feature_gates: Mapping[str, bool] | None = None) -> list[str]:
     """kube-apiserver on loopback ``port``, its files in ``home``, its objects under
     ``prefix`` in the shared etcd."""
     argv = [
@@ -61,12 +122,15 @@ def apiserver_argv(binary: Path, home: Path, *, etcd_url: str, prefix: str, port
         "--profiling=false",
         "--v=1",
     ]
+    gates = feature_gates or {}
     if profile == REAL:
-        # The Workload API (Kubernetes 1.35 alpha) a real member's kube-scheduler
-        # gang-schedules by (kube/gangapis.py): served only with the gate and the
-        # group enabled; alpha, so off everywhere else.
-        argv += [f"--feature-gates={GANG_GATES_APISERVER}",
-                 f"--runtime-config={GANG_RUNTIME_CONFIG}"]
+        # The gang API a real member's kube-scheduler holds gangs by (kube/gangapis.py):
+        # served only with its gate and its group enabled; off everywhere else.
+        flags = gang_flags(minor)
+        argv += [f"--feature-gates={flags.apiserver(gates)}",
+                 f"--runtime-config={flags.runtime_config}"]
+    elif gates:
+        argv.append(f"--feature-gates={gate_flag(gates)}")
     if profile == LIGHT:
         # No ServiceAccount controller here; no node lifecycle controller to lift the
         # not-ready taint that TaintNodesByCondition would put on every new Node.
@@ -75,8 +139,9 @@ def apiserver_argv(binary: Path, home: Path, *, etcd_url: str, prefix: str, port
 
 
 def kcm_argv(binary: Path, home: Path, *, kubeconfig: str, port: int, ca_path: Path,
-             controllers: str) -> list[str]:
-    """kube-controller-manager running ``controllers``, each as its own ServiceAccount."""
+             controllers: str, gates: str = "") -> list[str]:
+    """kube-controller-manager running ``controllers``, each as its own ServiceAccount
+    (``gates``: its --feature-gates, "" for none)."""
     return [
         str(binary), f"--kubeconfig={kubeconfig}",
         "--leader-elect=false", "--bind-address=127.0.0.1",
@@ -84,16 +149,18 @@ def kcm_argv(binary: Path, home: Path, *, kubeconfig: str, port: int, ca_path: P
         f"--service-account-private-key-file={home / 'sa.key'}",
         "--use-service-account-credentials=true", f"--root-ca-file={ca_path}",
         f"--controllers={controllers}", "--profiling=false", "--v=1",
+        *([f"--feature-gates={gates}"] if gates else []),
     ]
 
 
-def scheduler_argv(binary: Path, home: Path, *, kubeconfig: str, port: int) -> list[str]:
-    """kube-scheduler with the gang scheduling gates (module constants)."""
+def scheduler_argv(binary: Path, home: Path, *, kubeconfig: str, port: int,
+                   gates: str) -> list[str]:
+    """kube-scheduler with ``gates`` (``GangFlags.scheduler``)."""
     return [
         str(binary), f"--kubeconfig={kubeconfig}",
         "--leader-elect=false", "--bind-address=127.0.0.1",
         f"--secure-port={port}", f"--cert-dir={home / 'scheduler-certs'}",
-        f"--feature-gates={GANG_GATES_SCHEDULER}", "--profiling=false", "--v=1",
+        *([f"--feature-gates={gates}"] if gates else []), "--profiling=false", "--v=1",
     ]
 
 

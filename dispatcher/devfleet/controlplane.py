@@ -29,7 +29,7 @@ import base64
 import secrets
 import shutil
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,10 @@ from dispatcher.devfleet.components import (
     KCM_CONTROLLERS,
     KWOK_NODE_ANNOTATION,
     apiserver_argv,
+    gang_flags,
+    gate_flag,
     kcm_argv,
+    kcm_controllers,
     kwok_argv,
     render_stages,
     scheduler_argv,
@@ -60,6 +63,7 @@ from dispatcher.devfleet.processes import (
 )
 from dispatcher.devfleet.readiness import wait_components, wait_ready
 from dispatcher.devfleet.state import DEDICATED, LIGHT, REAL, ClusterInfo, FleetState, ProcessInfo
+from dispatcher.fleet.fleetfile import KubernetesSpec
 from dispatcher.kube import pki
 
 __all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KCM_CONTROLLERS",
@@ -145,22 +149,31 @@ class ControlPlanes:
         return FleetState.read(self.root)
 
     def up(self, *, names: list[str], real: Collection[str] = (),
-           dedicated: Collection[str] = (), timeout: float = START_TIMEOUT_S) -> FleetState:
+           dedicated: Collection[str] = (),
+           kubernetes: Mapping[str, KubernetesSpec] | None = None,
+           timeout: float = START_TIMEOUT_S) -> FleetState:
         """Start etcd and one apiserver per name; return when every one is ready.
 
         The clusters named in ``real`` also get kube-controller-manager, kube-scheduler,
         kwok and the operators; those in ``dedicated`` a kube-controller-manager limited to
         ``DEDICATED_CONTROLLERS``. Either is ready once its components answer and the
         ``default`` ServiceAccount exists (Nodes are created later, by provisioning); the
-        others are light. Idempotent: when a healthy fleet with the same names and the same
-        profiles already runs here, it is returned as is. A half-dead or different one is
-        stopped and started afresh.
+        others are light. ``kubernetes`` gives a cluster its minor and feature gates
+        (absent: the default minor, the dev fleet's gates). Idempotent: when a healthy fleet
+        with the same names, profiles and Kubernetes already runs here, it is returned as
+        is. A half-dead or different one is stopped and started afresh.
         """
         profiles = _profiles(names, real=real, dedicated=dedicated)
+        kube = {name: (kubernetes or {}).get(name) or KubernetesSpec() for name in names}
+        for spec in kube.values():
+            self.binaries.at(spec.version or None)  # BuildError names an unbuilt minor
         existing = self.state()
         if existing is not None:
             if ({c.name: c.profile for c in existing.clusters} == profiles
                     and [c.name for c in existing.clusters] == names
+                    and all((c.kubernetes, c.feature_gates)
+                            == (kube[c.name].version, dict(kube[c.name].feature_gates))
+                            for c in existing.clusters)
                     and self.healthy(existing)):
                 return existing
             self.down()
@@ -174,8 +187,8 @@ class ControlPlanes:
         _write_private(self.root / "ca.key", ca.key_pem)  # for profiles added later (Kueue)
         try:
             wait_http(etcd.health, timeout=30, proc=etcd)
-            self._start_clusters(clusters, profiles, etcd_url=etcd_url, ca=ca, sa_key=sa_key,
-                                 ca_path=ca_path, timeout=timeout)
+            self._start_clusters(clusters, profiles, kube, etcd_url=etcd_url, ca=ca,
+                                 sa_key=sa_key, ca_path=ca_path, timeout=timeout)
         except BaseException:
             for proc in [p for c in clusters for p in reversed(c.processes())] + [etcd]:
                 stop_process(proc)
@@ -188,7 +201,8 @@ class ControlPlanes:
         state.write()
         return state
 
-    def _start_clusters(self, clusters: list[ClusterInfo], profiles: dict[str, str], *,
+    def _start_clusters(self, clusters: list[ClusterInfo], profiles: dict[str, str],
+                        kube: Mapping[str, KubernetesSpec], *,
                         etcd_url: str, ca: pki.CertificateAuthority, sa_key: bytes,
                         ca_path: Path, timeout: float) -> None:
         """Every apiserver, then (once they are ready) each profile's components and a real
@@ -197,7 +211,7 @@ class ControlPlanes:
         for name, profile in profiles.items():
             clusters.append(self._start_apiserver(name=name, etcd_url=etcd_url, ca=ca,
                                                   sa_key=sa_key, ca_path=ca_path,
-                                                  profile=profile))
+                                                  profile=profile, kubernetes=kube[name]))
         for cluster in clusters:
             wait_ready(cluster, timeout=timeout)
         for index, cluster in enumerate(clusters):
@@ -206,7 +220,8 @@ class ControlPlanes:
                     cluster, ca_path=ca_path))
             elif cluster.profile == DEDICATED:
                 clusters[index] = replace(cluster, components=[self._start_kcm(
-                    cluster, ca_path=ca_path, controllers=",".join(DEDICATED_CONTROLLERS))])
+                    cluster, ca_path=ca_path, controllers=",".join(DEDICATED_CONTROLLERS),
+                    gates=gate_flag(cluster.feature_gates))])
         for index, cluster in enumerate(clusters):
             if cluster.real:
                 clusters[index] = replace(cluster, components=[
@@ -215,7 +230,8 @@ class ControlPlanes:
             wait_components(cluster, timeout=timeout)
 
     def _start_apiserver(self, *, name: str, etcd_url: str, ca: pki.CertificateAuthority,
-                         sa_key: bytes, ca_path: Path, profile: str) -> ClusterInfo:
+                         sa_key: bytes, ca_path: Path, profile: str,
+                         kubernetes: KubernetesSpec) -> ClusterInfo:
         home = self.root / name
         home.mkdir(parents=True, exist_ok=True)
         cert, key = ca.issue_serving(name)
@@ -227,8 +243,10 @@ class ControlPlanes:
         port = free_port()
         server = f"https://127.0.0.1:{port}"
         prefix = f"/{name}-{uuid.uuid4().hex[:8]}/registry"
-        argv = apiserver_argv(self.binaries.kube_apiserver, home, etcd_url=etcd_url,
-                              prefix=prefix, port=port, profile=profile)
+        minor = kubernetes.version
+        argv = apiserver_argv(self.binaries.at(minor or None).kube_apiserver, home,
+                              etcd_url=etcd_url, prefix=prefix, port=port, profile=profile,
+                              minor=minor, feature_gates=kubernetes.feature_gates)
         process = spawn(argv, home / "apiserver.log", role="kube-apiserver",
                         health=f"{server}/readyz")
         kubeconfig = home / "kubeconfig"
@@ -236,10 +254,11 @@ class ControlPlanes:
             _kubeconfig([(name, server, token, ca.cert_pem)], name)))
         return ClusterInfo(name=name, server=server, token=token, ca_file=str(ca_path),
                            kubeconfig=str(kubeconfig), etcd_prefix=prefix, process=process,
-                           profile=profile)
+                           profile=profile, kubernetes=minor,
+                           feature_gates=dict(kubernetes.feature_gates))
 
     def _start_kcm(self, cluster: ClusterInfo, *, ca_path: Path,
-                   controllers: str) -> ProcessInfo:
+                   controllers: str, gates: str) -> ProcessInfo:
         """kube-controller-manager running ``controllers``, each as its own ServiceAccount
         ``kube-system/<controller>`` (``--use-service-account-credentials``, as kubeadm and
         every managed cluster do): its requests are then authorized by the bootstrap
@@ -247,24 +266,29 @@ class ControlPlanes:
         shows which controllers run (``job-controller`` only where the Job controller does)."""
         home = self.root / cluster.name
         port = free_port()
-        argv = kcm_argv(self.binaries.kube_controller_manager, home, kubeconfig=cluster.kubeconfig,
-                        port=port, ca_path=ca_path, controllers=controllers)
+        argv = kcm_argv(self._at(cluster).kube_controller_manager, home,
+                        kubeconfig=cluster.kubeconfig, port=port, ca_path=ca_path,
+                        controllers=controllers, gates=gates)
         return spawn(argv, home / "kube-controller-manager.log", role="kube-controller-manager",
                      health=f"https://127.0.0.1:{port}/healthz")
 
     def _start_components(self, cluster: ClusterInfo, *, ca_path: Path) -> list[ProcessInfo]:
         """kube-controller-manager, kube-scheduler and kwok for a real cluster."""
-        bins = self.binaries
+        bins = self._at(cluster)
+        flags = gang_flags(cluster.kubernetes)
         home = self.root / cluster.name
         kubeconfig = cluster.kubeconfig
         stages = home / "kwok-stages.yaml"
         stages.write_text(render_stages(job_seconds=self.job_seconds))
         scheduler_port, kwok_port = free_port(), free_port()
         scheduler = scheduler_argv(bins.kube_scheduler, home, kubeconfig=kubeconfig,
-                                   port=scheduler_port)
+                                   port=scheduler_port,
+                                   gates=flags.scheduler(cluster.feature_gates))
         kwok = kwok_argv(bins.kwok, kubeconfig=kubeconfig, stages=stages, port=kwok_port)
         return [
-            self._start_kcm(cluster, ca_path=ca_path, controllers=KCM_CONTROLLERS),
+            self._start_kcm(cluster, ca_path=ca_path,
+                            controllers=kcm_controllers(cluster.kubernetes),
+                            gates=flags.kcm(cluster.feature_gates)),
             spawn(scheduler, home / "kube-scheduler.log", role="kube-scheduler",
                   health=f"https://127.0.0.1:{scheduler_port}/healthz"),
             spawn(kwok, home / "kwok.log", role="kwok",
@@ -278,13 +302,20 @@ class ControlPlanes:
         home = self.root / cluster.name
         rest = cluster.rest()
         started = []
+        minor = self._at(cluster).minor
         for op in self.binaries.operators:
+            if not op.runs_on(minor):
+                continue
             run = operators.prepare(op, home=home, kubeconfig=cluster.kubeconfig, ca=ca,
                                     free_port=free_port)
             operators.install(rest, run)
             started.append(spawn(run.argv, home / f"{op.name}.log", role=op.name,
                                  health=run.health, env=run.env))
         return started
+
+    def _at(self, cluster: ClusterInfo) -> Binaries:
+        """The binaries of ``cluster``'s Kubernetes minor."""
+        return self.binaries.at(cluster.kubernetes or None)
 
     def add_processes(self, name: str, runs: list[operators.OperatorRun], *,
                       timeout: float = START_TIMEOUT_S) -> ClusterInfo:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from dispatcher.devfleet import kueue as kueue_run
 from dispatcher.devfleet import memberkueue, multikueue, operators, provision
@@ -96,16 +96,22 @@ def up(*, root: Path, fleet: FleetSpec, real: bool = False, hub: HubMode = "dedi
         planes.down()
     state = planes.up(names=[HUB, *members],
                       real=[*members, HUB] if hub == "shared" else members if real else (),
-                      dedicated=[HUB] if hub == "dedicated" else ())
+                      dedicated=[HUB] if hub == "dedicated" else (),
+                      kubernetes={HUB: fleet.hub.kubernetes,
+                                  **{m.name: m.kubernetes for m in fleet.members}})
     if state.hub_mode != hub:
         state = replace(state, hub_mode=hub)
         state.write()
-    real_crds = operators.hub_crds(planes.binaries.operators) if real else []
-    provision.provision_hub(state.cluster(HUB).rest(), real_crds=real_crds,
+
+    def real_crds(cluster: str) -> list[dict[str, Any]]:
+        minor = planes.binaries.at(state.cluster(cluster).kubernetes or None).minor
+        return operators.hub_crds(planes.binaries.operators, minor) if real else []
+
+    provision.provision_hub(state.cluster(HUB).rest(), real_crds=real_crds(HUB),
                             nodes=fleet.hub if hub == "shared" else None)
     for member in fleet.members:
         provision.provision_member(state.cluster(member.name).rest(), member, real=real,
-                                   real_crds=real_crds)
+                                   real_crds=real_crds(member.name))
     if hub == "shared":
         provision.wait_nodes_ready(state.cluster(HUB).rest(), fleet.hub)
     if real:

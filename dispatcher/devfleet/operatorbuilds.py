@@ -5,7 +5,7 @@ files it carries (``devfleet/binaries.py`` builds them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["OPERATORS", "PEERS", "OperatorBuild"]
 
@@ -28,12 +28,28 @@ class OperatorBuild:
     files: tuple[str, ...] = ()
     """Other release manifests (ConfigMaps, runtimes, webhooks; ``module:path`` as for
     ``crds``), copied into ``files/`` for the operator's preparer."""
+    wrapper: str = ""
+    """Its wrapper module's directory under ``deploy/local`` ("": ``name``)."""
+    minors: tuple[str, ...] = ()
+    """The Kubernetes minors whose clusters run this build (empty: every minor)."""
 
+    @property
+    def directory(self) -> str:
+        return self.wrapper or self.name
+
+
+_JOBSET = OperatorBuild(name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
+                        crds=("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+                        webhooks="config/components/webhook/manifests.yaml")
 
 OPERATORS: tuple[OperatorBuild, ...] = (
-    OperatorBuild(name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset",
-                  crds=("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
-                  webhooks="config/components/webhook/manifests.yaml"),
+    # A JobSet's pod templates are typed by the k8s.io/api its release was built with: its
+    # CRD schema prunes, and its controller's Go types drop, a pod field of a newer minor.
+    # v0.11.0 (k8s.io/api v0.35) carries 1.35's spec.workloadRef; v0.12.0 (v0.36) carries
+    # 1.36+'s spec.schedulingGroup. Each cluster runs the one of its minor, as a platform
+    # upgrading a member upgrades its operators with it.
+    replace(_JOBSET, minors=("1.35",)),
+    replace(_JOBSET, wrapper="jobset-v0.12", minors=("1.37",)),
     OperatorBuild(name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd",
                   crds=("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
                   webhooks="config/webhook/manifests.yaml"),

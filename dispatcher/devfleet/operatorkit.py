@@ -78,9 +78,10 @@ def crds_of(op: OperatorBinary) -> list[dict[str, Any]]:
             if d.get("kind") == "CustomResourceDefinition"]
 
 
-def hub_crds(operators: tuple[OperatorBinary, ...]) -> list[dict[str, Any]]:
-    """The real CRDs of every operator, for the hub (which runs none of them)."""
-    return [crd for op in operators for crd in crds_of(op)]
+def hub_crds(operators: tuple[OperatorBinary, ...], minor: str) -> list[dict[str, Any]]:
+    """The real CRDs of every operator a cluster of Kubernetes ``minor`` runs: for a hub
+    (which runs none of them) and a member (whose own operators installed the same)."""
+    return [crd for op in operators if op.runs_on(minor) for crd in crds_of(op)]
 
 
 def webhook_configs(op: OperatorBinary, *, port: int, ca_pem: bytes, pod_label: str | None,

@@ -57,6 +57,10 @@ class ClusterInfo:
     light one (plus Kueue with the ``--with-kueue`` profile)."""
     profile: str = LIGHT
     """``light``, ``dedicated`` or ``real`` (module docstring)."""
+    kubernetes: str = ""
+    """Its Kubernetes minor ("1.37"; "" for the dev fleet's default)."""
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    """Gates set over the dev fleet's own (the fleet file's ``kubernetes.featureGates``)."""
 
     @property
     def real(self) -> bool:

@@ -24,6 +24,9 @@ Format::
          status: {flavorsReservation: [...]}}   # status: offline only (quota in use)
       - {kind: LocalQueue, metadata: {name: team-a, namespace: team-a},
          spec: {clusterQueue: team-a}}
+      kubernetes:                        # optional: what `dispatcher dev up` runs there
+        version: "1.37"                  # a minor the dev fleet builds (default: 1.35)
+        featureGates: {GenericWorkload: false}   # over the dev fleet's own gates
       nodePools:
       - name: h100                       # node names: <member>-<pool>-<index>
         count: 4
@@ -34,6 +37,7 @@ Format::
         labels: {topology.kubernetes.io/zone: a, example.com/rack: r1}
         taints: [{key: dedicated, value: infer, effect: NoSchedule}]
     hub:                                 # optional: the dev fleet's hub
+      kubernetes: {version: "1.37"}      # as a member's
       nodePools: [...]                   # its Nodes when it is a full cluster
                                          # (`dispatcher dev up --hub shared`); same keys
                                          # as a member's; default DEFAULT_HUB_POOLS
@@ -46,8 +50,9 @@ them as capacity: placement reads members only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,7 @@ __all__ = [
     "HUB_NAME",
     "FleetFileError",
     "FleetSpec",
+    "KubernetesSpec",
     "MemberSpec",
     "NodePool",
     "Taint",
@@ -104,6 +110,16 @@ class NodePool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KubernetesSpec:
+    """What a dev cluster runs: a Kubernetes minor ("" for the dev fleet's default) and
+    feature gates set over the dev fleet's own (``devfleet.components``). Offline
+    (``explain --fleet``, ``simulate``) it is not read: capacity does not depend on it."""
+
+    version: str = ""
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemberSpec:
     """One member cluster: its labels, topology levels, queueing and node pools."""
 
@@ -116,6 +132,7 @@ class MemberSpec:
     """Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue; ``kueue.x-k8s.io/v1beta2``
     unless given): what ``dispatcher dev up --member-kueue`` creates on the member and what
     ``explain --fleet`` and ``simulate`` read its quota from (``fleet.quota``)."""
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
 
 
 DEFAULT_HUB_POOLS = (NodePool(name="h100", count=2, gpus=8,
@@ -187,6 +204,31 @@ def _int(value: Any, *, where: str, minimum: int = 0) -> int:
     return value
 
 
+_MINOR = re.compile(r"^v?1\.(\d+)$")
+
+
+def _kubernetes(raw: Any, *, where: str) -> KubernetesSpec:
+    """A cluster's ``kubernetes`` section: ``version`` a minor ("1.37" or "v1.37"),
+    ``featureGates`` a map of gate to bool."""
+    raw = _expect(raw if raw is not None else {}, dict, where=where)
+    unknown = set(raw) - {"version", "featureGates"}
+    if unknown:
+        raise FleetFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
+                             f"(known: version, featureGates)")
+    version = raw.get("version")
+    minor = ""
+    if version is not None:
+        match = _MINOR.match(str(version))
+        if not match:
+            raise FleetFileError(f"{where}.version: expected a minor like \"1.37\", got "
+                                 f"{version!r}")
+        minor = f"1.{int(match.group(1))}"
+    gates = _expect(raw.get("featureGates") or {}, dict, where=f"{where}.featureGates")
+    for gate, value in gates.items():
+        _expect(value, bool, where=f"{where}.featureGates.{gate}")
+    return KubernetesSpec(version=minor, feature_gates={str(k): v for k, v in gates.items()})
+
+
 def _pool(raw: Any, *, where: str) -> NodePool:
     raw = _expect(raw, dict, where=where)
     unknown = set(raw) - {"name", "count", "gpus", "gpuProduct", "cpu", "memory", "labels",
@@ -245,24 +287,28 @@ def parse_fleet(data: Any, *, source: str = "<fleet>") -> FleetSpec:
                                                              where=f"{where}.labels"),
                                   node_pools=pools, topology_levels=levels,
                                   queueing=queueing,
-                                  kueue=_kueue(raw.get("kueue"), where=f"{where}.kueue")))
+                                  kueue=_kueue(raw.get("kueue"), where=f"{where}.kueue"),
+                                  kubernetes=_kubernetes(raw.get("kubernetes"),
+                                                         where=f"{where}.kubernetes")))
     if "hub" not in data:
         return FleetSpec(members=tuple(members))
     return FleetSpec(members=tuple(members), hub=_hub(data["hub"], where=f"{source}: hub"))
 
 
 def _hub(raw: Any, *, where: str) -> MemberSpec:
-    """The ``hub`` section: only ``nodePools`` (an empty list: a shared hub without Nodes)."""
+    """The ``hub`` section: ``nodePools`` (an empty list: a shared hub without Nodes) and
+    ``kubernetes``."""
     raw = _expect(raw, dict, where=where)
-    unknown = set(raw) - {"nodePools"}
+    unknown = set(raw) - {"nodePools", "kubernetes"}
     if unknown:
         raise FleetFileError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
-                             f"(a hub has only nodePools)")
+                             f"(a hub has only nodePools and kubernetes)")
+    kubernetes = _kubernetes(raw.get("kubernetes"), where=f"{where}.kubernetes")
     if "nodePools" not in raw:
-        return _default_hub()
+        return replace(_default_hub(), kubernetes=kubernetes)
     pools = _expect(raw["nodePools"] if raw["nodePools"] is not None else [], list,
                     where=f"{where}.nodePools")
-    return MemberSpec(name=HUB_NAME, node_pools=tuple(
+    return MemberSpec(name=HUB_NAME, kubernetes=kubernetes, node_pools=tuple(
         _pool(pool, where=f"{where}.nodePools[{j}]") for j, pool in enumerate(pools)))
 
 

@@ -33,7 +33,7 @@ async def served_kinds(client: KubeClient, kinds: Sequence[GroupVersionKind]
 
 async def gang_mechanism(client: KubeClient) -> Mechanism:
     """The gang mechanism the member's served APIs point to (``kube.gangapis``)."""
-    apis = {gvk for gvk in (gangapis.WORKLOAD, gangapis.POD_GROUP)
+    apis = {gvk for gvk in gangapis.API_OF.values()
             if await client.discovery.resource(gvk.api_version, gvk.kind) is not None}
     return gangapis.discovered(apis)
 

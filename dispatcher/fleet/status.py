@@ -19,6 +19,7 @@ from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.fleet.health import Health
 from dispatcher.fleet.kubeconfigs import INSECURE
 from dispatcher.fleet.queueing import parse
+from dispatcher.kube import gangapis
 from dispatcher.kube.resources import GroupVersionKind
 
 __all__ = ["BASE_COLUMNS", "WIDE_COLUMNS", "capacity_status", "conditions", "format_time",
@@ -97,8 +98,9 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
     """The full ``status`` to write; fields not known yet are left out (kept as they were).
 
     ``gang`` is (the gang mechanism copies are built for, the one discovered or None):
-    ``status.gangScheduling {mechanism, discovered}``. ``queueing`` is (the queueing system
-    copies are queued for, whether the member serves Kueue or None):
+    ``status.gangScheduling {mechanism, discovered, note}`` (``note``: why a member whose
+    Kubernetes has the built-in gang API gets none, ``kube.gangapis.note``). ``queueing``
+    is (the queueing system copies are queued for, whether the member serves Kueue or None):
     ``status.queueing {system, kueueServed}``.
 
     ``capacity`` None (never synced) leaves the last written capacity in place, so a member
@@ -118,6 +120,10 @@ def member_status(*, health: Health, capacity: ClusterCapacity | None, version: 
         status["capacity"] = capacity_status(capacity)
     if gang is not None and gang[1] is not None:
         status["gangScheduling"] = {"mechanism": gang[0], "discovered": gang[1]}
+        found = next((m for m in gangapis.MECHANISMS if m == gang[1]), None)
+        why = gangapis.note(version, found)
+        if why:
+            status["gangScheduling"]["note"] = why
     if queueing is not None and queueing[1] is not None:
         status["queueing"] = {"system": queueing[0], "kueueServed": queueing[1]}
     return status
@@ -172,6 +178,13 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return {}
 
 
+def _gang_cell(gang: Mapping[str, Any]) -> str | None:
+    """The mechanism, marked ``(API off)`` when the member's Kubernetes has a built-in gang
+    API it does not serve (``status.gangScheduling.note`` says which and how to enable)."""
+    mechanism = gang.get("mechanism")
+    return f"{mechanism} (API off)" if mechanism and gang.get("note") else mechanism
+
+
 def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[Any]:
     """One ``dispatcher clusters`` table row for a MemberCluster dict (see BASE_COLUMNS)."""
     status = obj.get("status") or {}
@@ -189,7 +202,7 @@ def row(obj: Mapping[str, Any], *, now: datetime, wide: bool = False) -> list[An
         (obj.get("metadata") or {}).get("name"), ready_word, capacity.get("nodes"),
         gpus.get("allocatable"), gpus.get("free"), gpus.get("largestFreeBlock"),
         products or None, len(kinds) if "workloadKinds" in status else None,
-        (status.get("gangScheduling") or {}).get("mechanism"),
+        _gang_cell(status.get("gangScheduling") or {}),
         _age(parse_time(str(status.get("lastSeen", ""))), now) if "lastSeen" in status
         else None,
     ]

@@ -6,14 +6,27 @@ bound, its GPUs idle. A member scheduler with gang admission binds a gang all or
 Two are known:
 
 - ``workload-api``: Kubernetes 1.35's built-in ``scheduling.k8s.io/v1alpha1`` ``Workload``
-  (``spec.podGroups[].policy.gang.minCount``), pods joined by ``spec.workloadRef: {name,
-  podGroup}``; the apiserver serves it with ``--runtime-config=scheduling.k8s.io/v1alpha1=true``
-  and the ``GenericWorkload`` gate, kube-scheduler's ``GangScheduling`` plugin (gates
-  ``GenericWorkload,GangScheduling``) holds the pods at PreEnqueue until ``minCount`` exist
-  and at Permit until ``minCount`` have a node (k8s.io/api scheduling/v1alpha1/types.go,
-  core/v1 ``WorkloadReference``; pkg/scheduler/framework/plugins/gangscheduling);
+  (``spec.podGroups[].policy.gang.minCount``, at most 8), pods joined by
+  ``spec.workloadRef: {name, podGroup}``; served with
+  ``--runtime-config=scheduling.k8s.io/v1alpha1=true`` and the ``GenericWorkload`` gate;
+  kube-scheduler's ``GangScheduling`` plugin (gates ``GenericWorkload,GangScheduling``)
+  holds the pods at PreEnqueue until ``minCount`` exist and at Permit until ``minCount``
+  have a node (k8s.io/api v0.35 scheduling/v1alpha1/types.go; core/v1 WorkloadReference);
+- ``podgroup-v1alpha2`` (1.36) and ``podgroup-v1beta1`` (1.37): a standalone ``PodGroup``
+  per gang (``spec.schedulingPolicy.gang.minCount``), pods joined by
+  ``spec.schedulingGroup: {podGroupName}`` (1.36 tombstoned ``workloadRef``); 1.37 serves
+  v1beta1 with ``--runtime-config=scheduling.k8s.io/v1beta1=true`` and ``GenericWorkload``
+  (Beta, off by default), its scheduler reads PodGroups through v1beta1 only and its
+  plugin needs no other gate (k8s.io/api v0.36/v0.37 scheduling, core/v1 PodSchedulingGroup;
+  pkg/scheduler/framework/plugins/gangscheduling at v1.37.2);
 - ``coscheduling``: the scheduler-plugins ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``,
   ``spec.minMember``), pods joined by the label ``scheduling.x-k8s.io/pod-group``.
+
+The three built-in ones are dialects of one API that changed shape across minors: a member
+is spoken to in the one it serves. An apiserver lists a gang version only with both its
+group enabled and its gate on (pkg/registry/scheduling/rest/storage_scheduling.go), so a
+1.37 member with the gate off serves none: ``note`` says so from its version, the one
+case where "not served" means "disabled here" rather than "not in this Kubernetes".
 
 Which one a member has is read from the APIs it serves (``discovered``); a MemberCluster's
 ``spec.gangScheduling`` overrides it (``effective``), since serving an API does not prove
@@ -22,43 +35,108 @@ the scheduler runs the plugin. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Mapping
 from typing import Final, Literal
 
 from dispatcher.kube.resources import GroupVersionKind
 
-__all__ = ["AUTO", "COSCHEDULING", "MECHANISMS", "NONE", "POD_GROUP", "POD_GROUP_LABEL",
-           "SETTINGS", "WORKLOAD", "WORKLOAD_API", "Mechanism", "discovered", "effective"]
+__all__ = [
+    "API_OF",
+    "AUTO",
+    "BUILTIN",
+    "COSCHEDULING",
+    "MECHANISMS",
+    "NONE",
+    "PODGROUP_V1ALPHA2",
+    "PODGROUP_V1BETA1",
+    "POD_GROUP",
+    "POD_GROUP_LABEL",
+    "SETTINGS",
+    "WORKLOAD",
+    "WORKLOAD_API",
+    "Mechanism",
+    "builtin_at",
+    "discovered",
+    "effective",
+    "note",
+]
 
-Mechanism = Literal["none", "workload-api", "coscheduling"]
+Mechanism = Literal["none", "workload-api", "podgroup-v1alpha2", "podgroup-v1beta1",
+                    "coscheduling"]
 
 NONE: Final = "none"
 WORKLOAD_API: Final = "workload-api"
+PODGROUP_V1ALPHA2: Final = "podgroup-v1alpha2"
+PODGROUP_V1BETA1: Final = "podgroup-v1beta1"
 COSCHEDULING: Final = "coscheduling"
-MECHANISMS: tuple[Mechanism, ...] = (NONE, WORKLOAD_API, COSCHEDULING)
+MECHANISMS: tuple[Mechanism, ...] = (NONE, WORKLOAD_API, PODGROUP_V1ALPHA2, PODGROUP_V1BETA1,
+                                     COSCHEDULING)
+BUILTIN: tuple[Mechanism, ...] = (PODGROUP_V1BETA1, PODGROUP_V1ALPHA2, WORKLOAD_API)
+"""The dialects of the built-in gang API, newest first."""
 AUTO: Final = "auto"
 SETTINGS: tuple[str, ...] = (AUTO, *MECHANISMS)
 """Values of MemberCluster ``spec.gangScheduling`` (``auto``: as discovered)."""
 
 WORKLOAD = GroupVersionKind("scheduling.k8s.io", "v1alpha1", "Workload")
 POD_GROUP = GroupVersionKind("scheduling.x-k8s.io", "v1alpha1", "PodGroup")
+API_OF: Mapping[Mechanism, GroupVersionKind] = {
+    WORKLOAD_API: WORKLOAD,
+    PODGROUP_V1ALPHA2: GroupVersionKind("scheduling.k8s.io", "v1alpha2", "PodGroup"),
+    PODGROUP_V1BETA1: GroupVersionKind("scheduling.k8s.io", "v1beta1", "PodGroup"),
+    COSCHEDULING: POD_GROUP,
+}
+"""The object each mechanism's gangs are held by (what discovery must list)."""
+_FIRST_MINOR: Mapping[Mechanism, int] = {WORKLOAD_API: 35, PODGROUP_V1ALPHA2: 36,
+                                         PODGROUP_V1BETA1: 37}
+_LAST_MINOR: Mapping[Mechanism, int] = {WORKLOAD_API: 35, PODGROUP_V1ALPHA2: 36}
+_VERSION = re.compile(r"^v?1\.(\d+)")
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
 """The label that joins a pod to its PodGroup (scheduler-plugins coscheduling)."""
 
 
 def discovered(served: Collection[GroupVersionKind]) -> Mechanism:
-    """The mechanism the served APIs point to: the built-in Workload API first (the
+    """The mechanism the served APIs point to: the newest built-in dialect first (the
     default scheduler's own plugin), then a PodGroup CRD, else ``none``."""
-    if WORKLOAD in served:
-        return WORKLOAD_API
-    if POD_GROUP in served:
-        return COSCHEDULING
+    for mechanism in (*BUILTIN, COSCHEDULING):
+        if API_OF[mechanism] in served:
+            return mechanism
     return NONE
+
+
+def builtin_at(version: str | None) -> Mechanism | None:
+    """The built-in dialect a Kubernetes ``version`` ("v1.37.2") has, None before 1.35 (or
+    an unreadable version)."""
+    match = _VERSION.match(version or "")
+    if not match:
+        return None
+    minor = int(match.group(1))
+    for mechanism in BUILTIN:
+        if _FIRST_MINOR[mechanism] <= minor <= _LAST_MINOR.get(mechanism, minor):
+            return mechanism
+    return None
+
+
+def note(version: str | None, found: Mechanism | None) -> str:
+    """Why a member has no built-in gangs although its Kubernetes has them ("" when it has
+    them, or its version has none): served only with the group enabled and the gate on."""
+    if found in BUILTIN:
+        return ""
+    has = builtin_at(version)
+    if has is None:
+        return ""
+    gvk = API_OF[has]
+    return (f"Kubernetes {version} has the built-in gang API ({gvk.group}/{gvk.version} "
+            f"{gvk.kind}) but does not serve it: GenericWorkload off or "
+            f"--runtime-config={gvk.group}/{gvk.version} not set")
 
 
 def effective(setting: str, found: Mechanism | None) -> Mechanism:
     """What to use: the spec's choice, or under ``auto`` what was discovered (``none``
-    while discovery has not answered)."""
+    while discovery has not answered). ``workload-api`` names the built-in API whatever
+    its dialect: the one discovered when it is built-in."""
+    if setting == WORKLOAD_API and found in BUILTIN:
+        return found
     for mechanism in MECHANISMS:
         if setting == mechanism:
             return mechanism

@@ -39,8 +39,11 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "tolerations": (("spec", "tolerations"), ("tolerations",), "tolerationsPath"),
     "priorityClassName": (("spec", "priorityClassName"), ("priorityClassName",),
                           "priorityClassNamePath"),
-    # a whole object, replaced: the member gang a pod joins (kube/gangapis, Workload API)
+    # whole objects, replaced: the member gang a pod joins (kube/gangapis: 1.35's
+    # Workload API; 1.36+'s PodGroup)
     "workloadRef": (("spec", "workloadRef"), ("workloadRef",), "workloadRefPath"),
+    "schedulingGroup": (("spec", "schedulingGroup"), ("schedulingGroup",),
+                        "schedulingGroupPath"),
 }
 _MERGED = ("labels", "annotations", "nodeSelector")
 
@@ -53,6 +56,7 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
                 tolerations: Sequence[Toleration | Mapping[str, Any]] | None = None,
                 priority_class_name: str | None = None,
                 workload_ref: Mapping[str, str] | None = None,
+                scheduling_group: Mapping[str, str] | None = None,
                 components: Iterable[str] | None = None,
                 instances: Mapping[str, Collection[int]] | None = None,
                 locate: Locator = in_process, in_place: bool = False) -> dict[str, Any]:
@@ -60,10 +64,11 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
     (``in_place``: ``obj`` itself, a dict the caller has just built and owns).
 
     Maps (labels, annotations, nodeSelector) are merged over what the template has;
-    tolerations are appended unless already present; strings and ``workload_ref`` are
-    replaced. ``components`` limits the change to those pod-creating components (all by
-    default), ``instances`` a component to the templates of those instances (indexes in
-    the order its instance id path gives them: the order of its spec path's results).
+    tolerations are appended unless already present; strings, ``workload_ref`` and
+    ``scheduling_group`` are replaced. ``components`` limits the change to those
+    pod-creating components (all by default), ``instances`` a component to the templates
+    of those instances (indexes in the order its instance id path gives them: the order of
+    its spec path's results).
     """
     wanted: dict[str, Any] = {}
     for key, value in (("labels", labels), ("annotations", annotations),
@@ -75,6 +80,8 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
         wanted["tolerations"] = [_toleration(t) for t in tolerations]
     if workload_ref is not None:
         wanted["workloadRef"] = dict(workload_ref)
+    if scheduling_group is not None:
+        wanted["schedulingGroup"] = dict(scheduling_group)
     targets = _targets(definition, components)
     out: dict[str, Any] = obj if in_place and isinstance(obj, dict) else plain_copy(dict(obj))
     if not wanted:

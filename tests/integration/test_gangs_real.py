@@ -89,20 +89,21 @@ async def _hub_namespace(hub: KubeClient) -> str:
     return name
 
 
-async def _submit(h: Harness, hub_obj: dict[str, Any]) -> Sent | Rejection:
-    """SUBMIT's two steps on ``MEMBER``: the copy planned, then sent."""
+async def _submit(h: Harness, hub_obj: dict[str, Any], *, cluster: str = MEMBER
+                  ) -> Sent | Rejection:
+    """SUBMIT's two steps on ``cluster``: the copy planned, then sent."""
     reconciler = h.controller.reconciler
-    plan = await reconciler.planner.submit(hub_obj["metadata"]["uid"], cluster=MEMBER,
+    plan = await reconciler.planner.submit(hub_obj["metadata"]["uid"], cluster=cluster,
                                            workload=hub_obj)
     if isinstance(plan, Rejection):
         return plan
     return await reconciler.ports.members.create_copy(plan)
 
 
-async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
-    """Local Job first (2 of the node's 4 GPUs, bound), then the gang's copy through the
-    controller's submit path; returns (local namespace, gang namespace, pod selector)."""
-    member = h.members[MEMBER]
+async def _contend(h: Harness, *, name: str, cluster: str = MEMBER) -> tuple[str, str, str]:
+    """Local Job first (2 of the L40S node's 4 GPUs, bound), then the gang's copy through
+    the controller's submit path; returns (local namespace, gang namespace, pod selector)."""
+    member = h.members[cluster]
     local_ns = await new_namespace(member)
     await member.request("POST", JOBS.collection(local_ns), body=local_job(2))
 
@@ -112,13 +113,13 @@ async def _contend(h: Harness, *, name: str) -> tuple[str, str, str]:
     await eventually(local_bound, what="the local Job's 2 pods bound", within=60.0)
     gang_ns = await _hub_namespace(h.hub)
     hub_obj = await h.hub.request("POST", JOBSETS.collection(gang_ns), body=gang_jobset(name))
-    created = await _submit(h, hub_obj)
+    created = await _submit(h, hub_obj, cluster=cluster)
     assert created is Sent.EXISTS, created
     return local_ns, gang_ns, f"jobset.sigs.k8s.io/jobset-name={name}"
 
 
-async def _cleanup(h: Harness, local_ns: str, gang_ns: str) -> None:
-    member = h.members[MEMBER]
+async def _cleanup(h: Harness, local_ns: str, gang_ns: str, *, cluster: str = MEMBER) -> None:
+    member = h.members[cluster]
     for client, ns in ((member, local_ns), (member, gang_ns), (h.hub, gang_ns)):
         with contextlib.suppress(NotFound):
             await client.request("DELETE", NAMESPACES.item(ns))
@@ -130,9 +131,10 @@ async def _cleanup(h: Harness, local_ns: str, gang_ns: str) -> None:
     await eventually(drained, what="the L40S node drained", within=120.0)
 
 
-async def _all_bound(member: KubeClient, namespace: str, selector: str) -> bool:
+async def _all_bound(member: KubeClient, namespace: str, selector: str, *,
+                     node: str = NODE) -> bool:
     items = await pods(member, namespace, selector)
-    return len(items) == 4 and all(p["spec"].get("nodeName") == NODE for p in items)
+    return len(items) == 4 and all(p["spec"].get("nodeName") == node for p in items)
 
 
 async def test_with_the_workload_api_no_pod_of_a_gang_binds_until_all_can(

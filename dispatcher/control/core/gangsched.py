@@ -10,11 +10,12 @@ gang all or nothing when the copy says which pods form it. Pure, on plain data:
   whole-component gangs (``workloads.gangs.gang_components``) and its
   ``copyDefinition.memberGangs`` (which mechanisms its controllers carry from template to
   pod), the objects to create on the member (one ``Workload`` with a pod group per gang,
-  or one ``PodGroup`` per gang) and the pod templates to join to them, with the reason for
-  every gang left alone;
-- ``join``: the copy with those templates joined (``spec.workloadRef`` or the pod-group
-  label) and the mechanism stamped on it (``MECHANISM_ANNOTATION``, so an update of the
-  copy joins the same way, whatever the member reports later);
+  a built-in ``PodGroup`` per gang on 1.36+, or a coscheduling ``PodGroup`` per gang) and
+  the pod templates to join to them, with the reason for every gang left alone;
+- ``join``: the copy with those templates joined (``spec.workloadRef``,
+  ``spec.schedulingGroup`` or the pod-group label) and the mechanism stamped on it
+  (``MECHANISM_ANNOTATION``, so an update of the copy joins the same way, whatever the
+  member reports later);
 - ``owned``: a planned object made a child of the created copy (ownerReference: the
   member's garbage collector deletes it with the copy).
 
@@ -47,9 +48,10 @@ from dispatcher.control.core.copies import object_key
 from dispatcher.control.core.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.gangapis import (
+    API_OF,
     COSCHEDULING,
+    MECHANISMS,
     NONE,
-    POD_GROUP,
     POD_GROUP_LABEL,
     WORKLOAD,
     WORKLOAD_API,
@@ -78,13 +80,15 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 @dataclass(frozen=True, kw_only=True)
 class Join:
     """The pod templates of ``components`` join one gang: through ``workload_ref``
-    (``spec.workloadRef``) or ``labels`` (the pod-group label). ``instances`` narrows a
+    (``spec.workloadRef``), ``scheduling_group`` (``spec.schedulingGroup``) or ``labels``
+    (the pod-group label). ``instances`` narrows a
     component to the templates of some of its instances (their indexes); a component
     not named there joins with every instance."""
 
     gang: str
     components: tuple[str, ...]
     workload_ref: Mapping[str, str] | None = None
+    scheduling_group: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
     instances: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -158,8 +162,8 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
             "gangs share a pod-creating component",))
     if mechanism == WORKLOAD_API:
         return _workload_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
-    assert mechanism == COSCHEDULING
-    return _pod_group_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
+    return _pod_group_plan(copy, chosen, mechanism=mechanism, hub_id=hub_id,
+                           skipped=tuple(skipped))
 
 
 def _staged(gang: Gang, components: tuple[str, ...], instances: Sequence[Instance]
@@ -217,24 +221,34 @@ def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *, hub_id:
                     objects=(workload,), joins=joins, skipped=skipped)
 
 
-def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *, hub_id: str,
-                    skipped: tuple[str, ...]) -> GangPlan:
-    """A coscheduling PodGroup per chosen gang, its pods joined by label."""
+def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *,
+                    mechanism: Mechanism, hub_id: str, skipped: tuple[str, ...]) -> GangPlan:
+    """A PodGroup per chosen gang: the built-in one of 1.36+ (``schedulingPolicy.gang``,
+    pods joined by ``spec.schedulingGroup``) or coscheduling's (``minMember``, pods joined
+    by label)."""
     namespace = (copy.get("metadata") or {}).get("namespace")
     base = _base(copy)
     stamps = _stamps(copy, hub_id=hub_id)
+    gvk = API_OF[mechanism]
     objects = []
     joins_list = []
     for group in chosen:
-        name = _name(f"{base}-{group.name}", _LABEL_MAX)
+        if mechanism == COSCHEDULING:
+            name = _name(f"{base}-{group.name}", _LABEL_MAX)  # a label value
+            spec: dict[str, Any] = {"minMember": group.min_count}
+            how: dict[str, Any] = {"labels": {POD_GROUP_LABEL: name}}
+        else:
+            name = _name(f"{base}-{group.name}", _SUBDOMAIN_MAX)
+            spec = {"schedulingPolicy": {"gang": {"minCount": group.min_count}}}
+            how = {"scheduling_group": {"podGroupName": name}}
         objects.append({
-            "apiVersion": POD_GROUP.api_version, "kind": POD_GROUP.kind,
+            "apiVersion": gvk.api_version, "kind": gvk.kind,
             "metadata": {"name": name, **({"namespace": namespace} if namespace else {}),
                          **stamps},
-            "spec": {"minMember": group.min_count}})
+            "spec": spec})
         joins_list.append(Join(gang=group.name, components=group.components,
-                               instances=group.instances, labels={POD_GROUP_LABEL: name}))
-    return GangPlan(mechanism=COSCHEDULING, member_mechanism=COSCHEDULING,
+                               instances=group.instances, **how))
+    return GangPlan(mechanism=mechanism, member_mechanism=mechanism,
                     objects=tuple(objects), joins=tuple(joins_list), skipped=skipped)
 
 
@@ -261,7 +275,8 @@ def join(copy: Mapping[str, Any], definition: Definition | None, gang_plan: Gang
         return out
     for each in gang_plan.joins:
         out = mutate_pods(out, definition, components=each.components, labels=each.labels,
-                          workload_ref=each.workload_ref, instances=each.instances,
+                          workload_ref=each.workload_ref,
+                          scheduling_group=each.scheduling_group, instances=each.instances,
                           locate=locate)
     return out
 
@@ -269,8 +284,7 @@ def join(copy: Mapping[str, Any], definition: Definition | None, gang_plan: Gang
 def mechanism_of(copy: Mapping[str, Any]) -> Mechanism:
     """The mechanism a copy on a member was joined for (``MECHANISM_ANNOTATION``)."""
     value = ((copy.get("metadata") or {}).get("annotations") or {}).get(MECHANISM_ANNOTATION)
-    return WORKLOAD_API if value == WORKLOAD_API else COSCHEDULING \
-        if value == COSCHEDULING else NONE
+    return next((m for m in MECHANISMS if m == value), NONE)
 
 
 def owned(created: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,15 +19,20 @@ from dispatcher.control.core.gangsched import (
 from dispatcher.control.core.names import ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.gangapis import (
+    API_OF,
     AUTO,
     COSCHEDULING,
     NONE,
     POD_GROUP,
     POD_GROUP_LABEL,
+    PODGROUP_V1ALPHA2,
+    PODGROUP_V1BETA1,
     WORKLOAD,
     WORKLOAD_API,
+    builtin_at,
     discovered,
     effective,
+    note,
 )
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
@@ -299,6 +304,64 @@ def test_member_gangs_must_be_a_known_mechanism() -> None:
     import yaml
     with pytest.raises(DefinitionError, match="memberGangs"):
         load_text(yaml.safe_dump(text), source="test")
+
+
+@pytest.mark.parametrize("mechanism", [PODGROUP_V1BETA1, PODGROUP_V1ALPHA2])
+def test_on_1_36_and_later_a_gang_is_a_built_in_pod_group_joined_by_scheduling_group(
+        mechanism: Any) -> None:
+    """1.36 tombstoned ``workloadRef``: a pod names its PodGroup in
+    ``spec.schedulingGroup.podGroupName`` and the PodGroup holds the gang's minimum
+    (k8s.io/api v0.37.2 scheduling/v1beta1 PodGroupSpec, core/v1 PodSchedulingGroup)."""
+    copy, found = _planned(jobset(), mechanism)
+    assert found.mechanism == mechanism and not found.skipped
+    (group,) = found.objects
+    gvk = API_OF[mechanism]
+    assert (group["apiVersion"], group["kind"]) == (gvk.api_version, "PodGroup")
+    assert group["apiVersion"].startswith("scheduling.k8s.io/")  # not coscheduling's
+    assert group["metadata"]["name"] == "jobset-train-train"
+    assert group["metadata"]["namespace"] == "team-a"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    joined = join(copy, JOBSET, found)
+    for template in _templates(joined):
+        assert template["spec"]["schedulingGroup"] == {"podGroupName": "jobset-train-train"}
+        assert "workloadRef" not in template["spec"]
+        assert POD_GROUP_LABEL not in template["metadata"]["labels"]
+    assert mechanism_of(joined) == mechanism
+
+
+def test_an_in_order_jobset_on_1_37_is_one_pod_group_per_stage() -> None:
+    obj = jobset(leader=2, workers=3)
+    obj["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    copy, found = _planned(obj, PODGROUP_V1BETA1)
+    assert [(g["metadata"]["name"], g["spec"]["schedulingPolicy"]["gang"]["minCount"])
+            for g in found.objects] == [("jobset-train-train-leader", 2),
+                                        ("jobset-train-train-workers", 3)]
+    leader, workers = _templates(join(copy, JOBSET, found))
+    assert leader["spec"]["schedulingGroup"]["podGroupName"] == "jobset-train-train-leader"
+    assert workers["spec"]["schedulingGroup"]["podGroupName"] == "jobset-train-train-workers"
+
+
+def test_the_built_in_dialect_is_discovered_newest_first_and_named_by_workload_api() -> None:
+    v1beta1, v1alpha2 = API_OF[PODGROUP_V1BETA1], API_OF[PODGROUP_V1ALPHA2]
+    assert discovered({v1beta1, POD_GROUP}) == PODGROUP_V1BETA1
+    assert discovered({v1alpha2}) == PODGROUP_V1ALPHA2
+    assert discovered({WORKLOAD}) == WORKLOAD_API
+    # a MemberCluster's "workload-api" means the built-in API, in the dialect it speaks
+    assert effective(WORKLOAD_API, PODGROUP_V1BETA1) == PODGROUP_V1BETA1
+    assert effective(WORKLOAD_API, NONE) == WORKLOAD_API
+    assert effective(NONE, PODGROUP_V1BETA1) == NONE
+
+
+def test_a_member_whose_kubernetes_has_the_gang_api_but_serves_none_gets_a_note() -> None:
+    assert builtin_at("v1.37.2") == PODGROUP_V1BETA1
+    assert builtin_at("v1.36.3") == PODGROUP_V1ALPHA2
+    assert builtin_at("v1.35.4") == WORKLOAD_API
+    assert builtin_at("v1.33.5") is None and builtin_at("") is None
+    off = note("v1.37.2", NONE)
+    assert "scheduling.k8s.io/v1beta1 PodGroup" in off and "GenericWorkload" in off
+    assert note("v1.37.2", PODGROUP_V1BETA1) == ""
+    assert note("v1.33.5", NONE) == ""  # nothing to enable there
+    assert note("v1.35.4", COSCHEDULING).startswith("Kubernetes v1.35.4 has")
 
 
 def test_discovery_and_spec_override() -> None:
