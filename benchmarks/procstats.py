@@ -110,6 +110,13 @@ class Processes:
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
 
+    def cpu_parts(self, name: str) -> tuple[float, dict[int, float]]:
+        """``name``'s own CPU seconds, and each live descendant's (its jq workers) by pid:
+        a window can then tell the main process from workers, and a worker started inside
+        it (its interpreter start-up charged to the window) from one already running."""
+        pid = self.pids[name]
+        return _own_cpu(pid), {p: _own_cpu(p) for p in _tree(pid) if p != pid}
+
     def rss(self) -> dict[str, float]:
         return {name: round(rss_mb(pid), 1) for name, pid in self.pids.items()}
 

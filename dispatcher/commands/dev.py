@@ -6,7 +6,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatcher.devfleet.state import ClusterInfo
 
 __all__ = ["register"]
 
@@ -52,6 +55,13 @@ Each member runs kube-apiserver, kube-controller-manager, kube-scheduler, kwok (
 kubelets: nodes stay Ready, bound pods run, a Job's pods succeed after a few seconds) and
 the workload operators (JobSet, LWS, KubeRay, training-operator, MPI operator) with their
 webhooks; --light members run only kube-apiserver. All clusters share one etcd.
+
+Kubernetes versions are per cluster (the fleet file's 'kubernetes: {version, featureGates}'):
+the default fleet is mixed, the hub and member-2 on 1.37 (built-in gangs through
+scheduling.k8s.io/v1beta1 PodGroups, GenericWorkload on), member-1 on 1.35 (the v1alpha1
+Workload API); 'dispatcher dev status' shows each, 'dispatcher clusters -o wide' what the
+dispatcher discovered (VERSION, GANG). A cluster runs the operator builds of its minor
+(JobSet v0.12.0 on 1.37: its pod templates keep spec.schedulingGroup).
 
 The first 'up' builds the binaries from the pinned Go modules in deploy/local/ (several
 minutes; cached under ~/.cache/dispatcher/bin, keyed by the pins).
@@ -183,13 +193,25 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     queues = ", MultiKueue" if kueue else ", Kueue on members" if args.member_kueue else ""
     profile = ("light" if args.light else "real members" + queues) + f", {args.hub} hub"
-    print(f"dev fleet ({profile}) ready in "
-          f"{time.monotonic() - started:.1f}s: {', '.join(c.name for c in state.clusters)}")
+    clusters = ", ".join(f"{c.name} (Kubernetes {_minor(c)}{_gates(c)})"
+                         for c in state.clusters)
+    print(f"dev fleet ({profile}) ready in {time.monotonic() - started:.1f}s: {clusters}")
     print(f"kubeconfig: {state.kubeconfig}  (contexts: "
           f"{', '.join(c.name for c in state.clusters)})")
     print(f"try: kubectl --kubeconfig {state.kubeconfig} --context "
           f"{state.clusters[-1].name} get nodes")
     return 0
+
+
+def _minor(cluster: ClusterInfo) -> str:
+    """The cluster's Kubernetes minor, the default one when its fleet file named none."""
+    from dispatcher.devfleet.components import DEFAULT_MINOR
+    return cluster.kubernetes or DEFAULT_MINOR
+
+
+def _gates(cluster: ClusterInfo) -> str:
+    gates = ",".join(f"{k}={str(v).lower()}" for k, v in cluster.feature_gates.items())
+    return f", {gates}" if gates else ""
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -217,15 +239,18 @@ def _status(args: argparse.Namespace) -> int:
         processes = [process_row(cluster.process, api_ready)]
         processes += [process_row(p, probe(p)) for p in cluster.components]
         rows.append({"name": cluster.name, "server": cluster.server,
-                     "profile": cluster.profile,
+                     "profile": cluster.profile, "kubernetes": _minor(cluster),
+                     "featureGates": cluster.feature_gates,
                      "ready": all(p["ready"] for p in processes),
                      "pid": cluster.process.pid, "kubeconfig": cluster.kubeconfig,
                      "processes": processes})
     if args.output == "table":
         if state.hub_mode:
             print(f"hub mode: {state.hub_mode} ({HUB_MODE_TEXT.get(state.hub_mode, '')})")
-        table(columns=["cluster", "profile", "server", "process", "pid", "state"],
+        table(columns=["cluster", "profile", "kubernetes", "server", "process", "pid",
+                       "state"],
               rows=[[row["name"] if i == 0 else "", row["profile"] if i == 0 else "",
+                     row["kubernetes"] if i == 0 else "",
                      row["server"] if i == 0 else "", p["role"], p["pid"],
                      "ready" if p["ready"] else "running" if p["running"] else "stopped"]
                     for row in rows for i, p in enumerate(row["processes"])])
@@ -259,6 +284,8 @@ def _build(args: argparse.Namespace) -> int:
     names = "kube-apiserver, kubectl, kube-controller-manager" if args.light else \
         "kube-apiserver, kubectl, kube-controller-manager, kube-scheduler"
     kwok = "" if args.light else f"; kwok {bins.kwok_version}"
-    print(f"{names} {bins.kubernetes_version}; etcd {bins.etcd_version}{kwok}: "
-          f"{bins.kube_apiserver.parent}")
+    for minor in bins.minors:
+        at = bins.at(minor)
+        print(f"{names} {at.kubernetes_version}: {at.kube_apiserver.parent}")
+    print(f"etcd {bins.etcd_version}{kwok}: {bins.etcd.parent}")
     return 0

@@ -78,7 +78,9 @@ class CopyPlanner:
                           queueing=snapshot.queueing if snapshot is not None
                           else Queueing(system=NONE_QUEUE),
                           domains=tuple(domains), mutations=self.settings.pod_mutations,
-                          pod_fields=self.settings.pod_policy, dry_run=dry_run)
+                          pod_fields=self.settings.pod_policy, dry_run=dry_run,
+                          member_version=snapshot.kubernetes_version
+                          if snapshot is not None else None)
         try:
             if definition is None or self.live.trusted(definition):
                 return plan(given)

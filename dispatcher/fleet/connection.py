@@ -320,7 +320,8 @@ class MemberConnection:
         if gang != self.gang_discovered:
             self.gang_discovered = gang
             self._log.info("member.gang_mechanism", discovered=gang,
-                           spec=self.spec.gang_scheduling)
+                           spec=self.spec.gang_scheduling,
+                           note=gangapis.note(self.kubernetes_version, gang) or None)
             self._notify(Change.STATE)
         resources = await serving.kueue_resources(client)
         kueue = resources is not None

@@ -204,6 +204,7 @@ class Fleet:
             allowed_namespaces=conn.spec.allowed_namespaces,
             topology_levels=conn.spec.topology_levels or self._settings.topology_levels,
             gang_mechanism=conn.gang_mechanism, queueing=conn.queueing,
+            kubernetes_version=conn.kubernetes_version,
             quota=quota, quota_in_flight=None if quota is None
             else conn.reservations.in_flight(quota.holders))
 

@@ -55,6 +55,9 @@ class MemberSnapshot:
     quota: MemberQuota | None = None
     """A Kueue member's queues as last read (``fleet.quota``); None: not known, so quota
     does not bound placement there."""
+    kubernetes_version: str | None = None
+    """The member's ``/version`` (None: not known, e.g. offline): what pod fields a copy may
+    carry there (``control.core.skew``)."""
     quota_in_flight: int | None = None
     """Of the GPUs reserved here, those whose Kueue Workload holds no quota yet
     (``MemberReservations.in_flight``): what the quota does not count yet. None: every

@@ -6,7 +6,8 @@ reservation to take; ``placing.place_ask`` is the one place function of the cont
 ``dispatcher explain`` and ``dispatcher simulate``), ``parking`` (invalid or never-placeable
 workloads are parked, not queued), ``queue`` (the pending order: priority, turns across
 namespaces, age; backfill bounded per namespace), ``priority`` (the annotation capped per
-namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set),
+namespace), ``podpolicy`` (the scheduling fields a tenant's pod template may set), ``skew`` (pod
+fields a member's Kubernetes minor would drop),
 ``record`` (the Dispatch object as a value, the body it is created with, its status
 patches), ``pending`` (when a waiting workload's reason is written again), ``orphans``
 (which of our copies the sweep deletes), ``copies`` (what a copy carries, whose a member

@@ -8,8 +8,9 @@ domains, its gangs joined), the gang objects to create before it
 (``control.core.gangsched``), the pods to dry-run against the member's admission
 (``control.core.dryrun``) and the namespace it goes to. A copy that may not or cannot be
 built is a ``Rejection`` instead: a pod template setting a refused scheduling field
-(``control.core.podpolicy``, the rule placing applied), a workload that cannot be resolved,
-a mutation the definition cannot write.
+(``control.core.podpolicy``, the rule placing applied) or a field the member's Kubernetes
+minor would drop (``control.core.skew``), a workload that cannot be resolved, a mutation
+the definition cannot write.
 
 No I/O here. ``locate`` evaluates the definition's path expressions: in-process for a
 trusted definition, in the bounded workers for a tenant's (the shell runs the whole plan on
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.control.core import dryrun, gangsched
+from dispatcher.control.core import dryrun, gangsched, skew
 from dispatcher.control.core.copies import PodMutations, Rejection, build_copy
 from dispatcher.control.core.names import PendingReason
 from dispatcher.control.core.podpolicy import PodFieldPolicy, refusal
@@ -72,6 +73,9 @@ class PlanInput:
     mutations: PodMutations = field(default_factory=PodMutations)
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
     dry_run: bool = True
+    member_version: str | None = None
+    """The member's Kubernetes version (``/version``): pod fields it does not know refuse
+    the copy there (``control.core.skew``). None: not known, nothing refused."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +131,14 @@ def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Reject
         body, gang_plan = _joined(given, resolution, locate=locate)
         templates = pod_templates(body, given.definition, built=resolution.built,
                                   locate=locate) \
-            if given.definition is not None and given.dry_run else []
-        pods = dryrun.dry_run_pods(templates, namespace=namespace)
+            if given.definition is not None and (given.dry_run or given.member_version) \
+            else []
+        unknown = skew.unknown_fields(templates, given.member_version)
+        if unknown:
+            return Rejection.of(given.member, status=0, reason="FieldUnknownToMember",
+                                message=f"Kubernetes {given.member_version} would drop "
+                                        f"pod field(s) {'; '.join(unknown)}")
+        pods = dryrun.dry_run_pods(templates if given.dry_run else [], namespace=namespace)
     except (EvaluationUnavailable, DefinitionQuarantined):
         raise
     except WorkloadError as exc:

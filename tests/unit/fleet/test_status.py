@@ -139,6 +139,20 @@ def test_gang_scheduling_status_only_once_discovered() -> None:
         "gangScheduling"] == {"mechanism": "none", "discovered": "workload-api"}
 
 
+def test_a_member_whose_kubernetes_has_a_gang_api_it_does_not_serve_says_why() -> None:
+    given = {"health": ready(), "capacity": None, "kinds": None, "previous": {}, "now": T0}
+    off = status.member_status(**given, version="v1.37.2", gang=("none", "none"))
+    assert off["gangScheduling"]["note"].startswith("Kubernetes v1.37.2 has the built-in")
+    row = status.row({"metadata": {"name": "m"}, "status": off}, now=T0)
+    assert "none (API off)" in row
+    on = status.member_status(**given, version="v1.37.2",
+                              gang=("podgroup-v1beta1", "podgroup-v1beta1"))
+    assert "note" not in on["gangScheduling"]
+    assert "podgroup-v1beta1" in status.row({"metadata": {"name": "m"}, "status": on}, now=T0)
+    old = status.member_status(**given, version="v1.33.5", gang=("none", "none"))
+    assert "note" not in old["gangScheduling"]  # nothing to turn on there
+
+
 def test_queueing_status_only_once_discovered() -> None:
     """``status.queueing`` says the system copies are queued for and whether the member
     serves Kueue; before discovery answered it is left out."""

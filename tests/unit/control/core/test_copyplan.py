@@ -151,3 +151,33 @@ def test_a_copy_lands_in_the_queue_its_member_expects() -> None:
     labels = planned(obj, queueing=Queueing(system=NO_QUEUEING)).body["metadata"]["labels"]
     assert QUEUE_LABEL not in labels and labels["team"] == "a"
     assert obj["metadata"]["labels"][QUEUE_LABEL] == "hub-queue"  # the input is kept
+
+
+def test_a_field_the_members_minor_would_drop_refuses_the_copy_there() -> None:
+    """An apiserver drops a pod field it does not know (fieldValidation Warn): a copy is
+    refused where its fields would be lost, sent where they are known."""
+    obj = jobset()
+    obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "schedulingGroup"] = {"podGroupName": "mine"}
+    refused = plan(given(obj, member_version="v1.35.4"))
+    assert isinstance(refused, Rejection) and refused.reason == "FieldUnknownToMember"
+    assert "spec.schedulingGroup (1.36+)" in refused.message
+    assert "v1.35.4" in refused.message
+    assert isinstance(plan(given(obj, member_version="v1.37.2")), CopyPlan)
+    assert isinstance(plan(given(obj)), CopyPlan)  # version not known: nothing refused
+    # the copy's own gang field is the member's dialect, never refused there
+    joined = plan(given(jobset(), member_version="v1.35.4", mechanism=WORKLOAD_API))
+    assert isinstance(joined, CopyPlan) and joined.gangs.mechanism == WORKLOAD_API
+
+
+def test_a_field_removed_since_is_refused_on_the_newer_member() -> None:
+    from dispatcher.control.core.skew import minor, unknown_fields
+    from dispatcher.workloads.mutate import PodTemplate
+    old = PodTemplate(component="w", metadata={}, spec={
+        "workloadRef": {"name": "x", "podGroup": "y"},
+        "containers": [{"name": "c", "restartPolicyRules": [{"action": "Restart"}]}]})
+    assert unknown_fields([old], "v1.37.2") == ["w: spec.workloadRef (1.35 only)"]
+    assert unknown_fields([old], "v1.33.5") == [
+        "w: spec.containers[c].restartPolicyRules (1.34+)", "w: spec.workloadRef (1.35 only)"]
+    assert unknown_fields([old], "v1.35.4") == []
+    assert minor("v1.37.2") == 37 and minor("") is None and minor(None) is None
