@@ -4,15 +4,20 @@ and the hub accepts every status of the new copy.
 Short Jobs complete on a member, then a long Job runs there; the member is stopped (its
 apiserver, controllers, scheduler, kwok and operators). After ``memberLostAfter`` the long
 Job is placed on the other member, its new copy runs and completes, and the hub Job's
-status follows it through the hub apiserver's Job status rules (1.35: counters never
-decrease, ``startTime`` never changes on a running Job): no ``StatusMirrored=False``, and
+status follows it through the hub apiserver's Job status rules (counters never decrease,
+``startTime`` never changes on a running Job): no ``StatusMirrored=False``, and
 ``kubectl wait --for=condition=Complete`` succeeds. The completed Jobs are not run again.
+
+The fleet is of mixed minors (hub and member-2 on 1.37, member-1 on 1.35), and the move
+goes from the new minor to the old one: a local Job on member-1 holds its H100s first, so
+most-free puts the Jobs on member-2, and member-2 is the one stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,7 @@ from dispatcher.kube.resources import DISPATCHES
 
 from .conftest import ControllerProcess, _controller
 from .conftest import eventually as shared_eventually
-from .test_real_fleet import clients, copies, job, kubectl, start
+from .test_real_fleet import clients, copies, job, kubectl, pod_spec, start
 
 pytestmark = pytest.mark.e2e
 __all__ = ["clients"]  # the fixture, shared with test_real_fleet
@@ -53,6 +58,33 @@ async def record(hub: KubeClient, namespace: str, name: str) -> dict[str, Any]:
 async def test_a_running_job_moves_finished_ones_stay_and_the_hub_takes_each_status(
         real_fleet: FleetState, failover_controller: ControllerProcess,
         clients: dict[str, KubeClient]) -> None:
+    filler_ns = await _fill_member_1(clients["member-1"])
+    try:
+        await _fail_over(real_fleet, failover_controller, clients)
+    finally:
+        await clients["member-1"].request("DELETE", f"/api/v1/namespaces/{filler_ns}")
+
+
+async def _fill_member_1(member: KubeClient) -> str:
+    """A member-1 user's own Job on both H100 nodes (16 GPUs, for 10 minutes), bound before
+    the hub's Jobs are placed: member-2 (16 A100s free) is then the most free."""
+    namespace = f"filler-{uuid.uuid4().hex[:6]}"
+    await member.request("POST", "/api/v1/namespaces", body={
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    filler = job("filler", pods=2, gpus=8, run_s=600)
+    filler["spec"]["template"]["spec"] = pod_spec(8, "NVIDIA-H100-80GB-HBM3")
+    await member.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body=filler)
+
+    async def bound() -> bool:
+        pods = (await member.request("GET", f"/api/v1/namespaces/{namespace}/pods"))["items"]
+        return len([p for p in pods if p["spec"].get("nodeName")]) == 2
+
+    await eventually(bound, what="member-1's own Job on both H100 nodes")
+    return namespace
+
+
+async def _fail_over(real_fleet: FleetState, failover_controller: ControllerProcess,
+                     clients: dict[str, KubeClient]) -> None:
     hub = clients["hub"]
     ns, hub_id = failover_controller.namespace, failover_controller.hub_id
     kubectl(real_fleet, "create", "namespace", ns)
@@ -73,6 +105,7 @@ async def test_a_running_job_moves_finished_ones_stay_and_the_hub_takes_each_sta
             if status.get("genericStatus") == "running" else None
 
     lost = await eventually(long_running, what="the long Job running")
+    assert lost == "member-2", lost  # the 1.37 member: the move goes to 1.35
     first = (await hub.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/long"))["status"]
     assert first.get("startTime") and first.get("active") == 1
     done_there = [b["metadata"]["name"] for b in short
@@ -89,6 +122,7 @@ async def test_a_running_job_moves_finished_ones_stay_and_the_hub_takes_each_sta
             return cluster if cluster not in (None, lost) else None
 
         other = await eventually(moved, what="the long Job placed on the other member")
+        assert other == "member-1", other
         await asyncio.to_thread(kubectl, real_fleet, "wait", "-n", ns,
                                 "--for=condition=Complete", "job/long", "--timeout=150s",
                                 timeout=160)

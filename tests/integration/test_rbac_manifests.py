@@ -22,6 +22,7 @@ import yaml
 
 from dispatcher import config as configmod
 from dispatcher.devfleet.workload_crds import WORKLOAD_KINDS
+from dispatcher.kube.gangapis import API_OF
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -175,8 +176,10 @@ def test_member_roles_grant_each_catalog_kind_and_read_only_capacity() -> None:
     assert read[("", "pods")] == MEMBER_READ_VERBS and write[("", "pods")] == MEMBER_WRITE_VERBS
     # the bound namespace's own Pod Security labels, compared with the hub namespace's
     assert write[("", "namespaces")] == {"get"}
-    # the gang objects created with a copy (control/gangwrites): no list, no watch
-    gang_objects = {("scheduling.k8s.io", "workloads"), ("scheduling.x-k8s.io", "podgroups")}
+    # the gang objects created with a copy (control/gangwrites), of every dialect the
+    # dispatcher speaks (kube.gangapis.API_OF): no list, no watch
+    gang_objects = {(gvk.group, f"{gvk.kind.lower()}s") for gvk in API_OF.values()}
+    assert ("scheduling.k8s.io", "podgroups") in gang_objects  # 1.36+'s built-in ones
     for resource in gang_objects:
         assert write.get(resource) == {"create", "get", "patch", "delete"}, resource
     # a Kueue member's queues (quota as capacity) and Workloads (admission): read only
