@@ -131,6 +131,26 @@ async def _cleanup(h: Harness, local_ns: str, gang_ns: str, *, cluster: str = ME
     await eventually(drained, what="the L40S node drained", within=120.0)
 
 
+async def _held(member: KubeClient, local_ns: str, gang_ns: str, selector: str
+                ) -> list[dict[str, Any]]:
+    """The gang's 4 pods once created, after checking none binds while the local Job runs
+    (sampled every 0.2 s, at least 5 times: the gang really waited next to it)."""
+    async def four_pods() -> list[dict[str, Any]] | None:
+        items = await pods(member, gang_ns, selector)
+        return items if len(items) == 4 else None
+
+    gang: list[dict[str, Any]] = await eventually(four_pods, what="the gang's 4 pods created",
+                                                  within=60.0)
+    samples = 0
+    while _bound(await pods(member, local_ns, "job-name=local")):
+        bound = _bound(await pods(member, gang_ns, selector))
+        assert not bound, f"gang pods bound while the local Job runs: {bound}"
+        samples += 1
+        await asyncio.sleep(0.2)
+    assert samples >= 5
+    return gang
+
+
 async def _all_bound(member: KubeClient, namespace: str, selector: str, *,
                      node: str = NODE) -> bool:
     items = await pods(member, namespace, selector)
@@ -157,20 +177,9 @@ async def test_with_the_workload_api_no_pod_of_a_gang_binds_until_all_can(
             assert workload["metadata"]["ownerReferences"][0]["uid"] == \
                 copy["metadata"]["uid"]
 
-            async def four_pods() -> list[dict[str, Any]] | None:
-                items = await pods(member, gang_ns, selector)
-                return items if len(items) == 4 else None
-
-            gang = await eventually(four_pods, what="the gang's 4 pods created", within=60.0)
+            gang = await _held(member, local_ns, gang_ns, selector)
             assert all(p["spec"]["workloadRef"] == {"name": "jobset-gang", "podGroup": "gang"}
                        for p in gang)  # JobSet -> Job -> Pod carried it
-            samples = 0
-            while _bound(await pods(member, local_ns, "job-name=local")):
-                bound = _bound(await pods(member, gang_ns, selector))
-                assert not bound, f"gang pods bound while the local Job runs: {bound}"
-                samples += 1
-                await asyncio.sleep(0.2)
-            assert samples >= 5  # the gang really waited next to the local pods
             await eventually(lambda: _all_bound(member, gang_ns, selector),
                              what="the whole gang bound once the local Job finished",
                              within=90.0)

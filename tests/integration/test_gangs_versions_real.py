@@ -11,9 +11,7 @@ member's status says why (``gangScheduling.note``)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
@@ -23,7 +21,7 @@ from dispatcher.fleet import status as statusmod
 from dispatcher.fleet.health import initial
 from dispatcher.kube.resources import ResourceRef
 from tests.integration.harness import eventually, get_or_none, running
-from tests.integration.test_gangs_real import _all_bound, _bound, _cleanup, _contend
+from tests.integration.test_gangs_real import _all_bound, _bound, _cleanup, _contend, _held
 from tests.integration.test_real_members import pods
 from tests.integration.test_real_operators import JOBSETS
 
@@ -59,20 +57,9 @@ async def test_a_1_37_member_holds_a_gang_through_a_v1beta1_pod_group(
             assert all(r["template"]["spec"]["template"]["spec"]["schedulingGroup"] == {
                 "podGroupName": "jobset-gang-gang"} for r in copy["spec"]["replicatedJobs"])
 
-            async def four_pods() -> list[dict[str, Any]] | None:
-                items = await pods(member, gang_ns, selector)
-                return items if len(items) == 4 else None
-
-            gang = await eventually(four_pods, what="the gang's 4 pods created", within=60.0)
+            gang = await _held(member, local_ns, gang_ns, selector)
             assert all(p["spec"]["schedulingGroup"] == {"podGroupName": "jobset-gang-gang"}
                        for p in gang)  # JobSet -> Job -> Pod carried it
-            samples = 0
-            while _bound(await pods(member, local_ns, "job-name=local")):
-                bound = _bound(await pods(member, gang_ns, selector))
-                assert not bound, f"gang pods bound while the local Job runs: {bound}"
-                samples += 1
-                await asyncio.sleep(0.2)
-            assert samples >= 5  # the gang really waited next to the local pods
             await eventually(lambda: _all_bound(member, gang_ns, selector,
                                                 node=f"{ON}-l40s-0"),
                              what="the whole gang bound once the local Job finished",
