@@ -59,6 +59,7 @@ __all__ = [
     "builtin_at",
     "discovered",
     "effective",
+    "minor_number",
     "note",
 ]
 
@@ -104,13 +105,18 @@ def discovered(served: Collection[GroupVersionKind]) -> Mechanism:
     return NONE
 
 
+def minor_number(version: str | None) -> int | None:
+    """ "v1.37.2" -> 37; None when unknown or unreadable."""
+    match = _VERSION.match(version or "")
+    return int(match.group(1)) if match else None
+
+
 def builtin_at(version: str | None) -> Mechanism | None:
     """The built-in dialect a Kubernetes ``version`` ("v1.37.2") has, None before 1.35 (or
     an unreadable version)."""
-    match = _VERSION.match(version or "")
-    if not match:
+    minor = minor_number(version)
+    if minor is None:
         return None
-    minor = int(match.group(1))
     for mechanism in BUILTIN:
         if _FIRST_MINOR[mechanism] <= minor <= _LAST_MINOR.get(mechanism, minor):
             return mechanism

@@ -14,10 +14,10 @@ serves it, and the last one, for a field removed since.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dispatcher.kube.gangapis import minor_number
 from dispatcher.workloads.mutate import PodTemplate
 
 __all__ = ["CONTAINER_FIELDS", "POD_FIELDS", "minor", "unknown_fields"]
@@ -33,13 +33,9 @@ CONTAINER_FIELDS: Mapping[str, tuple[int, int | None]] = {
     "restartPolicyRules": (34, None),
 }
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
-_VERSION = re.compile(r"^v?1\.(\d+)")
 
 
-def minor(version: str | None) -> int | None:
-    """"v1.37.2" -> 37; None when unknown or unreadable."""
-    match = _VERSION.match(version or "")
-    return int(match.group(1)) if match else None
+minor = minor_number
 
 
 def _served(span: tuple[int, int | None], at: int) -> bool:
