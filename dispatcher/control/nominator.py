@@ -30,6 +30,7 @@ from dispatcher.aiotasks import cancel_all, guarded
 from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.core import nomination
 from dispatcher.control.core.nomination import NominationKind
+from dispatcher.control.core.parking import BareFleet
 from dispatcher.control.core.pending import meaning_key
 from dispatcher.control.core.placing import Placement
 from dispatcher.control.core.record import parse_time
@@ -86,6 +87,7 @@ class Nominator:
         self._configs: dict[str, tuple[str, ...]] = {}  # MultiKueueConfig -> workers
         self._since: dict[str, tuple[tuple[str, ...], float]] = {}  # uid -> (list, seen at)
         self._listed: set[str] = set()
+        self._bare = BareFleet()  # the workers with nothing running (standby nominations)
         self._said: dict[str, str] = {}  # uid -> the last waiting reason an Event said
         # uid -> (its generation, what it asks): its job is read and resolved once, not
         # at every round it waits through
@@ -215,18 +217,18 @@ class Nominator:
         now = self.clock()
         since = self._seen(wl, now)
         held = self._held(uid)
-        placement = None
+        fit = None
         over = nomination.needs_placement(wl, held=held, since=since, now=now,
                                           admit_within=self.settings.multikueue_admit_within_s)
         if over is not None:
             try:
-                placement = await self._place(obj, wl, now, over)
+                fit = await self._place(obj, wl, now, over)
             except ValueError as exc:  # Kueue validates pod sets: not expected
                 log.warning("nomination.unreadable", **self._describe(uid), error=str(exc))
                 return None
         answer = nomination.decide(wl, held=held, since=since, now=now,
                                    admit_within=self.settings.multikueue_admit_within_s,
-                                   placement=placement)
+                                   fit=fit)
         if answer.kind is NominationKind.RELEASE:
             self._release(uid)
             log.info("nomination.released", uid=uid, reason=answer.reason)
@@ -236,8 +238,8 @@ class Nominator:
                 and answer.placement.reservation is not None:
             self._hold(wl, answer.placement.reservation)
             log.info("nomination.held", **self._describe(uid), reason=answer.reason)
-        elif placement is not None:
-            self._say(obj, uid, answer.reason, placement)
+        elif fit is not None:
+            self._say(obj, uid, answer.reason, fit.now)
         return answer.recheck_after
 
     def _say(self, obj: Mapping[str, Any], uid: str, reason: str,
@@ -266,7 +268,7 @@ class Nominator:
         return known[1]
 
     async def _place(self, obj: Mapping[str, Any], wl: KueueWorkload, now: float,
-                     over: nomination.Candidates) -> Placement:
+                     over: nomination.Candidates) -> nomination.Fit:
         workers = set(self._configs.get(self._checks.get(wl.check or "", ""), ()))
         demand, api_version, kind, annotations = await self._demand(obj, wl)
         nominees = over is nomination.Candidates.NOMINEES
@@ -275,7 +277,7 @@ class Nominator:
         return nomination.place(wl, demand, api_version=api_version, kind=kind,
                                 annotations=annotations, members=lambda: candidates, now=now,
                                 reservation_ttl_s=self.settings.reservation_ttl_s,
-                                default_policy=self.settings.default_policy)
+                                default_policy=self.settings.default_policy, bare=self._bare)
 
     async def _demand(self, obj: Mapping[str, Any], wl: KueueWorkload
                       ) -> tuple[Demand, str, str, Mapping[str, str]]:
@@ -369,9 +371,13 @@ class Nominator:
             book.attribute(namespace=wl.namespace, label=label, value=owner[2],
                            workload_uid=wl.uid)
 
-    def _held(self, uid: str) -> bool:
-        return any(uid in book for name in self.fleet.names()
-                   if (book := self.fleet.reservations(name)) is not None)
+    def _held(self, uid: str) -> str | None:
+        """The worker we hold GPUs on for ``uid`` (None: none)."""
+        for name in self.fleet.names():
+            book = self.fleet.reservations(name)
+            if book is not None and uid in book:
+                return name
+        return None
 
     def _release(self, uid: str) -> None:
         for name in self.fleet.names():
