@@ -109,6 +109,7 @@ def control_settings(r: Reader, *, hub_mode: str, base: Path) -> ControlSettings
     submit = _submit(r.section("submit"))
     queue = r.section("queue")
     backfill = queue.integer("backfillLimit", 50)
+    claim_after = queue.number("claimAfter", 300.0)
     pending_refresh = queue.number("pendingRefresh", DEFAULT_REFRESH_S)
     priority = _priority(queue.section("priority"))
     queue.done()
@@ -135,7 +136,7 @@ def control_settings(r: Reader, *, hub_mode: str, base: Path) -> ControlSettings
         mode=mode, multikueue_admit_within_s=admit_within,
         webhook=_webhook(r.section("webhook"), base), hub_mode=hub_mode,
         hub_id=hub_id, namespaces=namespaces, label_selector=selector, default_policy=policy,
-        **submit, backfill_limit=backfill, priority=priority,
+        **submit, backfill_limit=backfill, claim_after_s=claim_after, priority=priority,
         reservation_ttl_s=ttl, rules=rules, sweep_interval_s=sweep_interval,
         workers=r.integer("workers", 64, minimum=1), record_events=r.get("events", bool, True),
         leader=leader, server=server, log_level=level)

@@ -258,6 +258,7 @@ class Controller:
                     for uid in self.cache.uids_on(name):
                         self.workers.kick(uid)
                 reachable[name] = now_reachable
+            self.queue.keep_claims(self.fleet.names())
             for entry in self.queue.ordered():
                 self.workers.kick(entry.uid)
             for entry, _ in self.queue.parked():  # a member added may make it placeable

@@ -279,7 +279,8 @@ class Reconciler:
             bare=self._bare, queue=self.queue, priority=self.settings.priority,
             default_policy=self.settings.default_policy,
             reservation_ttl_s=self.settings.reservation_ttl_s, now=snap.now,
-            unheld=self._unheld(workload), pod_fields=self._pod_fields)
+            unheld=self._unheld(workload), pod_fields=self._pod_fields,
+            claim_after_s=self.settings.claim_after_s)
 
     # -- loop ------------------------------------------------------------------------------
 
@@ -409,6 +410,11 @@ class Reconciler:
             self.queue.placed(entry)
         elif step is QueueStep.WAIT:
             self.queue.add(entry)
+            claim = placement.claim
+            if claim is not None and self.queue.claimed_by(entry.uid) != claim \
+                    and self.queue.claim(entry, claim):
+                log.info("queue.claimed", uid=entry.uid, member=claim,
+                         reason=decision.summary)
         elif step is QueueStep.PARK:
             self.queue.park(entry, decision.summary)
         else:

@@ -124,6 +124,9 @@ class ControlSettings:
     backfill_limit: int = 50
     """How many later workloads of its namespace may be placed ahead of a waiting one before
     it blocks them (other namespaces are never blocked by it)."""
+    claim_after_s: float = 300.0
+    """A workload waiting this long claims a member: nothing behind it, of any namespace,
+    is placed there until it fits (``queue.claimAfter``; 0: never)."""
     priority: PriorityPolicy = field(default_factory=PriorityPolicy)
     """How ``dispatcher.io/priority`` is honoured (``queue.priority``)."""
     reservation_ttl_s: float = 300.0
@@ -167,6 +170,8 @@ class ControlSettings:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.backfill_limit < 0:
             raise ValueError(f"queue.backfillLimit must be >= 0, got {self.backfill_limit}")
+        if self.claim_after_s < 0:
+            raise ValueError(f"queue.claimAfter must be >= 0, got {self.claim_after_s}")
         if self.reservation_ttl_s <= 0:
             raise ValueError("reservations.ttl must be > 0")
         if self.rules.max_attempts < 1:

@@ -67,6 +67,7 @@ class _Bare:
     def __init__(self, members: Sequence[MemberSnapshot]) -> None:
         self.members = members
         self.answers: dict[tuple[object, ...], parking.Never | None] = {}
+        self.holders: dict[tuple[object, ...], tuple[str, ...]] = {}
 
     def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
               excluded: Sequence[str]) -> parking.Never | None:
@@ -75,6 +76,14 @@ class _Bare:
             self.answers[key] = parking.never(parking.restrict(self.members,
                                                                excluded=excluded), request)
         return self.answers[key]
+
+    def could_hold(self, members: Sequence[MemberSnapshot], request: PlacementRequest
+                   ) -> tuple[str, ...]:
+        names = {m.name for m in members}
+        key = ("could_hold", request.identity)
+        if key not in self.holders:
+            self.holders[key] = parking.could_hold(self.members, request)
+        return tuple(n for n in self.holders[key] if n in names)
 
 
 @dataclass
@@ -116,6 +125,7 @@ class _Run:
     bare: _Bare | None = None
     asking: _Waiting | None = None  # the workload ``place_ask`` is asked about now
     pass_setting: Setting | None = None  # what it reads in this pass (no cycle through it)
+    claim_after_s: float = 0.0
 
     def account(self) -> None:
         """Integrate GPU-seconds per member up to ``now``."""
@@ -147,6 +157,7 @@ class _Run:
 
     def start(self, item: _Waiting, placement: Placement, events: _Events, seq: int) -> None:
         workload, picked = item.workload, choice(placement.decision)
+        self.unclaim(item.entry.uid)
         self.queue.placed(item.entry)
         self.leave(item)
         self.account()
@@ -159,10 +170,19 @@ class _Run:
         if workload.run_time is not None and self.now + workload.run_time <= self.duration:
             heapq.heappush(events, (self.now + workload.run_time, _COMPLETE, seq, workload))
 
+    def unclaim(self, uid: str) -> None:
+        """The member ``uid`` claimed is open again: what failed there may fit now (the
+        memo of failed shapes is told, as for GPUs freed)."""
+        member = self.queue.claimed_by(uid)
+        if member is not None:
+            self.epoch += 1
+            self.freed_at[member] = self.epoch
+
     def park(self, item: _Waiting, placement: Placement) -> None:
         """Never placeable (as the controller parks it): reported with every member's
         reason when the bare fleet was asked, else the message alone."""
         workload, bare = item.workload, placement.bare
+        self.unclaim(item.entry.uid)
         reasons = {v.member: v.reason for v in bare.verdicts} if bare is not None else {}
         self.queue.park(item.entry, str(placement.reason))
         self.leave(item)
@@ -214,7 +234,8 @@ class _Run:
             self.bare = _Bare(self.backend.members("empty"))
         self.pass_setting = Setting(
             members=self.members, bare=self.bare, queue=self.queue,
-            default_policy=self.policy, now=self.now, choice_only=True)
+            default_policy=self.policy, now=self.now, choice_only=True,
+            claim_after_s=self.claim_after_s)
         return self.pass_setting
 
     def dispatch_pass(self, events: _Events, next_seq: Callable[[], int]) -> None:
@@ -245,6 +266,8 @@ class _Run:
                 assert placement.blocker is not None
                 self.gated.add(placement.blocker.uid)
             else:
+                if placement.claim is not None:
+                    self.queue.claim(item.entry, placement.claim)
                 failed.add(item.shape)
                 self.failed[item.shape] = self.epoch
 
@@ -265,9 +288,11 @@ def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Bac
         raise ValueError("simulate(duration=None) needs a sample_interval")
     horizon = math.inf if duration is None else duration
     ledger = Ledger(fleet)
+    spec = queue or QueueSpec()
     run = _Run(backend=backend, ledger=ledger, policy=policy, duration=horizon,
-               queue=PendingQueue(backfill_limit=(queue or QueueSpec()).backfill_limit),
-               gpu_seconds=dict.fromkeys(ledger.members, 0.0))
+               queue=PendingQueue(backfill_limit=spec.backfill_limit),
+               gpu_seconds=dict.fromkeys(ledger.members, 0.0),
+               claim_after_s=spec.claim_after_s)
     loop = _Loop(run, check_every=check_every, progress=progress)
     for workload in workloads:
         if workload.arrival <= horizon:

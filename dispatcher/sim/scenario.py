@@ -13,6 +13,7 @@ file and the key (``scenario.yaml: generator.mix[1].runTime: expected ...``)::
     # fleet: {members: [...]}          # ... or the same format inline
     queue:                             # the controller's queue (config queue.*)
       backfillLimit: 50                # passed over this often by its namespace -> it blocks
+      claimAfter: 5m                   # waited this long -> it claims a member (0: never)
     sampleInterval: 10m                # utilization/fragmentation sampling (default duration/200)
     workloads:                         # an explicit stream ...
     - at: 0s
@@ -122,10 +123,12 @@ class Generator:
 
 @dataclass(frozen=True, kw_only=True)
 class QueueSpec:
-    """The queue's knob, as the controller's ``queue.backfillLimit``: how often a waiting
-    workload may be passed over by later ones of its namespace before it blocks them."""
+    """The queue's knobs, as the controller's: ``queue.backfillLimit`` (how often a waiting
+    workload may be passed over by later ones of its namespace before it blocks them) and
+    ``queue.claimAfter`` (how long it waits before it claims a member; 0: never)."""
 
     backfill_limit: int = 50
+    claim_after_s: float = 300.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,7 +359,7 @@ def parse_scenario(data: Any, *, source: str = "<scenario>",
         if old in queue_raw:
             raise reader.fail(f"queue.{old}", "replaced by queue.backfillLimit (the "
                                               "controller's queue: see docs/operator-guide.md)")
-    reader.keys(queue_raw, "queue", {"backfillLimit"})
+    reader.keys(queue_raw, "queue", {"backfillLimit", "claimAfter"})
     workloads = _workloads(reader, raw["workloads"]) if "workloads" in raw else ()
     generator = _generator(reader, raw["generator"]) if "generator" in raw else None
     if not workloads and generator is None:
@@ -376,7 +379,9 @@ def parse_scenario(data: Any, *, source: str = "<scenario>",
         workloads=workloads,
         generator=generator,
         queue=QueueSpec(backfill_limit=reader.integer(
-            queue_raw.get("backfillLimit", 50), "queue.backfillLimit", minimum=0)),
+            queue_raw.get("backfillLimit", 50), "queue.backfillLimit", minimum=0),
+            claim_after_s=reader.duration(queue_raw.get("claimAfter", 300),
+                                          "queue.claimAfter")),
         sample_interval=sample,
     )
 

@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from dispatcher.control.core.names import PendingReason
 from dispatcher.control.core.parking import BareFleet
 from dispatcher.control.core.placing import Ask, Placement, Setting, place_ask
 from dispatcher.control.core.queue import Entry, PendingQueue
-from dispatcher.placement import engine
 from dispatcher.placement.model import MemberSnapshot, PlacementRequest
 from dispatcher.workloads.demand import Demand
 from dispatcher.workloads.kueueworkload import MAX_NOMINATED, KueueWorkload
@@ -189,6 +188,4 @@ def _standby(members: Sequence[MemberSnapshot], request: PlacementRequest, bare:
     """The members whose nodes could hold ``request`` with nothing running, best first (a
     member not ready or cordoned now, or whose nodes are not known yet, is left out: it is
     nominated once it fits)."""
-    view, _unknown = bare.view([m for m in members if m.ready and not m.cordoned])
-    decision = engine.decide(view, replace(request, exhaustive=True, count_fits=False))
-    return tuple(v.member for v in decision.verdicts if v.feasible)
+    return bare.could_hold([m for m in members if m.ready and not m.cordoned], request)

@@ -40,7 +40,7 @@ from dispatcher.placement.model import (
 )
 
 __all__ = ["INVALID_ANNOTATION", "UNPLACEABLE", "BareFleet", "BareView", "Never",
-           "annotation_error", "bare", "never", "restrict", "unplaceable"]
+           "annotation_error", "bare", "could_hold", "never", "restrict", "unplaceable"]
 
 UNPLACEABLE = "unplaceable: "
 """Prefix of every never-placeable message."""
@@ -85,6 +85,11 @@ class BareView(Protocol):
     def never(self, members: Sequence[MemberSnapshot], request: PlacementRequest, *,
               excluded: Sequence[str]) -> Never | None:
         """``never`` over the bare fleet of ``members``, ``excluded`` restricted."""
+        ...
+
+    def could_hold(self, members: Sequence[MemberSnapshot], request: PlacementRequest
+                   ) -> tuple[str, ...]:
+        """Which of ``members`` could run ``request`` with nothing running (best first)."""
         ...
 
 
@@ -133,6 +138,10 @@ class BareFleet:
         bare, unknown = self.view(members)
         return never(restrict(bare, excluded=excluded), request, unknown=unknown)
 
+    def could_hold(self, members: Sequence[MemberSnapshot], request: PlacementRequest
+                   ) -> tuple[str, ...]:
+        return could_hold(self.view(members)[0], request)
+
 
 @dataclass(frozen=True, slots=True)
 class Never:
@@ -164,6 +173,14 @@ def never(members: Sequence[MemberSnapshot], request: PlacementRequest, *,
                      f"might once connected (its nodes are not known yet): looked at again "
                      f"when the fleet changes", decision)
     return Never(f"{UNPLACEABLE}even with every GPU free, {decision.summary}", decision)
+
+
+def could_hold(members: Sequence[MemberSnapshot], request: PlacementRequest
+               ) -> tuple[str, ...]:
+    """The members of a bare fleet whose nodes could hold ``request``, best first (a
+    member whose nodes are not known holds nothing)."""
+    decision = engine.decide(members, replace(request, exhaustive=True, count_fits=False))
+    return tuple(v.member for v in decision.verdicts if v.feasible)
 
 
 def unplaceable(members: Sequence[MemberSnapshot], request: PlacementRequest, *,

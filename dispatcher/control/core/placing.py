@@ -19,8 +19,13 @@ I/O or a clock, in this order:
    (``control.core.podpolicy``: ``nodeName``, a priority class or scheduler not allowed in its
    namespace) parks it;
 3. does its namespace's gate hold it (bounded backfill, ``control.core.queue``)?
-4. the engine's decision over the members it may use (earlier failed attempts excluded);
-5. with no member now: could one ever run it (the bare fleet)? Else it is parked.
+4. the engine's decision over the members it may use (earlier failed attempts excluded,
+   and members claimed by a workload ahead of it in the cross-namespace order);
+5. with no member now: could one ever run it (the bare fleet)? Else it is parked;
+6. waiting, and for ``claim_after_s`` already: it claims a member (``Placement.claim``):
+   the one, of those its nodes could ever hold it on and nobody else claims, with the
+   most GPUs free now (the nearest to fitting). Its own claim is kept while it waits
+   (the shell drops claims on members that left the fleet).
 
 Steps 1 (priority, hold, resolution) are ``place``'s; the sim's workloads are resolved and
 carry their scenario's priority. The request is built from the annotations here only
@@ -80,6 +85,12 @@ class QueueView(Protocol):
 
     def bypasses(self, uid: str) -> int: ...
 
+    def claims(self) -> Mapping[str, Entry]: ...
+
+    def claimed_by(self, uid: str) -> str | None: ...
+
+    def claims_against(self, entry: Entry) -> Mapping[str, Entry]: ...
+
 
 class QueueStep(StrEnum):
     """What the shell does with the workload's queue entry."""
@@ -111,6 +122,7 @@ class PlacementInput:
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
     count_fits: bool = False  # explain: how many times it fits on each member
     policy: str | None = None  # explain --policy: over the annotation and the default
+    claim_after_s: float = 0.0  # waited this long: it claims a member (0: never)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +185,7 @@ class Setting:
     choice_only: bool = False
     count_fits: bool = False
     policy: str | None = None
+    claim_after_s: float = 0.0
 
     @cached_property
     def request_key(self) -> tuple[object, ...]:
@@ -194,6 +207,7 @@ class Placement:
     checked: Decision | None = None  # parked after the engine ran: its decision (explain)
     bare: Decision | None = None  # parked unplaceable: the bare fleet's decision (reasons)
     blocker: Entry | None = None  # held by its namespace's gate: the one it may not pass
+    claim: str | None = None  # waiting long: the member it claims (``PendingQueue.claim``)
 
 
 def request_of(ask: Ask, *, default_policy: str, choice_only: bool = False,
@@ -223,7 +237,8 @@ def _setting(inp: PlacementInput) -> Setting:
     return Setting(members=inp.members, bare=inp.bare, queue=inp.queue,
                    default_policy=inp.default_policy, now=inp.now,
                    reservation_ttl_s=inp.reservation_ttl_s, pod_fields=inp.pod_fields,
-                   count_fits=inp.count_fits, policy=inp.policy)
+                   count_fits=inp.count_fits, policy=inp.policy,
+                   claim_after_s=inp.claim_after_s)
 
 
 def request_for(workload: Mapping[str, Any], resolution: Resolution, *,
@@ -342,6 +357,36 @@ def _nothing_now(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
                      reason=PendingReason.NO_FEASIBLE_MEMBER, decided=True)
 
 
+def _held_for(members: Sequence[MemberSnapshot], claimed: Mapping[str, Entry], *,
+              now: float) -> list[MemberSnapshot]:
+    """The members as a workload behind their claimants sees them: not ready, with why."""
+    return [replace(m, ready=False, not_ready_reason=(
+        f"held for {claimed[m.name].name}, waiting {now - claimed[m.name].created:.0f}s: "
+        f"nothing behind it is placed here until it fits"))
+            if m.name in claimed else m for m in members]
+
+
+def _claiming(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
+              request: PlacementRequest, waiting: Placement) -> Placement:
+    """``waiting`` with the member it claims (step 6), or as it is."""
+    entry, queue = ask.entry, setting.queue
+    held = queue.claimed_by(entry.uid)
+    waited = setting.now - entry.created
+    if held is None and (setting.claim_after_s <= 0 or waited < setting.claim_after_s):
+        return waiting
+    if held is None:  # kept while it waits (a member removed: ``PendingQueue.keep_claims``)
+        taken = set(queue.claims()) - {held}
+        free = {m.name: m.capacity.free for m in members
+                if m.name not in taken and m.name not in ask.excluded}
+        holders = setting.bare.could_hold([m for m in members if m.name in free], request)
+        held = max(holders, key=lambda name: free[name], default=None)
+    if held is None:
+        return waiting
+    summary = (f"{waiting.decision.summary}; waiting {waited:.0f}s: {held} is held for it "
+               f"(nothing behind it is placed there until it fits)")
+    return replace(waiting, claim=held, decision=replace(waiting.decision, summary=summary))
+
+
 def place(inp: PlacementInput) -> Placement:
     """Place a hub workload now, or say why not (steps in the module docstring): its
     priority, hold and resolution here, the rest in ``place_ask``."""
@@ -372,13 +417,18 @@ def place_ask(ask: Ask, setting: Setting) -> Placement:
     if gated is not None:
         return gated
     members = setting.members()
+    claimed = setting.queue.claims_against(entry)
     try:
-        decision = engine.decide(restrict(members, excluded=ask.excluded), request)
+        decision = engine.decide(restrict(_held_for(members, claimed, now=setting.now)
+                                          if claimed else members,
+                                          excluded=ask.excluded), request)
     except PlacementError as exc:  # the pinned member does not exist
         return _parked(entry, PendingReason.UNPLACEABLE, f"{parking.UNPLACEABLE}{exc}",
                        policy=policy)
     if decision.chosen is None:
-        return _nothing_now(ask, setting, members, request, decision)
+        waiting = _nothing_now(ask, setting, members, request, decision)
+        return _claiming(ask, setting, members, request, waiting) \
+            if waiting.queue is QueueStep.WAIT else waiting
     reservation = (Reservation(workload_uid=entry.uid, member=decision.chosen,
                                nodes=tuple((g.node, g.gpus) for g in decision.assignment),
                                expires_at=setting.now + setting.reservation_ttl_s)

@@ -18,6 +18,17 @@ starved by that team's own stream of small ones, and one team's waiting (or impo
 workload never holds another team's back. The price: a large gang has no protection against
 *other* namespaces' streams (that needs quotas or reservations, not a gate).
 
+**A workload that waited long holds one member.** Bounded backfill does not protect a
+large gang against *other* namespaces' streams: each GPU that frees is taken by a small
+workload behind it, and the gang, which needs a whole member's worth at once, never fits.
+So once a workload has waited ``claimAfter`` (``control.core.placing`` decides when, and
+which member: the one its nodes could hold it on that has the most free now), it *claims*
+that member: nothing behind it in the cross-namespace order (lower priority, or the same
+priority and younger) is placed there until it is placed, parked or gone; elsewhere
+backfill goes on. One claim per member, kept by its claimant. The price is the GPUs that
+free on the claimed member while it drains, the bound is the gang's wait: ``claimAfter``
+plus the longest run of what holds that member.
+
 **Parked workloads hold nothing.** A workload no member could ever run as the fleet is now
 (``Unplaceable``), or whose request is invalid (``InvalidAnnotation``, unresolvable), is
 parked: it is never in the gate, is not counted as bypassed, and is retried when the fleet
@@ -34,7 +45,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 __all__ = ["Entry", "PendingQueue"]
@@ -69,6 +80,8 @@ class PendingQueue:
         self._bypassed: dict[str, int] = {}
         self._saturated: dict[str, set[str]] = {}  # namespace -> uids at the limit
         self._parked: dict[str, tuple[Entry, str]] = {}
+        self._claims: dict[str, str] = {}  # member -> the waiting uid that claims it
+        self._claimed: dict[str, str] = {}  # uid -> the member it claims
 
     def __len__(self) -> int:
         """Pending workloads: waiting plus parked."""
@@ -103,8 +116,11 @@ class PendingQueue:
         self._parked[entry.uid] = (entry, reason)
 
     def remove(self, uid: str) -> None:
-        """Forget ``uid`` (deleted, or placed: see ``placed``)."""
+        """Forget ``uid`` (deleted, or placed: see ``placed``); its claim goes with it."""
         self._parked.pop(uid, None)
+        member = self._claimed.pop(uid, None)
+        if member is not None:
+            del self._claims[member]
         if uid in self._entries:
             self._drop(uid)
             del self._entries[uid]
@@ -173,6 +189,41 @@ class PendingQueue:
             if uid != entry.uid and order < mine and (first is None or order < first):
                 found, first = ahead, order
         return found
+
+    def claim(self, entry: Entry, member: str) -> bool:
+        """``entry`` (waiting) claims ``member``; False when the member is claimed by
+        another or ``entry`` is not waiting. A claim is kept until its claimant leaves."""
+        if entry.uid not in self._entries or self._claims.get(member, entry.uid) != entry.uid:
+            return False
+        old = self._claimed.get(entry.uid)
+        if old is not None and old != member:
+            del self._claims[old]
+        self._claims[member] = entry.uid
+        self._claimed[entry.uid] = member
+        return True
+
+    def claimed_by(self, uid: str) -> str | None:
+        """The member ``uid`` claims, if any."""
+        return self._claimed.get(uid)
+
+    def claims(self) -> dict[str, Entry]:
+        """Every claim: member -> its claimant."""
+        return {member: self._entries[uid] for member, uid in self._claims.items()}
+
+    def keep_claims(self, members: Collection[str]) -> None:
+        """Drop the claims on members not in ``members`` (they left the fleet): their
+        claimants claim again at their next try."""
+        for member in [m for m in self._claims if m not in members]:
+            del self._claimed[self._claims.pop(member)]
+
+    def claims_against(self, entry: Entry) -> dict[str, Entry]:
+        """The members ``entry`` may not be placed on: claimed by a waiting workload ahead
+        of it (higher priority, or the same and older), whatever its namespace."""
+        if not self._claims:  # the common case, asked before every placement
+            return {}
+        mine = entry.order
+        return {member: claimant for member, uid in self._claims.items()
+                if uid != entry.uid and (claimant := self._entries[uid]).order < mine}
 
     def placed(self, entry: Entry) -> None:
         """``entry`` was placed: it leaves the queue; every waiting one of its namespace

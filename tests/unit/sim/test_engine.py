@@ -90,6 +90,24 @@ def test_the_gate_rescues_a_starving_gang() -> None:
     assert starts["big"] <= 0.5 + 5 + 3.5 + 1
 
 
+def test_a_claim_rescues_a_gang_starved_by_another_namespaces_stream() -> None:
+    """As above, but the small jobs are another namespace's: no gate holds them back, and
+    without claims the gang waits for the stream to end. With ``claimAfter`` 20 s it claims
+    the member once it waited that long: nothing behind it is placed there and it starts
+    once the small jobs running there finish (3.5 s at most)."""
+    spec = fleet({"a": [(2, 8)], "b": [(2, 8)]})
+    smalls = [workload(f"s{i}", at=i / 4, run=7.5, need=demand((1, 1))) for i in range(800)]
+    big = replace(workload("big", at=0.5, run=10, need=demand((2, 8))), namespace="team-b")
+    starved = run(spec, [*smalls, big], duration=250,
+                  queue=QueueSpec(backfill_limit=5, claim_after_s=0))
+    assert {d.uid: d.start for d in starved.decisions}["big"] > 200
+    rescued = run(spec, [*smalls, big], duration=250,
+                  queue=QueueSpec(backfill_limit=5, claim_after_s=20))
+    starts = {d.uid: d.start for d in rescued.decisions}
+    assert 0.5 + 20 <= starts["big"] <= 0.5 + 20 + 7.5 + 1
+    assert len(rescued.decisions) >= len(starved.decisions) - 2  # the others still run
+
+
 def test_one_tenants_burst_and_impossible_workload_do_not_starve_another() -> None:
     # 4 x 8 GPUs. Tenant a: a gang that never fits (64 GPUs on one node), a gang that
     # needs the whole fleet, then 2,000 8-GPU jobs at once; tenant b: 60 1-GPU jobs, one a

@@ -5,10 +5,14 @@ and the controller's own PendingQueue; no I/O.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from dispatcher.control.core.names import PendingReason
 from dispatcher.control.core.placing import (
+    Placement,
     QueueStep,
     alternatives,
     place,
@@ -16,9 +20,12 @@ from dispatcher.control.core.placing import (
     restrict,
 )
 from dispatcher.control.core.queue import Entry, PendingQueue
+from dispatcher.control.core.record import format_time
+from dispatcher.placement.model import MemberSnapshot
 from dispatcher.workloads.bounded import DefinitionQuarantined, ObjectQuarantined
 from dispatcher.workloads.errors import TemplateError, WorkloadError
 from tests.unit.control.placing_builders import CATALOG, NOW, given, job, members
+from tests.unit.placement.builders import cluster
 
 
 def test_a_fitting_job_is_placed_with_its_reservation() -> None:
@@ -127,3 +134,48 @@ def test_restrict_and_alternatives() -> None:
     assert alternatives(fleet, request, excluded=()) == ("a", "b")
     assert alternatives(fleet, request, excluded=("a",)) == ("b",)
     assert request.exhaustive and request.namespace == "team-b"
+
+
+def _claiming(workload: dict[str, Any], *, fleet: list[MemberSnapshot], queue: PendingQueue,
+              waited: float, claim_after: float = 300.0) -> Placement:
+    """``place`` at NOW for ``workload`` created ``waited`` seconds before."""
+    meta = {**workload["metadata"], "creationTimestamp": format_time(NOW - waited)}
+    return place(replace(given(workload, fleet=fleet, queue=queue), claim_after_s=claim_after,
+                         workload={**workload, "metadata": meta}))
+
+
+def _member(name: str, *used: int) -> MemberSnapshot:
+    """A member of 8-GPU nodes, ``used`` GPUs taken on each."""
+    return MemberSnapshot(name=name, capacity=cluster(
+        *({"name": f"{name}{i}", "gpus": 8, "used": u} for i, u in enumerate(used))))
+
+
+def test_a_workload_that_waited_long_claims_the_member_nearest_to_fitting_it() -> None:
+    """All busy: a 2 x 8-GPU gang that waited past claimAfter claims the member its nodes
+    could hold it on with the most GPUs free now ("small" has one node: it never could);
+    before that, or with claimAfter 0, it claims nothing."""
+    fleet = [_member("x", 7, 8), _member("y", 2, 4), _member("small", 0)]
+    gang = job("gang", gpus=8, parallelism=2)
+    queue = PendingQueue(backfill_limit=50)
+    early = _claiming(gang, fleet=fleet, queue=queue, waited=100)
+    assert early.queue is QueueStep.WAIT and early.claim is None
+    assert _claiming(gang, fleet=fleet, queue=queue, waited=400, claim_after=0).claim is None
+    late = _claiming(gang, fleet=fleet, queue=queue, waited=400)
+    assert late.queue is QueueStep.WAIT and late.claim == "y"
+    assert "y is held for it" in late.decision.summary
+
+
+def test_nothing_behind_a_claimant_is_placed_on_its_member_and_what_is_ahead_is() -> None:
+    fleet = [_member("y", 4, 8)]
+    queue = PendingQueue(backfill_limit=50)
+    gang = Entry(uid="uid-gang", priority=0, created=NOW - 900, namespace="team-b",
+                 name="team-b/gang")
+    queue.add(gang)
+    assert queue.claim(gang, "y")
+    small = _claiming(job("small", gpus=1, parallelism=1), fleet=fleet, queue=queue,
+                      waited=10)  # younger, another namespace
+    assert small.queue is QueueStep.WAIT and small.decision.chosen is None
+    assert "held for team-b/gang" in small.decision.verdict("y").reason
+    older = _claiming(job("older", gpus=1, parallelism=1), fleet=fleet, queue=queue,
+                      waited=1000)  # ahead of the claimant
+    assert older.queue is QueueStep.PLACED and older.decision.chosen == "y"

@@ -135,3 +135,35 @@ def test_no_namespace_ever_gates_another(limit: int, steps: list[tuple[str, int,
             assert blocker is None or blocker.uid not in {p.uid for p, _ in q.parked()}
         order = q.ordered()
         assert len(order) == q.waiting == len({e.uid for e in order})
+
+
+def test_a_claim_is_one_per_member_kept_by_its_claimant_and_goes_with_it() -> None:
+    """A member claimed by a waiting workload is barred to everyone behind it, of any
+    namespace, and to no one ahead of it; it is released when its claimant leaves."""
+    q = PendingQueue(backfill_limit=3)
+    gang, small, vip = (entry("gang", created=1, ns="b"), entry("small", created=5, ns="a"),
+                        entry("vip", priority=9, created=9, ns="c"))
+    for e in (gang, small, vip):
+        q.add(e)
+    assert q.claim(gang, "m1") and q.claimed_by("gang") == "m1"
+    assert q.claims_against(small) == {"m1": gang}  # behind it, another namespace
+    assert q.claims_against(vip) == {} and q.claims_against(gang) == {}
+    assert not q.claim(small, "m1")  # one claim per member, kept by its claimant
+    assert q.claim(gang, "m2") and q.claims() == {"m2": gang}  # it moves, never doubles
+    q.add(gang)  # waiting again: the claim is kept
+    assert q.claimed_by("gang") == "m2"
+    q.placed(gang)
+    assert q.claims() == {} and q.claims_against(small) == {}
+    assert q.claim(small, "m1")
+    q.park(small, "unplaceable")
+    assert q.claims() == {}
+    assert not q.claim(entry("gone"), "m1")  # not waiting: no claim
+
+
+def test_a_claim_on_a_member_that_left_the_fleet_is_dropped() -> None:
+    q = PendingQueue(backfill_limit=3)
+    gang = entry("gang")
+    q.add(gang)
+    assert q.claim(gang, "gone")
+    q.keep_claims(["m1", "m2"])
+    assert q.claims() == {} and q.claimed_by("gang") is None
