@@ -80,7 +80,7 @@ class _Bare:
     def could_hold(self, members: Sequence[MemberSnapshot], request: PlacementRequest
                    ) -> tuple[str, ...]:
         names = {m.name for m in members}
-        key = ("could_hold", request.identity)
+        key = request.identity
         if key not in self.holders:
             self.holders[key] = parking.could_hold(self.members, request)
         return tuple(n for n in self.holders[key] if n in names)

@@ -375,7 +375,7 @@ def _claiming(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
     if held is None and (setting.claim_after_s <= 0 or waited < setting.claim_after_s):
         return waiting
     if held is None:  # kept while it waits (a member removed: ``PendingQueue.keep_claims``)
-        taken = set(queue.claims()) - {held}
+        taken = queue.claims()
         free = {m.name: m.capacity.free for m in members
                 if m.name not in taken and m.name not in ask.excluded}
         holders = setting.bare.could_hold([m for m in members if m.name in free], request)
