@@ -285,11 +285,14 @@ def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
     """The controller's own copy plan (``control.core.copyplan.plan``) for ``member``, from the
     same resolution, the member's gang mechanism and the decision's topology domains;
     ``control``'s hub id, pod mutations and pod field policy (defaults offline). A copy
-    that would not be written says why (``refused``). The definition's paths run
+    that would not be written says why (``refused``), the member's Kubernetes minor
+    included (fields it would drop; Pod Security checks it lacks, judged at the floor
+    level: explain does not read the hub namespace's). The definition's paths run
     in-process: explain runs the local catalog, not a tenant's on a shared host."""
     from dispatcher.control.core.copies import Rejection
     from dispatcher.control.core.copyplan import PlanInput, plan
     from dispatcher.control.settings import ControlSettings
+    from dispatcher.kube import podsecurity
 
     settings = control or ControlSettings()
     definition = catalog.find(resolution.api_version, resolution.kind)
@@ -299,7 +302,8 @@ def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
         mechanism=member.gang_mechanism, queueing=member.queueing,
         domains=tuple(decision.domains),
         mutations=settings.pod_mutations, pod_fields=settings.pod_policy,
-        dry_run=settings.admission_check))
+        dry_run=settings.admission_check, member_version=member.kubernetes_version,
+        pod_security=podsecurity.required({}, floor=settings.pod_security_floor)))
     if isinstance(planned, Rejection):
         return {"member": member.name, "refused": planned.describe()}
     return planned.to_dict()

@@ -16,6 +16,12 @@ before the admission dry-run:
   identity may lack ``get`` on namespaces, as before this check). A member namespace the
   identity cannot read is a rejection too: unverified is not verified.
 
+A member whose Kubernetes minor lacks a check the hub namespace's level has
+(``podsecurity.lacking``: ``baseline:latest`` on a 1.33 member has no 1.34 host-probe check)
+cannot refuse what that check refuses, however its namespace is labelled; the copy planner
+runs those checks itself on the copy's pods (``copyplan``), from ``required``: the hub
+namespace's level, read for such members only and kept ``ttl_s``.
+
 A namespace found strong enough is not read again for ``ttl_s``, and a check or create
 already in flight for a member and namespace is joined, not repeated (a burst asks, and
 creates, once per member and namespace); the price, as for ``admission.AdmittedPods``: a namespace
@@ -64,6 +70,7 @@ class MemberNamespaces:
         self._until: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._checks: SingleFlight[Rejection | None] = SingleFlight()
         self._creates: SingleFlight[Rejection | None] = SingleFlight()
+        self._required: OrderedDict[str, tuple[float, podsecurity.Policy]] = OrderedDict()
 
     @property
     def checking(self) -> bool:
@@ -137,6 +144,24 @@ class MemberNamespaces:
                  enforce=labels.get(f"{podsecurity.PREFIX}enforce", "(member default)"))
         self._remember(cluster, namespace)
         return None
+
+    async def required(self, cluster: str, namespace: str
+                       ) -> podsecurity.Policy | Rejection:
+        """The enforce policy the hub namespace asks of ``cluster``'s copies
+        (``podsecurity.required``, the floor included), read at most once per ``ttl_s``."""
+        now = self.monotonic()
+        kept = self._required.get(namespace)
+        if kept is not None and kept[0] > now:
+            return kept[1]
+        hub = await self._hub_labels(cluster, namespace)
+        if isinstance(hub, Rejection):
+            return hub
+        wanted = podsecurity.required(hub, floor=self.settings.pod_security_floor)
+        self._required[namespace] = (now + self.ttl_s, wanted)
+        self._required.move_to_end(namespace)
+        while len(self._required) > self.size:
+            self._required.popitem(last=False)
+        return wanted
 
     async def _hub_labels(self, cluster: str, namespace: str
                           ) -> dict[str, Any] | Rejection:

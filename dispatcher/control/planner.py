@@ -5,14 +5,16 @@ UPDATE_COPY: the resolution is the one placing used (``Resolutions``, kept per g
 no second evaluation; ``prepare`` resolves a spec changed since, and raises a busy host's
 ``EvaluationUnavailable`` for the worker's back-off); the gang mechanism is the member's
 (its MemberCluster's, checked against discovery: a member that stopped serving the API
-gets none) for a submit, and the one the copy was created with for an update. A tenant's
+gets none) for a submit, and the one the copy was created with for an update; for a member
+whose Kubernetes minor lacks a Pod Security check, the hub namespace's level
+(``namespaces.MemberNamespaces.required``), so the plan runs that check itself. A tenant's
 definition runs the plan on the evaluator's threads in its namespace's turn: its path
 expressions must not hold the event loop, nor another tenant's turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.control import gangwrites
@@ -27,7 +29,8 @@ from dispatcher.control.settings import ControlSettings
 from dispatcher.fleet.queueing import NONE as NONE_QUEUE
 from dispatcher.fleet.queueing import Queueing
 from dispatcher.fleet.snapshot import MemberSnapshot
-from dispatcher.kube.gangapis import NONE, Mechanism
+from dispatcher.kube import podsecurity
+from dispatcher.kube.gangapis import NONE, Mechanism, minor_number
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import DefinitionQuarantined
 
@@ -40,8 +43,12 @@ class CopyPlanner:
     """Plans the copies of the control loop (one instance, shared by all workers)."""
 
     def __init__(self, *, settings: ControlSettings, live: LiveCatalog,
-                 resolutions: Resolutions, fleet: FleetView, copies: CopyCache) -> None:
+                 resolutions: Resolutions, fleet: FleetView, copies: CopyCache,
+                 pod_security: Callable[[str, str], Awaitable[podsecurity.Policy | Rejection]]
+                 | None = None) -> None:
         self.settings = settings
+        self.pod_security = pod_security
+        """(member, namespace) -> the hub namespace's required level; None: never read."""
         self.live = live
         self.resolutions = resolutions
         self.fleet = fleet
@@ -72,6 +79,9 @@ class CopyPlanner:
         await self.resolutions.prepare(uid, workload)
         definition = self.live.current.find(str(workload.get("apiVersion")),
                                             str(workload.get("kind")))
+        wanted = await self._wanted(cluster, namespace_of(workload), snapshot)
+        if isinstance(wanted, Rejection):
+            return wanted
         given = PlanInput(uid=uid, member=cluster, workload=workload, definition=definition,
                           resolution=self.resolutions.get(uid, workload),
                           hub_id=self.settings.hub_id, mechanism=mechanism,
@@ -80,7 +90,7 @@ class CopyPlanner:
                           domains=tuple(domains), mutations=self.settings.pod_mutations,
                           pod_fields=self.settings.pod_policy, dry_run=dry_run,
                           member_version=snapshot.kubernetes_version
-                          if snapshot is not None else None)
+                          if snapshot is not None else None, pod_security=wanted)
         try:
             if definition is None or self.live.trusted(definition):
                 return plan(given)
@@ -91,6 +101,17 @@ class CopyPlanner:
         except DefinitionQuarantined as exc:
             self.live.notify_quarantine()
             return Rejection.of(cluster, status=0, reason="CopyInvalid", message=str(exc))
+
+    async def _wanted(self, cluster: str, namespace: str, snapshot: MemberSnapshot | None
+                      ) -> podsecurity.Policy | Rejection | None:
+        """The hub namespace's Pod Security level, when the member's minor lacks a check
+        some level has (``podsecurity.lacking``); None otherwise (nothing read)."""
+        version = snapshot.kubernetes_version if snapshot is not None else None
+        strictest = podsecurity.Policy("restricted")
+        if self.pod_security is None or not podsecurity.lacking(
+                strictest, minor_number(version)):
+            return None
+        return await self.pod_security(cluster, namespace)
 
     async def _mechanism(self, cluster: str, snapshot: MemberSnapshot | None) -> Mechanism:
         """The member's gang mechanism (its MemberCluster's), ``none`` when the member does

@@ -132,8 +132,10 @@ class Reconciler:
                                          copies=copies, monotonic=monotonic)
         self.ports = Ports(hub=hub_writer, members=member_writer, metrics=metrics,
                            monotonic=monotonic)
-        self.planner = CopyPlanner(settings=settings, live=live, resolutions=self.resolutions,
-                                   fleet=fleet, copies=copies)
+        self.planner = CopyPlanner(
+            settings=settings, live=live, resolutions=self.resolutions, fleet=fleet,
+            copies=copies, pod_security=member_writer.namespaces.required
+            if isinstance(member_writer, MemberWrites) else None)
         """Plans the copy a SUBMIT or UPDATE_COPY writes (``control.core.copyplan``)."""
         self.scope = HoldScope.watching(namespaces=settings.namespaces,
                                         own=settings.leader.namespace,

@@ -17,10 +17,17 @@ weaker than it is: label the namespace, or opt out). An unparseable enforce leve
 (it fails open), an unparseable version is ``latest``.
 
 A policy is never weaker than another when its level is at least the other's and, unless
-the other is ``privileged`` (no checks, so no version), its version is not older: newer
-versions only add checks (the baseline of v1.34 refuses host probes that of v1.25 lets
-through), so ``restricted:v1.25`` is *not* at least ``baseline:latest``. The member labels
-are the least upper bound of their inputs in that order, per mode.
+the other is ``privileged`` (no checks, so no version), its version is not older: a newer
+version may add a check (the baseline of v1.34 refuses host probes that of v1.25 lets
+through), so ``restricted:v1.25`` is *not* at least ``baseline:latest`` (conservative:
+most later version changes relax a check, for user namespaces or new sysctls). The member
+labels are the least upper bound of their inputs in that order, per mode.
+
+A label's version is read by the member's own plugin, which knows no check newer than its
+Kubernetes minor: ``baseline:latest`` on a 1.33 member is 1.33's baseline. ``TIGHTENED``
+lists the checks added since v1.25 (pod-security-admission v0.37.2, ``policy/check_*.go``:
+every other versioned check since relaxes); ``unenforced`` runs on a pod spec the ones a
+member's minor lacks, so that what the member cannot refuse the dispatcher does.
 
 Pure: no I/O.
 """
@@ -28,11 +35,12 @@ Pure: no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["LEVELS", "MODES", "PREFIX", "Policy", "describe", "member_labels", "policy",
-           "weaker"]
+__all__ = ["LEVELS", "MODES", "PREFIX", "TIGHTENED", "Policy", "Tightening", "describe",
+           "lacking", "member_labels", "policy", "required", "unenforced", "weaker"]
 
 PREFIX = "pod-security.kubernetes.io/"
 LEVELS: tuple[str, ...] = ("privileged", "baseline", "restricted")
@@ -149,3 +157,79 @@ def describe(labels: Mapping[str, str] | None) -> str:
     text = str(policy(labels)["enforce"])
     return text if f"{PREFIX}enforce" in (labels or {}) else f"{text} (no label)"
 
+
+
+def required(hub_labels: Mapping[str, str] | None, *, floor: str) -> Policy:
+    """The enforce policy a member must apply to a hub namespace's pods: the hub's, never
+    below ``floor`` (as ``member_labels`` writes it)."""
+    return _join([policy(hub_labels)["enforce"], Policy(floor)])
+
+
+@dataclass(frozen=True)
+class Tightening:
+    """A check the plugin added at ``minor`` for ``level`` (and the levels above it);
+    ``find`` names what a pod spec does that it refuses (empty: nothing)."""
+
+    check: str
+    level: str
+    minor: int
+    find: Callable[[Mapping[str, Any]], list[str]]
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(key) or ():
+            if isinstance(container, Mapping):
+                yield container
+
+
+def _hosts(handler: Any) -> list[str]:
+    """The ``host`` of a probe's or lifecycle handler's httpGet/tcpSocket, when set."""
+    if not isinstance(handler, Mapping):
+        return []
+    out = []
+    for action in ("httpGet", "tcpSocket"):
+        found = handler.get(action)
+        if isinstance(found, Mapping) and found.get("host"):
+            out.append(str(found["host"]))
+    return out
+
+
+def _host_probes(spec: Mapping[str, Any]) -> list[str]:
+    """The 1.34 baseline check ``hostProbesAndHostLifecycle``: probes and postStart/preStop
+    handlers must not set ``host`` (any container list)."""
+    out = []
+    for container in _containers(spec):
+        lifecycle = container.get("lifecycle")
+        handlers = [container.get(p) for p in ("livenessProbe", "readinessProbe",
+                                                "startupProbe")]
+        if isinstance(lifecycle, Mapping):
+            handlers += [lifecycle.get("postStart"), lifecycle.get("preStop")]
+        hosts = sorted({h for handler in handlers for h in _hosts(handler)})
+        if hosts:
+            out.append(f"container {container.get('name')!r} uses probe or lifecycle "
+                       f"host(s) {', '.join(repr(h) for h in hosts)}")
+    return out
+
+
+TIGHTENED: tuple[Tightening, ...] = (
+    Tightening("hostProbesAndHostLifecycle", "baseline", 34, _host_probes),
+)
+
+
+def lacking(wanted: Policy, member_minor: int | None) -> list[Tightening]:
+    """The checks ``wanted`` applies that a member of Kubernetes minor ``member_minor``
+    knows nothing of (none when the minor is not known)."""
+    if member_minor is None or wanted.level == "privileged":
+        return []
+    return [t for t in TIGHTENED
+            if LEVELS.index(t.level) <= wanted.rank and member_minor < t.minor
+            and (wanted.minor is None or t.minor <= wanted.minor)]
+
+
+def unenforced(wanted: Policy, member_minor: int | None, spec: Mapping[str, Any]
+               ) -> list[str]:
+    """What pod ``spec`` does that ``wanted`` refuses and a member of ``member_minor``
+    would admit: one line per lacking check it fails (``check (1.N+): detail``)."""
+    return [f"{t.check} (1.{t.minor}+): {'; '.join(found)}"
+            for t in lacking(wanted, member_minor) if (found := t.find(spec))]

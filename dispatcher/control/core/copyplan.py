@@ -9,8 +9,9 @@ domains, its gangs joined), the gang objects to create before it
 (``control.core.dryrun``) and the namespace it goes to. A copy that may not or cannot be
 built is a ``Rejection`` instead: a pod template setting a refused scheduling field
 (``control.core.podpolicy``, the rule placing applied) or a field the member's Kubernetes
-minor would drop (``control.core.skew``), a workload that cannot be resolved, a mutation
-the definition cannot write.
+minor would drop (``control.core.skew``), a pod the hub namespace's Pod Security level
+refuses by a check the member's minor lacks (``kube.podsecurity.unenforced``), a workload
+that cannot be resolved, a mutation the definition cannot write.
 
 No I/O here. ``locate`` evaluates the definition's path expressions: in-process for a
 trusted definition, in the bounded workers for a tenant's (the shell runs the whole plan on
@@ -29,6 +30,7 @@ from dispatcher.control.core.names import PendingReason
 from dispatcher.control.core.podpolicy import PodFieldPolicy, refusal
 from dispatcher.control.core.topology import Domains
 from dispatcher.fleet.queueing import QUEUE_LABEL, Queueing
+from dispatcher.kube import podsecurity
 from dispatcher.kube.gangapis import NONE, Mechanism
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.bounded import (
@@ -39,7 +41,7 @@ from dispatcher.workloads.bounded import (
 from dispatcher.workloads.errors import WorkloadError
 from dispatcher.workloads.gangs import gang_components
 from dispatcher.workloads.model import Definition
-from dispatcher.workloads.mutate import pod_templates
+from dispatcher.workloads.mutate import PodTemplate, pod_templates
 from dispatcher.workloads.paths import Locator, in_process
 from dispatcher.workloads.resolve import Resolution
 
@@ -76,6 +78,9 @@ class PlanInput:
     member_version: str | None = None
     """The member's Kubernetes version (``/version``): pod fields it does not know refuse
     the copy there (``control.core.skew``). None: not known, nothing refused."""
+    pod_security: podsecurity.Policy | None = None
+    """The enforce policy the hub namespace asks of the member (``podsecurity.required``),
+    read only for a member whose minor lacks one of its checks; None: nothing to check."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +143,9 @@ def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Reject
             return Rejection.of(given.member, status=0, reason="FieldUnknownToMember",
                                 message=f"Kubernetes {given.member_version} would drop "
                                         f"pod field(s) {'; '.join(unknown)}")
+        unenforced = _unenforced(given, templates)
+        if unenforced is not None:
+            return unenforced
         pods = dryrun.dry_run_pods(templates if given.dry_run else [], namespace=namespace)
     except (EvaluationUnavailable, DefinitionQuarantined):
         raise
@@ -146,6 +154,25 @@ def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Reject
         return Rejection.of(given.member, status=0, reason=reason, message=str(exc))
     return CopyPlan(uid=given.uid, member=given.member, namespace=namespace, body=body,
                     gangs=gang_plan, pods=tuple(pods))
+
+
+def _unenforced(given: PlanInput, templates: list[PodTemplate]) -> Rejection | None:
+    """A Rejection when a template does what the hub namespace's Pod Security level refuses
+    by a check the member's Kubernetes minor does not have (its plugin would admit it)."""
+    wanted = given.pod_security
+    if wanted is None:
+        return None
+    at = skew.minor(given.member_version)
+    failed = [f"{t.component}: {line}" for t in templates
+              for line in podsecurity.unenforced(wanted, at, t.spec)]
+    if not failed:
+        return None
+    checks = ", ".join(t.check for t in podsecurity.lacking(wanted, at))
+    return Rejection.of(given.member, status=0, reason="PodSecurityUnenforced",
+                        message=f"hub namespace {namespace_of(given.workload)} enforces Pod "
+                                f"Security {wanted}, and Kubernetes {given.member_version} "
+                                f"on {given.member} lacks its check(s) {checks}: its pods "
+                                f"would be admitted there: {'; '.join(failed)}")
 
 
 def _queued(body: dict[str, Any], queueing: Queueing) -> dict[str, Any]:

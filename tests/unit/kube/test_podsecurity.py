@@ -133,3 +133,64 @@ def test_weaker_examples(member: dict[str, str], hub: dict[str, str], weaker: bo
 def test_describe_says_when_there_is_no_label() -> None:
     assert ps.describe({}) == "privileged:latest (no label)"
     assert ps.describe({ENFORCE: "restricted"}) == "restricted:latest"
+
+
+def _probed(where: str, action: str, host: str, name: str = "a") -> dict:
+    """A pod spec with one container whose probe or lifecycle handler ``where`` (dotted)
+    uses ``action`` with ``host``."""
+    container: dict = {"name": name}
+    *outer, last = where.split(".")
+    at = container
+    for key in outer:
+        at = at.setdefault(key, {})
+    at[last] = {action: {"host": host, "port": 80}}
+    return {"containers": [container]}
+
+
+@pytest.mark.parametrize("where,action", [
+    ("livenessProbe", "httpGet"), ("readinessProbe", "tcpSocket"),
+    ("startupProbe", "httpGet"), ("lifecycle.postStart", "tcpSocket"),
+    ("lifecycle.preStop", "httpGet")])
+def test_every_probe_and_lifecycle_host_fails_the_1_34_check(where: str, action: str) -> None:
+    """The fields of pod-security-admission v0.37.2's ``hostProbesAndHostLifecycle``, a
+    local address included (its test cases: 127.0.0.1, ::1, localhost are refused)."""
+    for host in ("invalid.host", "127.0.0.1", "::1", "localhost"):
+        found = ps.unenforced(Policy("baseline"), 33, _probed(where, action, host))
+        assert found == [f"hostProbesAndHostLifecycle (1.34+): container 'a' uses probe or "
+                         f"lifecycle host(s) '{host}'"]
+
+
+def test_the_host_probe_check_covers_every_container_list_and_only_set_hosts() -> None:
+    spec = {"initContainers": [_probed("startupProbe", "httpGet", "a.com", "i")[
+                "containers"][0]],
+            "containers": [{"name": "ok", "livenessProbe": {"httpGet": {"host": "",
+                                                                         "port": 80}}}],
+            "ephemeralContainers": [_probed("readinessProbe", "tcpSocket", "b.com", "e")[
+                "containers"][0]]}
+    found = ps.unenforced(Policy("restricted"), 30, spec)
+    assert len(found) == 1 and "container 'i'" in found[0] and "container 'e'" in found[0]
+    assert "'ok'" not in found[0]
+    assert ps.unenforced(Policy("restricted"), 30, {"containers": [{"name": "x"}]}) == []
+
+
+def test_only_a_member_older_than_a_check_the_level_has_lacks_it() -> None:
+    """Lacking: the level has the check (baseline and restricted, not privileged), its
+    version includes it (latest or v1.34+), and the member's minor is older than 1.34; a
+    member whose minor is not known lacks nothing here (its dry-run judges)."""
+    spec = _probed("livenessProbe", "httpGet", "h")
+    assert ps.unenforced(Policy("baseline"), 33, spec)
+    assert ps.unenforced(Policy("baseline", 34), 33, spec)
+    assert not ps.unenforced(Policy("baseline", 33), 33, spec)
+    assert not ps.unenforced(Policy("privileged"), 33, spec)
+    assert not ps.unenforced(Policy("restricted"), 34, spec)
+    assert not ps.unenforced(Policy("restricted"), 37, spec)
+    assert not ps.unenforced(Policy("restricted"), None, spec)
+
+
+def test_the_required_level_never_goes_below_the_floor() -> None:
+    assert ps.required({}, floor="baseline") == Policy("baseline")
+    assert ps.required({ENFORCE: "restricted", f"{ENFORCE}-version": "v1.30"},
+                       floor="baseline") == Policy("restricted")  # the floor is latest
+    assert ps.required({ENFORCE: "restricted", f"{ENFORCE}-version": "v1.30"},
+                       floor="privileged") == Policy("restricted", 30)
+    assert ps.required({}, floor="privileged") == Policy("privileged")

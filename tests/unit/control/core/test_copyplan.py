@@ -181,3 +181,29 @@ def test_a_field_removed_since_is_refused_on_the_newer_member() -> None:
         "w: spec.containers[c].restartPolicyRules (1.34+)", "w: spec.workloadRef (1.35 only)"]
     assert unknown_fields([old], "v1.35.4") == []
     assert minor("v1.37.2") == 37 and minor("") is None and minor(None) is None
+
+
+def test_a_pod_security_check_the_members_minor_lacks_is_run_by_the_plan() -> None:
+    """A 1.33 member's Pod Security plugin has no 1.34 host-probe check: a copy whose
+    pods set a probe host is refused there when the hub namespace enforces baseline (or
+    stricter) at a version that has it, and sent to a member whose plugin refuses it."""
+    from dispatcher.kube.podsecurity import Policy
+
+    obj = jobset()
+    obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["readinessProbe"] = {"httpGet": {"host": "10.0.0.9", "port": 80}}
+    baseline = Policy("baseline")
+    refused = plan(given(obj, member_version="v1.33.5", pod_security=baseline))
+    assert isinstance(refused, Rejection) and refused.reason == "PodSecurityUnenforced"
+    assert "hostProbesAndHostLifecycle" in refused.message
+    assert "'10.0.0.9'" in refused.message and "v1.33.5" in refused.message
+    # the member's own plugin has the check: its admission refuses the pods itself
+    assert isinstance(plan(given(obj, member_version="v1.34.0", pod_security=baseline)),
+                      CopyPlan)
+    # a level or a version without the check asks nothing of the member
+    for wanted in (Policy("privileged"), Policy("restricted", 33)):
+        assert isinstance(plan(given(obj, member_version="v1.33.5", pod_security=wanted)),
+                          CopyPlan)
+    # pods without a probe host pass on the old member
+    assert isinstance(plan(given(jobset(), member_version="v1.33.5",
+                                 pod_security=Policy("restricted"))), CopyPlan)
