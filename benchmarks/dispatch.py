@@ -211,8 +211,9 @@ def profile_window(procs: Processes) -> None:
 
 
 async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: float,
-                   procs: Processes) -> dict[str, Any]:
-    """One case: ``rate`` creates per second (0: all at once, 64 in flight)."""
+                   procs: Processes, profiled: bool = True) -> dict[str, Any]:
+    """One case: ``rate`` creates per second (0: all at once, 64 in flight); ``profiled``
+    False (the warm-up) leaves the window profile alone, for the first measured case."""
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     hub = await client_for(state, "hub")
     members = {n: await client_for(state, n) for n in MEMBERS}
@@ -238,7 +239,8 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
     await asyncio.sleep(0.5)
     limit = asyncio.Semaphore(64)
     counts_before = await counters(state)
-    profile_window(procs)
+    if profiled:
+        profile_window(procs)
     cpu_before = procs.cpu()
     parts_before = procs.cpu_parts("controller")
 
@@ -256,7 +258,8 @@ async def run_case(state: FleetState, *, workloads: int, mirror: int, rate: floa
     elapsed = max(landed.values()) - start
     latencies = [(landed[n] - sent[n]) * 1000 for n in names]
     counts_after = await quiet_writes(state)
-    profile_window(procs)
+    if profiled:
+        profile_window(procs)
     window = window_figures(workloads=workloads, cpu=procs.cpu_delta(cpu_before, procs.cpu()),
                             before=counts_before, after=counts_after)
     window.update(controller_split(workloads=workloads, before=parts_before,
@@ -333,7 +336,7 @@ async def main_async(args: argparse.Namespace) -> None:
             # Outside every window: the controller's first dispatches start what it starts
             # lazily (jq workers, caches), a one-time cost not charged to a case.
             warm = await run_case(state, workloads=args.warmup, mirror=0, rate=0.0,
-                                  procs=procs)
+                                  procs=procs, profiled=False)
             print(json.dumps({"bench": "dispatch-warmup", "workloads": args.warmup,
                               "controller_cpu_ms_per_dispatch":
                                   warm["controller_cpu_ms_per_dispatch"],
