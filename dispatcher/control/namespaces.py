@@ -71,6 +71,7 @@ class MemberNamespaces:
         self._checks: SingleFlight[Rejection | None] = SingleFlight()
         self._creates: SingleFlight[Rejection | None] = SingleFlight()
         self._required: OrderedDict[str, tuple[float, podsecurity.Policy]] = OrderedDict()
+        self._reads: SingleFlight[podsecurity.Policy | Rejection] = SingleFlight()
 
     @property
     def checking(self) -> bool:
@@ -148,11 +149,16 @@ class MemberNamespaces:
     async def required(self, cluster: str, namespace: str
                        ) -> podsecurity.Policy | Rejection:
         """The enforce policy the hub namespace asks of ``cluster``'s copies
-        (``podsecurity.required``, the floor included), read at most once per ``ttl_s``."""
-        now = self.monotonic()
+        (``podsecurity.required``, the floor included), read at most once per ``ttl_s``
+        (a burst of copies to old members joins the one read in flight)."""
         kept = self._required.get(namespace)
-        if kept is not None and kept[0] > now:
+        if kept is not None and kept[0] > self.monotonic():
             return kept[1]
+        return await self._reads.do(namespace, lambda: self._read_required(cluster, namespace))
+
+    async def _read_required(self, cluster: str, namespace: str
+                             ) -> podsecurity.Policy | Rejection:
+        now = self.monotonic()
         hub = await self._hub_labels(cluster, namespace)
         if isinstance(hub, Rejection):
             return hub

@@ -158,7 +158,6 @@ def describe(labels: Mapping[str, str] | None) -> str:
     return text if f"{PREFIX}enforce" in (labels or {}) else f"{text} (no label)"
 
 
-
 def required(hub_labels: Mapping[str, str] | None, *, floor: str) -> Policy:
     """The enforce policy a member must apply to a hub namespace's pods: the hub's, never
     below ``floor`` (as ``member_labels`` writes it)."""
