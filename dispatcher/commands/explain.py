@@ -417,6 +417,8 @@ def _print_copy(copy: Mapping[str, Any]) -> None:
           f"{gangs} gang object(s); {copy['dryRunPods']} pod(s) dry-run first):")
     for line in copy["gangsSkipped"]:
         print(f"  gang not joined: {line}")
+    for line in copy.get("gangNotes", ()):
+        print(f"  gang held: {line}")
     first = ("apiVersion", "kind", "metadata")
     documents = [{**{k: o[k] for k in first if k in o}, **o}
                  for o in (copy["object"], *copy["gangObjects"])]

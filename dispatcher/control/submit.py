@@ -92,7 +92,7 @@ class MemberWrites:
             log.info("copy.gangs", uid=uid, member=cluster, mechanism=gang_plan.mechanism,
                      member_mechanism=gang_plan.member_mechanism,
                      gangs=[j.gang for j in gang_plan.joins],
-                     skipped=list(gang_plan.skipped)[:5])
+                     skipped=list(gang_plan.skipped)[:5], notes=list(gang_plan.notes))
         if not self.copies.holds(cluster, uid, created):  # the watch may have been first
             self.copies.put(cluster, uid, await self.reading(created))
         return Sent.EXISTS

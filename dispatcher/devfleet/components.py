@@ -4,7 +4,7 @@ kube-scheduler and kwok (with its stages), per cluster profile."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -58,6 +58,14 @@ class GangFlags:
     scheduler_only: frozenset[str] = frozenset()
     kcm_gated: bool = False
     """Whether kube-controller-manager takes the gates too."""
+    gated_groups: Mapping[str, str] = field(default_factory=dict)
+    """Gate -> the API group version served with it (1.37's ``CompositePodGroup`` is in
+    ``scheduling.k8s.io/v1alpha3`` only: pkg/registry/scheduling/rest)."""
+
+    def runtime(self, extra: Mapping[str, bool]) -> str:
+        """``--runtime-config``: the gang group, and a gated one whose gate is set on."""
+        return ",".join([self.runtime_config, *(
+            group for gate, group in self.gated_groups.items() if extra.get(gate))])
 
     def apiserver(self, extra: Mapping[str, bool]) -> str:
         return gate_flag({k: v for k, v in {**self.gates, **extra}.items()
@@ -79,7 +87,8 @@ GANG_FLAGS: Mapping[str, GangFlags] = {
                       gates={"GenericWorkload": True, "GangScheduling": True},
                       scheduler_only=frozenset({"GangScheduling"})),
     "1.37": GangFlags(runtime_config="scheduling.k8s.io/v1beta1=true",
-                      gates={"GenericWorkload": True}, kcm_gated=True),
+                      gates={"GenericWorkload": True}, kcm_gated=True,
+                      gated_groups={"CompositePodGroup": "scheduling.k8s.io/v1alpha3=true"}),
 }
 
 
@@ -128,7 +137,7 @@ def apiserver_argv(binary: Path, home: Path, *, etcd_url: str, prefix: str, port
         # served only with its gate and its group enabled; off everywhere else.
         flags = gang_flags(minor)
         argv += [f"--feature-gates={flags.apiserver(gates)}",
-                 f"--runtime-config={flags.runtime_config}"]
+                 f"--runtime-config={flags.runtime(gates)}"]
     elif gates:
         argv.append(f"--feature-gates={gate_flag(gates)}")
     if profile == LIGHT:

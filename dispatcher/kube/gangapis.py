@@ -19,6 +19,15 @@ Two are known:
   (Beta, off by default), its scheduler reads PodGroups through v1beta1 only and its
   plugin needs no other gate (k8s.io/api v0.36/v0.37 scheduling, core/v1 PodSchedulingGroup;
   pkg/scheduler/framework/plugins/gangscheduling at v1.37.2);
+- ``compositepodgroup-v1alpha3`` (1.37, alpha): the v1beta1 PodGroups above, plus
+  hierarchical gangs: a ``scheduling.k8s.io/v1alpha3`` ``CompositePodGroup``
+  (``spec.schedulingPolicy.gang.minGroupCount``) whose child PodGroups name it in
+  ``spec.parentCompositePodGroupName``; kube-scheduler admits a child gang only once
+  ``minGroupCount`` of its siblings meet their own ``minCount``
+  (pkg/scheduler/framework/plugins/gangscheduling ``checkCPGHierarchyReadiness`` at
+  v1.37.2). Served with ``--runtime-config=scheduling.k8s.io/v1alpha3=true`` and the
+  ``CompositePodGroup`` gate (which needs ``GenericWorkload`` and
+  ``TopologyAwareWorkloadScheduling``); pods are joined as for ``podgroup-v1beta1``;
 - ``coscheduling``: the scheduler-plugins ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``,
   ``spec.minMember``), pods joined by the label ``scheduling.x-k8s.io/pod-group``.
 
@@ -45,6 +54,8 @@ __all__ = [
     "API_OF",
     "AUTO",
     "BUILTIN",
+    "COMPOSITE_POD_GROUP",
+    "COMPOSITE_V1ALPHA3",
     "COSCHEDULING",
     "MECHANISMS",
     "NONE",
@@ -55,36 +66,44 @@ __all__ = [
     "SETTINGS",
     "WORKLOAD",
     "WORKLOAD_API",
+    "WORKLOAD_V1BETA1",
     "Mechanism",
     "builtin_at",
     "discovered",
     "effective",
+    "leaf",
     "minor_number",
     "note",
 ]
 
 Mechanism = Literal["none", "workload-api", "podgroup-v1alpha2", "podgroup-v1beta1",
-                    "coscheduling"]
+                    "compositepodgroup-v1alpha3", "coscheduling"]
 
 NONE: Final = "none"
 WORKLOAD_API: Final = "workload-api"
 PODGROUP_V1ALPHA2: Final = "podgroup-v1alpha2"
 PODGROUP_V1BETA1: Final = "podgroup-v1beta1"
+COMPOSITE_V1ALPHA3: Final = "compositepodgroup-v1alpha3"
 COSCHEDULING: Final = "coscheduling"
 MECHANISMS: tuple[Mechanism, ...] = (NONE, WORKLOAD_API, PODGROUP_V1ALPHA2, PODGROUP_V1BETA1,
-                                     COSCHEDULING)
-BUILTIN: tuple[Mechanism, ...] = (PODGROUP_V1BETA1, PODGROUP_V1ALPHA2, WORKLOAD_API)
-"""The dialects of the built-in gang API, newest first."""
+                                     COMPOSITE_V1ALPHA3, COSCHEDULING)
+_DIALECTS: tuple[Mechanism, ...] = (PODGROUP_V1BETA1, PODGROUP_V1ALPHA2, WORKLOAD_API)
+BUILTIN: tuple[Mechanism, ...] = (COMPOSITE_V1ALPHA3, *_DIALECTS)
+"""The dialects of the built-in gang API, newest first (hierarchical gangs before plain)."""
 AUTO: Final = "auto"
 SETTINGS: tuple[str, ...] = (AUTO, *MECHANISMS)
 """Values of MemberCluster ``spec.gangScheduling`` (``auto``: as discovered)."""
 
 WORKLOAD = GroupVersionKind("scheduling.k8s.io", "v1alpha1", "Workload")
 POD_GROUP = GroupVersionKind("scheduling.x-k8s.io", "v1alpha1", "PodGroup")
+WORKLOAD_V1BETA1 = GroupVersionKind("scheduling.k8s.io", "v1beta1", "Workload")
+"""1.37's Workload: what a hierarchical gang's groups name in ``workloadRef``."""
+COMPOSITE_POD_GROUP = GroupVersionKind("scheduling.k8s.io", "v1alpha3", "CompositePodGroup")
 API_OF: Mapping[Mechanism, GroupVersionKind] = {
     WORKLOAD_API: WORKLOAD,
     PODGROUP_V1ALPHA2: GroupVersionKind("scheduling.k8s.io", "v1alpha2", "PodGroup"),
     PODGROUP_V1BETA1: GroupVersionKind("scheduling.k8s.io", "v1beta1", "PodGroup"),
+    COMPOSITE_V1ALPHA3: COMPOSITE_POD_GROUP,
     COSCHEDULING: POD_GROUP,
 }
 """The object each mechanism's gangs are held by (what discovery must list)."""
@@ -117,7 +136,7 @@ def builtin_at(version: str | None) -> Mechanism | None:
     minor = minor_number(version)
     if minor is None:
         return None
-    for mechanism in BUILTIN:
+    for mechanism in _DIALECTS:
         if _FIRST_MINOR[mechanism] <= minor <= _LAST_MINOR.get(mechanism, minor):
             return mechanism
     return None
@@ -135,6 +154,12 @@ def note(version: str | None, found: Mechanism | None) -> str:
     return (f"Kubernetes {version} has the built-in gang API ({gvk.group}/{gvk.version} "
             f"{gvk.kind}) but does not serve it: GenericWorkload off or "
             f"--runtime-config={gvk.group}/{gvk.version} not set")
+
+
+def leaf(mechanism: Mechanism) -> Mechanism:
+    """The mechanism whose objects hold a gang of pods and whose field joins them: a
+    composite member's leaf gangs are ``podgroup-v1beta1`` PodGroups."""
+    return PODGROUP_V1BETA1 if mechanism == COMPOSITE_V1ALPHA3 else mechanism
 
 
 def effective(setting: str, found: Mechanism | None) -> Mechanism:

@@ -114,7 +114,8 @@ class CopyPlan:
                 "gangMechanism": self.gangs.mechanism,
                 "memberGangMechanism": self.gangs.member_mechanism,
                 "object": dict(self.body), "gangObjects": [dict(o) for o in self.gangs.objects],
-                "gangsSkipped": list(self.gangs.skipped), "dryRunPods": len(self.pods)}
+                "gangsSkipped": list(self.gangs.skipped), "gangNotes": list(self.gangs.notes),
+                "dryRunPods": len(self.pods)}
 
 
 def plan(given: PlanInput, *, locate: Locator = in_process) -> CopyPlan | Rejection:

@@ -10,8 +10,10 @@ gang all or nothing when the copy says which pods form it. Pure, on plain data:
   whole-component gangs (``workloads.gangs.gang_components``) and its
   ``copyDefinition.memberGangs`` (which mechanisms its controllers carry from template to
   pod), the objects to create on the member (one ``Workload`` with a pod group per gang,
-  a built-in ``PodGroup`` per gang on 1.36+, or a coscheduling ``PodGroup`` per gang) and
-  the pod templates to join to them, with the reason for every gang left alone;
+  a built-in ``PodGroup`` per gang on 1.36+, or a coscheduling ``PodGroup`` per gang;
+  on a member with hierarchical gangs, a definition's ``podGroup`` of two or more
+  ``subGroups`` becomes a ``CompositePodGroup`` over a PodGroup per sub-group) and the pod
+  templates to join to them, with the reason for every gang left alone;
 - ``join``: the copy with those templates joined (``spec.workloadRef``,
   ``spec.schedulingGroup`` or the pod-group label) and the mechanism stamped on it
   (``MECHANISM_ANNOTATION``, so an update of the copy joins the same way, whatever the
@@ -41,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dispatcher.control.core.copies import object_key
@@ -49,15 +51,20 @@ from dispatcher.control.core.names import HUB_UID_ANNOTATION, ORIGIN_LABEL
 from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.gangapis import (
     API_OF,
+    COMPOSITE_POD_GROUP,
+    COMPOSITE_V1ALPHA3,
     COSCHEDULING,
     MECHANISMS,
     NONE,
     POD_GROUP_LABEL,
     WORKLOAD,
     WORKLOAD_API,
+    WORKLOAD_V1BETA1,
     Mechanism,
+    leaf,
 )
 from dispatcher.workloads.demand import Gang
+from dispatcher.workloads.gangs import subtree_leaves
 from dispatcher.workloads.model import Definition
 from dispatcher.workloads.mutate import mutate_pods
 from dispatcher.workloads.paths import Locator, in_process
@@ -123,6 +130,8 @@ class GangPlan:
     objects: tuple[Mapping[str, Any], ...] = ()
     joins: tuple[Join, ...] = ()
     skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    """How a joined gang was held when it could have been held otherwise."""
 
 
 def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence[Gang],
@@ -133,7 +142,7 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
     the resolution's pod-creating instances (their creation stages split gangs)."""
     if mechanism == NONE or definition is None:
         return GangPlan(mechanism=NONE, member_mechanism=mechanism)
-    if mechanism not in definition.member_gangs:
+    if leaf(mechanism) not in definition.member_gangs:
         carried = ", ".join(definition.member_gangs) or "none"
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             f"{definition.kind}: its controllers do not carry {mechanism} from the pod "
@@ -149,9 +158,9 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
         if not _joinable(definition, units[gang.name], mechanism=mechanism):
             skipped.append(f"gang {gang.name}: a component describes no whole pod template")
             continue
-        groups, notes = _staged(gang, tuple(units[gang.name]), instances)
+        groups, left_out = _staged(gang, tuple(units[gang.name]), instances)
         chosen.extend(groups)
-        skipped.extend(notes)
+        skipped.extend(left_out)
     if mechanism == WORKLOAD_API and len(chosen) > MAX_POD_GROUPS:
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             f"{len(chosen)} gangs: a Workload holds at most {MAX_POD_GROUPS} pod groups",))
@@ -160,10 +169,21 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
     if _overlap(chosen):
         return GangPlan(mechanism=NONE, member_mechanism=mechanism, skipped=(
             "gangs share a pod-creating component",))
+    tree = _hierarchy(definition, chosen, instances)
+    if mechanism == COMPOSITE_V1ALPHA3 and not isinstance(tree, str):
+        return _composite_plan(copy, chosen[0], tree, hub_id=hub_id, skipped=tuple(skipped))
+    notes: tuple[str, ...] = ()
+    if tree and mechanism != COMPOSITE_V1ALPHA3:
+        notes = (f"gang {chosen[0].name}: its sub-groups are held as one gang (the member "
+                 f"serves no CompositePodGroup)",)
+    elif isinstance(tree, str) and tree:
+        notes = (tree,)
     if mechanism == WORKLOAD_API:
-        return _workload_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
-    return _pod_group_plan(copy, chosen, mechanism=mechanism, hub_id=hub_id,
-                           skipped=tuple(skipped))
+        held = _workload_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
+    else:
+        held = _pod_group_plan(copy, chosen, mechanism=mechanism, hub_id=hub_id,
+                               skipped=tuple(skipped))
+    return replace(held, notes=notes)
 
 
 def _staged(gang: Gang, components: tuple[str, ...], instances: Sequence[Instance]
@@ -199,6 +219,85 @@ def _staged(gang: Gang, components: tuple[str, ...], instances: Sequence[Instanc
     return out, notes
 
 
+def _hierarchy(definition: Definition, chosen: Sequence[_Group],
+               instances: Sequence[Instance]) -> list[_Group] | str:
+    """The child gangs of the definition's ``podGroup`` when it is held whole with two or
+    more ``subGroups``: one per sub-group, of the pod-creating components under it, its
+    ``minCount`` the sum of their instances' minimums. A reason instead ("" when the
+    definition has no such sub-groups) when the sub-groups cannot be the whole gang's
+    children: a stage split it, a ``minPodsPath`` sets the minimum of the whole, or the
+    sub-groups leave a component out, share one, or hold no pod."""
+    rules = definition.gangs
+    if rules is None or rules.form != "podGroup" or len(rules.groups[0].members) < 2:
+        return ""
+    group = rules.groups[0]
+    whole = f"gang {group.name}: sub-groups not held as a CompositePodGroup"
+    if len(chosen) != 1 or chosen[0].instances or chosen[0].name != group.name:
+        return f"{whole}: its pods are created in stages"
+    if group.min_pods is not None:
+        return f"{whole}: minPodsPath sets the minimum of the whole gang only"
+    out: list[_Group] = []
+    taken: set[str] = set()
+    for sub in group.members:
+        mine = tuple(c for c in chosen[0].components if c in subtree_leaves(definition, sub))
+        count = sum(i.min_pods for i in instances if i.component in mine)
+        if taken & set(mine) or count < 1:
+            return f"{whole}: sub-group {sub} " + (
+                "shares a component with another" if taken & set(mine) else "holds no pod")
+        taken |= set(mine)
+        out.append(_Group(name=sub, min_count=count, components=mine))
+    left = [c for c in chosen[0].components if c not in taken]
+    if left:
+        return f"{whole}: {', '.join(left)} in no sub-group"
+    return out
+
+
+def _composite_plan(copy: Mapping[str, Any], gang: _Group, children: Sequence[_Group], *,
+                    hub_id: str, skipped: tuple[str, ...]) -> GangPlan:
+    """A hierarchical gang (1.37 ``CompositePodGroup``): the Workload whose composite
+    template names the child templates (what every group's ``workloadRef`` points to),
+    the CompositePodGroup that needs all its children, and a v1beta1 PodGroup per child
+    naming it as parent; each child's pod templates join their own PodGroup."""
+    meta = copy.get("metadata") or {}
+    where = {"namespace": meta["namespace"]} if meta.get("namespace") else {}
+    stamps = _stamps(copy, hub_id=hub_id)
+    base = _base(copy)
+    workload = _name(base, _SUBDOMAIN_MAX)
+    root_template = _name(gang.name, _LABEL_MAX)
+    root = _name(f"{base}-{gang.name}", _SUBDOMAIN_MAX)
+    templates = {c.name: _name(c.name, _LABEL_MAX) for c in children}
+    all_of = {"gang": {"minGroupCount": len(children)}}
+    objects: list[Mapping[str, Any]] = [
+        {"apiVersion": WORKLOAD_V1BETA1.api_version, "kind": WORKLOAD_V1BETA1.kind,
+         "metadata": {"name": workload, **where, **stamps},
+         "spec": {"controllerRef": _controller_ref(copy), "compositePodGroupTemplates": [{
+             "name": root_template, "schedulingPolicy": all_of,
+             "podGroupTemplates": [{"name": templates[c.name], "schedulingPolicy": {
+                 "gang": {"minCount": c.min_count}}} for c in children]}]}},
+        {"apiVersion": COMPOSITE_POD_GROUP.api_version, "kind": COMPOSITE_POD_GROUP.kind,
+         "metadata": {"name": root, **where, **stamps},
+         "spec": {"workloadRef": {"workloadName": workload, "templateName": root_template},
+                  "schedulingPolicy": all_of}}]
+    joins = []
+    pod_group = API_OF[leaf(COMPOSITE_V1ALPHA3)]
+    for child in children:
+        name = _name(f"{base}-{gang.name}-{child.name}", _SUBDOMAIN_MAX)
+        objects.append({
+            "apiVersion": pod_group.api_version, "kind": pod_group.kind,
+            "metadata": {"name": name, **where, **stamps},
+            "spec": {"parentCompositePodGroupName": root,
+                     "workloadRef": {"workloadName": workload,
+                                     "templateName": templates[child.name]},
+                     "schedulingPolicy": {"gang": {"minCount": child.min_count}}}})
+        joins.append(Join(gang=f"{gang.name}/{child.name}", components=child.components,
+                          scheduling_group={"podGroupName": name}))
+    parts = ", ".join(f"{c.name} ({c.min_count})" for c in children)
+    return GangPlan(mechanism=COMPOSITE_V1ALPHA3, member_mechanism=COMPOSITE_V1ALPHA3,
+                    objects=tuple(objects), joins=tuple(joins), skipped=skipped,
+                    notes=(f"gang {gang.name}: a CompositePodGroup {root} that needs all "
+                           f"{len(children)} of its sub-group gangs: {parts}",))
+
+
 def _workload_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *, hub_id: str,
                    skipped: tuple[str, ...]) -> GangPlan:
     """One Workload (the Workload API) holding a pod group per chosen gang."""
@@ -229,7 +328,7 @@ def _pod_group_plan(copy: Mapping[str, Any], chosen: Sequence[_Group], *,
     namespace = (copy.get("metadata") or {}).get("namespace")
     base = _base(copy)
     stamps = _stamps(copy, hub_id=hub_id)
-    gvk = API_OF[mechanism]
+    gvk = API_OF[leaf(mechanism)]
     objects = []
     joins_list = []
     for group in chosen:

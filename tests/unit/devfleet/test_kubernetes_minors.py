@@ -83,6 +83,12 @@ def test_the_apiserver_argv_follows_the_profile_minor_and_gates(tmp_path: Path) 
                  "feature-gates") == "GenericWorkload=false"
     light = argv(LIGHT, "1.37")
     assert _flag(light, "runtime-config") is None and _flag(light, "feature-gates") is None
+    # CompositePodGroup is served only in v1alpha3 (pkg/registry/scheduling/rest, v1.37.2)
+    composite = argv(REAL, "1.37", CompositePodGroup=True, TopologyAwareWorkloadScheduling=True)
+    assert _flag(composite, "runtime-config") == \
+        "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
+    assert _flag(argv(REAL, "1.37", CompositePodGroup=False),
+                 "runtime-config") == "scheduling.k8s.io/v1beta1=true"
 
 
 def test_each_minor_runs_the_jobset_built_on_its_own_pod_api() -> None:

@@ -21,6 +21,8 @@ from dispatcher.fleet.reservations import HUB_UID_LABEL
 from dispatcher.kube.gangapis import (
     API_OF,
     AUTO,
+    COMPOSITE_POD_GROUP,
+    COMPOSITE_V1ALPHA3,
     COSCHEDULING,
     NONE,
     POD_GROUP,
@@ -393,3 +395,96 @@ def test_explain_names_the_chosen_members_gang_mechanism(
     assert code == 0 and report["gangMechanism"] == WORKLOAD_API
     print_table(report, wide=False)
     assert "gang mechanism on member-1: workload-api" in capsys.readouterr().out
+
+
+def _disagg_planned(mechanism: Any, **fields: Any) -> tuple[dict[str, Any], Any, Definition]:
+    from tests.builders.disagg import DISAGG_DEFINITION, disagg_jobset
+
+    (definition,) = load_text(DISAGG_DEFINITION, source="test")
+    obj = disagg_jobset("llm", namespace="team-a", **fields)
+    obj["metadata"]["uid"] = "uid-1"
+    resolution = Catalog([definition]).resolve(obj)
+    copy = build_copy(obj, hub_id=HUB, definition=definition)
+    found = plan(mechanism=mechanism, definition=definition, gangs=resolution.demand.gangs,
+                 units=gang_components(definition, default_name="llm"), copy=copy,
+                 hub_id=HUB, instances=[i for c in resolution.components for i in c.instances])
+    return copy, found, definition
+
+
+def test_sub_groups_become_a_composite_pod_group_over_a_pod_group_each() -> None:
+    """1.37's hierarchical gang (k8s.io/api v0.37.2 scheduling/v1alpha3 CompositePodGroup,
+    v1beta1 PodGroupSpec.parentCompositePodGroupName and WorkloadReference): the Workload
+    holds the templates every group names, the composite needs both children, each child
+    its own pods."""
+    copy, found, definition = _disagg_planned(COMPOSITE_V1ALPHA3, prefill=1, decode=2)
+    assert found.mechanism == COMPOSITE_V1ALPHA3 and not found.skipped
+    assert found.notes == ("gang serve: a CompositePodGroup jobset-llm-serve that needs all 2 "
+                           "of its sub-group gangs: prefill (1), decode (2)",)
+    workload, root, prefill, decode = found.objects
+    assert (workload["apiVersion"], workload["kind"]) == ("scheduling.k8s.io/v1beta1",
+                                                          "Workload")
+    assert workload["spec"] == {
+        "controllerRef": {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": "llm"},
+        "compositePodGroupTemplates": [{
+            "name": "serve", "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "podGroupTemplates": [
+                {"name": "prefill", "schedulingPolicy": {"gang": {"minCount": 1}}},
+                {"name": "decode", "schedulingPolicy": {"gang": {"minCount": 2}}}]}]}
+    assert (root["apiVersion"], root["kind"]) == (COMPOSITE_POD_GROUP.api_version,
+                                                  "CompositePodGroup")
+    assert root["metadata"]["name"] == "jobset-llm-serve"
+    assert root["spec"] == {"workloadRef": {"workloadName": "jobset-llm",
+                                            "templateName": "serve"},
+                            "schedulingPolicy": {"gang": {"minGroupCount": 2}}}
+    for group, role, count in ((prefill, "prefill", 1), (decode, "decode", 2)):
+        assert (group["apiVersion"], group["kind"]) == ("scheduling.k8s.io/v1beta1",
+                                                        "PodGroup")
+        assert group["metadata"]["name"] == f"jobset-llm-serve-{role}"
+        assert group["spec"] == {
+            "parentCompositePodGroupName": "jobset-llm-serve",
+            "workloadRef": {"workloadName": "jobset-llm", "templateName": role},
+            "schedulingPolicy": {"gang": {"minCount": count}}}
+    for obj in found.objects:
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert obj["metadata"]["labels"][ORIGIN_LABEL] == HUB
+    joined = join(copy, definition, found)
+    by_role = {r["name"]: r["template"]["spec"]["template"]["spec"]
+               for r in joined["spec"]["replicatedJobs"]}
+    assert by_role["prefill"]["schedulingGroup"] == {"podGroupName": "jobset-llm-serve-prefill"}
+    assert by_role["decode"]["schedulingGroup"] == {"podGroupName": "jobset-llm-serve-decode"}
+    assert mechanism_of(joined) == COMPOSITE_V1ALPHA3  # an update joins the same way
+
+
+def test_without_composite_pod_groups_the_sub_groups_are_one_gang_and_explain_says_so(
+        ) -> None:
+    _, found, _ = _disagg_planned(PODGROUP_V1BETA1)
+    (group,) = found.objects
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 3}}}
+    assert not found.skipped and found.notes == (
+        "gang serve: its sub-groups are held as one gang (the member serves no "
+        "CompositePodGroup)",)
+
+
+def test_a_composite_member_holds_plain_gangs_as_v1beta1_pod_groups() -> None:
+    copy, found = _planned(jobset(), COMPOSITE_V1ALPHA3)
+    (group,) = found.objects
+    assert (group["apiVersion"], group["kind"]) == ("scheduling.k8s.io/v1beta1", "PodGroup")
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    assert found.mechanism == COMPOSITE_V1ALPHA3 and not found.skipped
+    for template in _templates(join(copy, JOBSET, found)):
+        assert template["spec"]["schedulingGroup"] == {"podGroupName": "jobset-train-train"}
+
+
+def test_a_sub_group_without_a_pod_keeps_the_gang_whole_and_says_why() -> None:
+    _, found, _ = _disagg_planned(COMPOSITE_V1ALPHA3, prefill=0)
+    assert [o["kind"] for o in found.objects] == ["PodGroup"]
+    assert found.notes == ("gang serve: sub-groups not held as a CompositePodGroup: "
+                           "sub-group prefill holds no pod",)
+
+
+def test_composite_pod_groups_are_discovered_first_and_noted_as_the_built_in_api() -> None:
+    served = {API_OF[PODGROUP_V1BETA1], COMPOSITE_POD_GROUP}
+    assert discovered(served) == COMPOSITE_V1ALPHA3
+    assert effective(WORKLOAD_API, COMPOSITE_V1ALPHA3) == COMPOSITE_V1ALPHA3
+    assert builtin_at("v1.37.2") == PODGROUP_V1BETA1  # what a gate-off 1.37 lacks
+    assert note("v1.37.2", COMPOSITE_V1ALPHA3) == ""
