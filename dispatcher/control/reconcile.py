@@ -66,6 +66,7 @@ from dispatcher.kube.errors import KubeError
 from dispatcher.kube.gangapis import NONE
 from dispatcher.kube.patches import strip_nulls
 from dispatcher.kube.resources import GroupVersionKind
+from dispatcher.placement.model import Decision
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.model import Definition, GenericStatus
 
@@ -143,6 +144,8 @@ class Reconciler:
         """What the controller watches: a live object outside it is not held, as far as we
         know (``_outside``)."""
         self.memory = StepMemory(clock=clock)
+        self._said: dict[str, tuple[object, ...]] = {}
+        """Per workload, the verdicts its last ``placement.decided`` line gave."""
         """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
@@ -391,6 +394,7 @@ class Reconciler:
 
     def _drop(self, uid: str) -> None:
         """The hub object is gone: forget everything about it."""
+        self._said.pop(uid, None)
         self._forget(uid)
         self.memory.forget(uid)
         self.resolutions.forget(uid)
@@ -400,7 +404,15 @@ class Reconciler:
         decision runs in between)."""
         entry, decision = placement.entry, placement.decision
         if placement.decided:
-            log.info("placement.decided", uid=entry.uid, **decision.to_dict())
+            said = _verdicts(decision)
+            if decision.chosen is not None or self._said.get(entry.uid) != said:
+                # a waiting workload is decided on every try: its line only when a
+                # member's verdict turns (the counts in it move with the fleet)
+                log.info("placement.decided", uid=entry.uid, **decision.to_dict())
+                if decision.chosen is None:
+                    self._said[entry.uid] = said
+                else:
+                    self._said.pop(entry.uid, None)
             self.recent.add(at=self.clock(), workload=self.workload_fields(entry.uid),
                             decision=decision)
         if placement.reservation is not None:
@@ -517,3 +529,9 @@ class Reconciler:
                 type_="Definition", status=present,
                 reason="DefinitionRestored" if present else "DefinitionRemoved",
                 message=message, now=self.clock())]})
+
+
+def _verdicts(decision: Decision) -> tuple[object, ...]:
+    """What a ``placement.decided`` line says that matters: the choice and which members
+    could take the workload (not their free counts)."""
+    return (decision.chosen, *((v.member, v.feasible) for v in decision.verdicts))

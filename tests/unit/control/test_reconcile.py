@@ -328,3 +328,28 @@ def test_a_settled_workload_is_not_decided_again_until_an_input_changes(
                                                seen_at=0.0))
     reconcile(reconciler)
     assert decided[0] == "mirror"
+
+
+def test_a_waiting_workload_logs_its_decision_again_only_when_a_verdict_turns() -> None:
+    """Under saturation a waiting workload is placed again on every change of its inputs:
+    one ``placement.decided`` line per change of what members could take it, not per try."""
+    from structlog.testing import capture_logs
+
+    reconciler, _ = world(gpus=64)  # fits nowhere
+    hub = reconciler.cache
+    with capture_logs() as logs:
+        reconcile(reconciler)
+        for version in ("2", "3"):  # the hub object changed: placed again, same verdicts
+            job = pb.job(gpus=64)
+            job["metadata"].update(resourceVersion=version, generation=int(version))
+            job["metadata"]["labels"] = {"try": version}
+            hub.put(JOBS, job)
+            reconcile(reconciler)
+        job = pb.job(gpus=2)  # now it fits: the verdicts turned
+        job["metadata"].update(resourceVersion="4", generation=4)
+        hub.put(JOBS, job)
+        reconcile(reconciler)
+    decided = [e for e in logs if e["event"] == "placement.decided"]
+    placings = [e for e in logs if e["event"] == "workload.resolved"]
+    assert len(placings) >= 3, [e["event"] for e in logs]  # it was really placed again
+    assert [e["chosen"] for e in decided] == [None, "a"]
