@@ -131,16 +131,16 @@ async def _cleanup(h: Harness, local_ns: str, gang_ns: str, *, cluster: str = ME
     await eventually(drained, what="the L40S node drained", within=120.0)
 
 
-async def _held(member: KubeClient, local_ns: str, gang_ns: str, selector: str
-                ) -> list[dict[str, Any]]:
-    """The gang's 4 pods once created, after checking none binds while the local Job runs
-    (sampled every 0.2 s, at least 5 times: the gang really waited next to it)."""
-    async def four_pods() -> list[dict[str, Any]] | None:
+async def _held(member: KubeClient, local_ns: str, gang_ns: str, selector: str, *,
+                count: int = 4) -> list[dict[str, Any]]:
+    """The gang's ``count`` pods once created, after checking none binds while the local
+    Job runs (sampled every 0.2 s, at least 5 times: the gang really waited next to it)."""
+    async def created() -> list[dict[str, Any]] | None:
         items = await pods(member, gang_ns, selector)
-        return items if len(items) == 4 else None
+        return items if len(items) == count else None
 
-    gang: list[dict[str, Any]] = await eventually(four_pods, what="the gang's 4 pods created",
-                                                  within=60.0)
+    gang: list[dict[str, Any]] = await eventually(
+        created, what=f"the gang's {count} pods created", within=60.0)
     samples = 0
     while _bound(await pods(member, local_ns, "job-name=local")):
         bound = _bound(await pods(member, gang_ns, selector))

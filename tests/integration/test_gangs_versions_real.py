@@ -15,11 +15,9 @@ gang field, no gang object is made, and the member's status says why
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -35,7 +33,7 @@ from dispatcher.kube.resources import NAMESPACES, ResourceRef
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
 from tests.builders.disagg import DISAGG_DEFINITION, disagg_jobset
-from tests.integration.harness import eventually, get_or_none, running
+from tests.integration.harness import Harness, eventually, get_or_none, running
 from tests.integration.test_gangs_real import (
     L40S,
     _all_bound,
@@ -62,17 +60,20 @@ SCHED_WORKLOADS = ResourceRef(group="scheduling.k8s.io", version="v1beta1", kind
 ON, OFF = "member-2", "member-1"
 
 
+async def _discovered(h: Harness) -> None:
+    """Until the controller has discovered member-2's v1beta1 and v1alpha3 gang APIs."""
+    async def found() -> bool:
+        snapshot = h.controller.reconciler.fleet.snapshot(ON)
+        return snapshot is not None and snapshot.gang_mechanism == COMPOSITE
+
+    await eventually(found, what="member-2's CompositePodGroup API discovered", within=30.0)
+
+
 async def test_a_1_37_member_holds_a_gang_through_a_v1beta1_pod_group(
         v137_fleet: FleetState) -> None:
     async with running(v137_fleet) as h:
         member = h.members[ON]
-
-        async def discovered() -> bool:
-            snapshot = h.controller.reconciler.fleet.snapshot(ON)
-            return snapshot is not None and snapshot.gang_mechanism == COMPOSITE
-
-        await eventually(discovered, what="member-2's v1beta1/v1alpha3 gang APIs discovered",
-                         within=30.0)
+        await _discovered(h)
         fleet = h.controller.fleet.fleet  # type: ignore[attr-defined]
         version = fleet.connection(ON).kubernetes_version
         assert version is not None and version.startswith("v1.37."), version
@@ -170,13 +171,7 @@ async def test_sub_groups_become_a_composite_pod_group_the_scheduler_holds_whole
     async with running(v137_fleet, catalog=_disagg_catalog(),
                        kubeconfigs={ON: str(kubeconfig)}) as h:
         member = h.members[ON]
-
-        async def discovered() -> bool:
-            snapshot = h.controller.reconciler.fleet.snapshot(ON)
-            return snapshot is not None and snapshot.gang_mechanism == COMPOSITE
-
-        await eventually(discovered, what="member-2's CompositePodGroup API discovered",
-                         within=30.0)
+        await _discovered(h)
         local_ns = await new_namespace(member)
         await member.request("POST", JOBS.collection(local_ns), body=local_job(2))
 
@@ -209,21 +204,10 @@ async def test_sub_groups_become_a_composite_pod_group_the_scheduler_holds_whole
             for obj in (root, workload):  # collected with the copy
                 assert obj["metadata"]["ownerReferences"][0]["uid"] == copy["metadata"]["uid"]
             selector = "jobset.sigs.k8s.io/jobset-name=llm"
-
-            async def three_pods() -> list[dict[str, Any]] | None:
-                items = await pods(member, gang_ns, selector)
-                return items if len(items) == 3 else None
-
-            created = await eventually(three_pods, what="both roles' 3 pods", within=60.0)
+            # 2 GPUs free: prefill (1) or decode (2) alone would bind; neither does
+            created = await _held(member, local_ns, gang_ns, selector, count=3)
             assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in created} == {
                 "jobset-llm-serve-prefill", "jobset-llm-serve-decode"}
-            samples = 0  # 2 GPUs free: prefill (1) or decode (2) alone would bind
-            while _bound(await pods(member, local_ns, "job-name=local")):
-                bound = _bound(await pods(member, gang_ns, selector))
-                assert not bound, f"a role bound without the other: {bound}"
-                samples += 1
-                await asyncio.sleep(0.2)
-            assert samples >= 5
 
             async def all_bound() -> bool:
                 items = await pods(member, gang_ns, selector)
