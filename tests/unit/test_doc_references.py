@@ -69,7 +69,8 @@ def problem(reference: str) -> str | None:
         return None  # a brace list or a placeholder, spelled out in the prose next to it
     if "/" in reference:
         top = reference.split("/")[0]
-        if not ((ROOT / top).is_dir() or (PACKAGE / top).is_dir()) or reference in UPSTREAM:
+        if top in (".", "..") or not ((ROOT / top).is_dir() or (PACKAGE / top).is_dir()) \
+                or reference in UPSTREAM:  # "../shared/...": beside the clone, not in it
             return None
         if _FILE.search(reference) or reference.endswith("/"):
             return None if _in_tree(reference.rstrip("/")) else "no such file"
