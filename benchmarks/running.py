@@ -25,8 +25,10 @@ async def client_for(state: FleetState, name: str) -> KubeClient:
     return await KubeClient.from_kubeconfig(kubeconfig, name=name)
 
 
-async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    """Until the controller's ``/readyz`` answers 200 (it exited or 60 s: an error)."""
+async def wait_ready(port: int, proc: subprocess.Popen[bytes], *, within: float = 60.0
+                     ) -> None:
+    """Until the controller's ``/readyz`` answers 200 (it exited or ``within`` s: an
+    error)."""
     def probe() -> int:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
@@ -34,13 +36,13 @@ async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
         except OSError:
             return 0
 
-    for _ in range(600):
+    for _ in range(int(within * 10)):
         if proc.poll() is not None:
             raise RuntimeError("the controller exited")
         if await asyncio.to_thread(probe) == 200:
             return
         await asyncio.sleep(0.1)
-    raise TimeoutError("controller not ready after 60 s")
+    raise TimeoutError(f"controller not ready after {within:g} s")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -2,14 +2,24 @@
 
 For each member count N (``--members``, default 10 and 20): a light dev fleet (one etcd
 shared by a hub and N member kube-apiservers on loopback, ``--nodes`` 8-GPU nodes each, as
-``dispatcher dev up --light``) and ``dispatcher run`` as its own process (the dispatch
-benchmark's configuration: leader election, Events and metrics on). Then:
+``dispatcher dev up --light``), ``--pods`` Pods per member already bound to its nodes (the
+other tenants' work the controller's pod caches hold: 1 GPU each while a node has room,
+CPU only after; created before the controller starts, so it lists them all) and
+``dispatcher run`` as its own process (the dispatch benchmark's configuration: leader
+election, Events and metrics on). ``start`` is process start -> ``/readyz`` (every member's
+nodes and pods listed) and the RSS then. Then:
 
 1. **idle**: after ``--settle`` seconds, the controller's CPU seconds over ``--idle``
    seconds doing nothing (watches open, leases renewed) and its RSS at the end;
 2. **burst**: ``--workloads`` one-GPU JobSets created on the hub at once (64 requests in
    flight), spread over the members by placement; CPU seconds from the first create until
-   every copy is on a member, and the largest RSS sampled every 0.5 s meanwhile.
+   every copy is on a member, and the largest RSS sampled every 0.5 s meanwhile;
+3. **restart**: the controller stopped (SIGTERM) and a new one started: seconds to
+   ``/readyz`` with everything above (and the burst's workloads) to list again, and its RSS
+   (after a SIGKILL add the leader lease's duration).
+
+Light members have no kubelets: their pods stay Pending on their nodes and nothing churns,
+so the figures are what the caches hold and what a (re)list costs, not watch traffic.
 
 CPU and RSS are the controller process with any worker it started
 (``benchmarks/procstats.py``); ``fleet_cpu_s`` is the same window for etcd, the hub's and the
@@ -33,6 +43,7 @@ import json
 import os
 import platform
 import random
+import subprocess
 import tempfile
 import time
 import uuid
@@ -120,17 +131,78 @@ async def burst(state: FleetState, names: tuple[str, ...], *, workloads: int,
                 fleet_cpu_s=fleet_cpu(delta))
 
 
+def tenant_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
+    """A Pod already bound to ``node`` (as if a member's own user ran it)."""
+    resources = {"limits": {"nvidia.com/gpu": gpus}} if gpus else {
+        "requests": {"cpu": "100m", "memory": "128Mi"}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [
+                {"name": "w", "image": "busybox", "resources": resources}]}}
+
+
+async def populate(state: FleetState, names: tuple[str, ...], *, pods: int, nodes: int
+                   ) -> float:
+    """``pods`` bound Pods per member, round robin over its nodes, 1 GPU each up to 4 per
+    node; seconds it took (64 creates in flight)."""
+    if not pods:
+        return 0.0
+    limit = asyncio.Semaphore(64)
+    started = time.perf_counter()
+
+    async def one_member(name: str) -> None:
+        client = await client_for(state, name)
+        try:
+            await client.request("POST", NAMESPACES.collection(), body={
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}})
+
+            async def create(i: int) -> None:
+                node = f"{name}-h100-{i % nodes}"
+                async with limit:
+                    await client.request("POST", "/api/v1/namespaces/tenants/pods", body=(
+                        tenant_pod(f"t-{i:06d}", node, 1 if i < nodes * 4 else 0)))
+
+            await asyncio.gather(*(create(i) for i in range(pods)))
+        finally:
+            await client.close()
+
+    await asyncio.gather(*(one_member(n) for n in names))
+    return time.perf_counter() - started
+
+
+async def restart(state: FleetState, root: Path, names: tuple[str, ...],
+                  proc: subprocess.Popen[bytes], port: int
+                  ) -> tuple[subprocess.Popen[bytes], float]:
+    """Stop the controller (SIGTERM: it drains and gives up its leader lease) and start
+    another: the new process, seconds to ready. After a SIGKILL the new one would first
+    wait out the lease (``leaderElection``), whatever the fleet's size."""
+    await asyncio.to_thread(stop, proc)
+    began = time.perf_counter()
+    fresh = start_controller(state, root, port, names)
+    await wait_ready(port, fresh, within=600)
+    return fresh, time.perf_counter() - began
+
+
 async def one_fleet(count: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     names = tuple(f"member-{i + 1}" for i in range(count))
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         root = Path(tmp)
+        began = time.perf_counter()
         state = await asyncio.to_thread(devfleet.up, root=root / "fleet",
                                         fleet=fleet_spec(args.nodes, names))
+        fleet_s = time.perf_counter() - began
+        populate_s = await populate(state, names, pods=args.pods, nodes=args.nodes)
         port = free_port()
+        began = time.perf_counter()
         proc = start_controller(state, root, port, names)
         try:
-            await wait_ready(port, proc)
+            await wait_ready(port, proc, within=600)
             procs = Processes.of_fleet(state, controller=proc.pid)
+            sizes = {"nodes": count * args.nodes, "pods": count * args.pods}
+            started = line(count, "start", rss_mb=procs.rss()["controller"],
+                           ready_s=round(time.perf_counter() - began, 1),
+                           fleet_up_s=round(fleet_s, 1), populate_s=round(populate_s, 1),
+                           **sizes)
+            print(json.dumps(started), flush=True)
             await asyncio.sleep(args.settle)
             before = procs.cpu()
             await asyncio.sleep(args.idle)
@@ -142,7 +214,11 @@ async def one_fleet(count: int, args: argparse.Namespace) -> list[dict[str, Any]
             print(json.dumps(idle), flush=True)
             loaded = await burst(state, names, workloads=args.workloads, procs=procs)
             print(json.dumps(loaded), flush=True)
-            return [idle, loaded]
+            proc, ready_s = await restart(state, root, names, proc, port)
+            again = line(count, "restart", rss_mb=Processes({"c": proc.pid}).rss()["c"],
+                         ready_s=round(ready_s, 1), workloads=args.workloads, **sizes)
+            print(json.dumps(again), flush=True)
+            return [started, idle, loaded, again]
         finally:
             await asyncio.to_thread(stop, proc)
             await asyncio.to_thread(devfleet.down, root=root / "fleet")
@@ -178,6 +254,9 @@ def main() -> None:
     parser.add_argument("--members", type=int, nargs="+", default=[10, 20],
                         help="member counts, one fleet each (default: %(default)s)")
     parser.add_argument("--nodes", type=int, default=20, help="8-GPU nodes per member")
+    parser.add_argument("--pods", type=int, default=0,
+                        help="Pods per member bound to its nodes before the controller "
+                             "starts (default: %(default)s)")
     parser.add_argument("--workloads", type=int, default=200, help="JobSets in the burst")
     parser.add_argument("--settle", type=float, default=10.0,
                         help="seconds after ready before the idle window")
