@@ -51,8 +51,8 @@ from dispatcher.kube.client import KubeClient
 from dispatcher.kube.gangapis import Mechanism
 from dispatcher.kube.resources import NODES, PODS, GroupVersionKind, ResourceRef
 
-__all__ = ["POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader", "MemberConnection",
-           "NotConnected", "backoff"]
+__all__ = ["FIRST_REDISCOVERY_S", "POD_FIELD_SELECTOR", "Clock", "KubeconfigLoader",
+           "MemberConnection", "NotConnected", "backoff", "rediscovery_wait"]
 
 log = structlog.get_logger(__name__)
 
@@ -448,12 +448,22 @@ class MemberConnection:
             self.health = healthmod.probed(self.health, now=self._clock())
 
     async def _rediscover(self, client: KubeClient) -> None:
+        """Discover again every interval, or at once when asked (``set_kinds``). While the
+        member serves fewer of the catalog's kinds than asked, sooner: an apiserver that
+        just restarted registers its CRDs over a few seconds after it answers, and a kind
+        found missing then would stay unwatched (its copies neither swept nor sent) for a
+        whole interval."""
+        soon = FIRST_REDISCOVERY_S
         while True:
+            wait = rediscovery_wait(soon, interval=self._settings.discovery_interval_s,
+                                    missing=self.served is not None
+                                    and len(self.served) < len(self._kinds))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rediscover_now.wait(),
-                                       self._settings.discovery_interval_s)
+                await asyncio.wait_for(self._rediscover_now.wait(), wait)
             self._rediscover_now.clear()
+            before = self.served
             await self._discover(client)
+            soon = FIRST_REDISCOVERY_S if self.served != before else soon * 2
 
     def _failed(self, exc: BaseException) -> None:
         problem = healthmod.classify(exc)
@@ -472,3 +482,14 @@ class MemberConnection:
             self._log.warning(event, reason=str(problem.reason), message=problem.message,
                               reachable=self.health.reachable)
         self._notify(Change.STATE)
+
+
+FIRST_REDISCOVERY_S = 2.0
+"""The first look again at a member missing some of the catalog's kinds (then doubled
+while nothing changes, up to the discovery interval)."""
+
+
+def rediscovery_wait(soon: float, *, interval: float, missing: bool) -> float:
+    """Seconds until the next discovery: ``soon`` (capped by ``interval``) while kinds are
+    missing, else the interval."""
+    return min(soon, interval) if missing else interval

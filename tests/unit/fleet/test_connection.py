@@ -177,3 +177,18 @@ def test_pod_events_move_gpus_from_reserved_to_used_in_one_step() -> None:
     assert (summary.used, summary.reserved, summary.free) == (4, 4, 0)
     conn._apply("pods", watch.Changed(type="DELETED", object=bound))
     assert (conn.capacity.summary().used, conn.capacity.free) == (0, 4)
+
+
+def test_a_member_missing_catalog_kinds_is_discovered_again_within_seconds() -> None:
+    """An apiserver that just restarted answers before it serves its CRDs: the kinds found
+    missing then are looked for again after 2, 4, 8 ... s (reset when the set changes),
+    never later than the discovery interval; a member serving them all waits the interval."""
+    from dispatcher.fleet.connection import FIRST_REDISCOVERY_S, rediscovery_wait
+
+    waits, soon = [], FIRST_REDISCOVERY_S
+    for _ in range(10):
+        waits.append(rediscovery_wait(soon, interval=300.0, missing=True))
+        soon *= 2  # nothing changed
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0]
+    assert rediscovery_wait(FIRST_REDISCOVERY_S, interval=300.0, missing=False) == 300.0
+    assert rediscovery_wait(FIRST_REDISCOVERY_S, interval=1.0, missing=True) == 1.0
