@@ -225,8 +225,9 @@ def _hierarchy(definition: Definition, chosen: Sequence[_Group],
     more ``subGroups``: one per sub-group, of the pod-creating components under it, its
     ``minCount`` the sum of their instances' minimums. A reason instead ("" when the
     definition has no such sub-groups) when the sub-groups cannot be the whole gang's
-    children: a stage split it, a ``minPodsPath`` sets the minimum of the whole, or the
-    sub-groups leave a component out, share one, or hold no pod."""
+    children: a stage split it, a ``minPodsPath`` sets the minimum of the whole, there are
+    more than a template holds, or they leave a component out, share one, or hold no
+    pod."""
     rules = definition.gangs
     if rules is None or rules.form != "podGroup" or len(rules.groups[0].members) < 2:
         return ""
@@ -236,6 +237,8 @@ def _hierarchy(definition: Definition, chosen: Sequence[_Group],
         return f"{whole}: its pods are created in stages"
     if group.min_pods is not None:
         return f"{whole}: minPodsPath sets the minimum of the whole gang only"
+    if len(group.members) > MAX_POD_GROUPS:  # a composite template holds at most 8
+        return f"{whole}: {len(group.members)} sub-groups, at most {MAX_POD_GROUPS}"
     out: list[_Group] = []
     taken: set[str] = set()
     for sub in group.members:

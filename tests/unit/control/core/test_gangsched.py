@@ -488,3 +488,25 @@ def test_composite_pod_groups_are_discovered_first_and_noted_as_the_built_in_api
     assert effective(WORKLOAD_API, COMPOSITE_V1ALPHA3) == COMPOSITE_V1ALPHA3
     assert builtin_at("v1.37.2") == PODGROUP_V1BETA1  # what a gate-off 1.37 lacks
     assert note("v1.37.2", COMPOSITE_V1ALPHA3) == ""
+
+
+def test_more_sub_groups_than_a_composite_template_holds_stay_one_gang() -> None:
+    """k8s.io/api v0.37.2: ``podGroupTemplates`` of a composite template, at most 8."""
+    from dataclasses import replace as swap
+
+    from dispatcher.workloads.model import GangGroup, GangScheduling
+    from tests.builders.disagg import disagg_jobset
+
+    _, _, definition = _disagg_planned(COMPOSITE_V1ALPHA3)
+    wide = GangScheduling(form="podGroup", groups=(GangGroup(
+        name="serve", members=("prefill",) * 5 + ("decode",) * 4),))
+    obj = disagg_jobset("llm", namespace="team-a")
+    resolution = Catalog([definition]).resolve(obj)
+    found = plan(mechanism=COMPOSITE_V1ALPHA3, definition=swap(definition, gangs=wide),
+                 gangs=resolution.demand.gangs,
+                 units=gang_components(definition, default_name="llm"),
+                 copy=build_copy(obj, hub_id=HUB, definition=definition), hub_id=HUB,
+                 instances=[i for c in resolution.components for i in c.instances])
+    assert [o["kind"] for o in found.objects] == ["PodGroup"]
+    assert found.notes == ("gang serve: sub-groups not held as a CompositePodGroup: 9 "
+                           "sub-groups, at most 8",)
