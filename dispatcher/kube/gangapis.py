@@ -3,7 +3,7 @@
 kube-scheduler binds pod by pod: between the dispatcher's decision and the last binding,
 pods submitted directly to the member can take part of the nodes and leave a gang half
 bound, its GPUs idle. A member scheduler with gang admission binds a gang all or nothing.
-Two are known:
+Known:
 
 - ``workload-api``: Kubernetes 1.35's built-in ``scheduling.k8s.io/v1alpha1`` ``Workload``
   (``spec.podGroups[].policy.gang.minCount``, at most 8), pods joined by
