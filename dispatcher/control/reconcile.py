@@ -144,9 +144,9 @@ class Reconciler:
         """What the controller watches: a live object outside it is not held, as far as we
         know (``_outside``)."""
         self.memory = StepMemory(clock=clock)
+        """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._said: dict[str, tuple[object, ...]] = {}
         """Per workload, the verdicts its last ``placement.decided`` line gave."""
-        """What our last steps saw that the hub does not say (read by ``snapshot``)."""
         self._bare = BareFleet()  # what the fleet could ever run (``placing``)
         self.recent = RecentDecisions()
         """The latest decisions, for the fleet view (in memory only)."""

@@ -463,7 +463,8 @@ class MemberConnection:
             self._rediscover_now.clear()
             before = self.served
             await self._discover(client)
-            soon = FIRST_REDISCOVERY_S if self.served != before else soon * 2
+            soon = FIRST_REDISCOVERY_S if self.served != before \
+                else min(soon * 2, self._settings.discovery_interval_s)
 
     def _failed(self, exc: BaseException) -> None:
         problem = healthmod.classify(exc)

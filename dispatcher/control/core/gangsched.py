@@ -176,8 +176,8 @@ def plan(*, mechanism: Mechanism, definition: Definition | None, gangs: Sequence
     if tree and mechanism != COMPOSITE_V1ALPHA3:
         notes = (f"gang {chosen[0].name}: its sub-groups are held as one gang (the member "
                  f"serves no CompositePodGroup)",)
-    elif isinstance(tree, str) and tree:
-        notes = (tree,)
+    elif tree:  # a reason (a list went to the composite plan above)
+        notes = (str(tree),)
     if mechanism == WORKLOAD_API:
         held = _workload_plan(copy, chosen, hub_id=hub_id, skipped=tuple(skipped))
     else:
@@ -242,7 +242,8 @@ def _hierarchy(definition: Definition, chosen: Sequence[_Group],
     out: list[_Group] = []
     taken: set[str] = set()
     for sub in group.members:
-        mine = tuple(c for c in chosen[0].components if c in subtree_leaves(definition, sub))
+        under = subtree_leaves(definition, sub)
+        mine = tuple(c for c in chosen[0].components if c in under)
         count = sum(i.min_pods for i in instances if i.component in mine)
         if taken & set(mine) or count < 1:
             return f"{whole}: sub-group {sub} " + (
