@@ -47,10 +47,14 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 def spawn(argv: list[str], log: Path, *, role: str, health: str = "",
            env: dict[str, str] | None = None) -> ProcessInfo:
+    """Start a dev fleet process. Each is given its cluster by flag; the user's own
+    ``KUBECONFIG`` is not passed on (client-go merges it in, and a path that does not exist
+    yet, such as the fleet's own before ``up`` writes it, stops an operator)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     with log.open("ab") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, **env} if env else None)
+                                env={**inherited, **(env or {})})
     _CHILDREN[proc.pid] = proc
     return ProcessInfo(pid=proc.pid, argv=argv, log=str(log), role=role, health=health,
                        env=dict(env or {}))
