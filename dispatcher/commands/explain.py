@@ -283,7 +283,8 @@ def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
                 member: MemberSnapshot, decision: Decision,
                 control: ControlSettings | None) -> dict[str, Any]:
     """The controller's own copy plan (``control.core.copyplan.plan``) for ``member``, from the
-    same resolution, the member's gang mechanism and the decision's topology domains;
+    same resolution, the member's gang mechanism, the decision's topology domains and
+    planned nodes;
     ``control``'s hub id, pod mutations and pod field policy (defaults offline). A copy
     that would not be written says why (``refused``), the member's Kubernetes minor
     included (fields it would drop; Pod Security checks it lacks, judged at the floor
@@ -301,6 +302,8 @@ def copy_report(obj: Mapping[str, Any], resolution: Resolution, *, catalog: Any,
         workload=obj, definition=definition, resolution=resolution, hub_id=settings.hub_id,
         mechanism=member.gang_mechanism, queueing=member.queueing,
         domains=tuple(decision.domains),
+        nodes=tuple(g.node for g in decision.assignment)
+        if settings.prefer_planned_nodes and decision.chosen == member.name else (),
         mutations=settings.pod_mutations, pod_fields=settings.pod_policy,
         dry_run=settings.admission_check, member_version=member.kubernetes_version,
         pod_security=podsecurity.required({}, floor=settings.pod_security_floor)))

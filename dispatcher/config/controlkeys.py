@@ -149,6 +149,7 @@ def _submit(submit: Reader) -> dict[str, Any]:
     psa_floor = submit.choice("podSecurityFloor", "baseline", LEVELS)
     weaker = submit.choice("weakerMemberNamespaces", "refuse", WEAKER_NAMESPACES)
     admission_check = submit.get("admissionCheck", bool, True)
+    prefer_planned = submit.get("preferPlannedNodes", bool, True)
     tpl = submit.section("podTemplate")
     mutations = PodMutations(labels=tpl.string_map("labels"),
                              annotations=tpl.string_map("annotations"),
@@ -160,7 +161,8 @@ def _submit(submit: Reader) -> dict[str, Any]:
     submit.done()
     return {"create_namespaces": create_ns, "pod_security_floor": psa_floor,
             "weaker_member_namespaces": weaker, "admission_check": admission_check,
-            "pod_mutations": mutations, "pod_fields": pod_fields}
+            "prefer_planned_nodes": prefer_planned, "pod_mutations": mutations,
+            "pod_fields": pod_fields}
 
 
 def _failover(fo: Reader, *, pending_refresh_s: float) -> Rules:

@@ -55,26 +55,29 @@ class CopyPlanner:
         self.copies = copies
 
     async def submit(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
-                     domains: Sequence[GangDomain] = ()) -> Planned:
-        """The copy to create on ``cluster``."""
+                     domains: Sequence[GangDomain] = (), nodes: Sequence[str] = ()
+                     ) -> Planned:
+        """The copy to create on ``cluster`` (its GPU pods prefer ``nodes``)."""
         snapshot = self.fleet.snapshot(cluster)
         return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
-                                snapshot=snapshot,
+                                nodes=nodes, snapshot=snapshot,
                                 mechanism=await self._mechanism(cluster, snapshot),
                                 dry_run=self.settings.admission_check)
 
     async def update(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
-                     domains: Sequence[GangDomain] = ()) -> Planned | None:
+                     domains: Sequence[GangDomain] = (), nodes: Sequence[str] = ()
+                     ) -> Planned | None:
         """The copy whose spec an update writes on ``cluster``; None without a copy."""
         found = self.copies.get(cluster, uid)
         if found is None:
             return None
         return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
-                                snapshot=self.fleet.snapshot(cluster),
+                                nodes=nodes, snapshot=self.fleet.snapshot(cluster),
                                 mechanism=mechanism_of(found.obj), dry_run=False)
 
     async def _plan(self, uid: str, *, cluster: str, workload: Mapping[str, Any],
-                    domains: Sequence[GangDomain], snapshot: MemberSnapshot | None,
+                    domains: Sequence[GangDomain], nodes: Sequence[str],
+                    snapshot: MemberSnapshot | None,
                     mechanism: Mechanism, dry_run: bool) -> Planned:
         await self.resolutions.prepare(uid, workload)
         definition = self.live.current.find(str(workload.get("apiVersion")),
@@ -87,7 +90,8 @@ class CopyPlanner:
                           hub_id=self.settings.hub_id, mechanism=mechanism,
                           queueing=snapshot.queueing if snapshot is not None
                           else Queueing(system=NONE_QUEUE),
-                          domains=tuple(domains), mutations=self.settings.pod_mutations,
+                          domains=tuple(domains), nodes=tuple(nodes),
+                          mutations=self.settings.pod_mutations,
                           pod_fields=self.settings.pod_policy, dry_run=dry_run,
                           member_version=snapshot.kubernetes_version
                           if snapshot is not None else None, pod_security=wanted)

@@ -349,14 +349,21 @@ class Reconciler:
     async def plan_copy(self, uid: str, snap: Snapshot, action: Action
                         ) -> CopyPlan | Rejection | None:
         """The copy the action writes on its member, kept to the recorded decision's
-        topology domains (None: an update with no copy to write to)."""
+        topology domains and preferring its planned nodes (None: an update with no copy
+        to write to)."""
         assert action.member is not None and snap.workload is not None
-        domains = snap.record.domains if snap.record is not None else ()
+        record = snap.record
+        domains = record.domains if record is not None else ()
+        planned = record.reservation if record is not None else None
+        nodes = tuple(node for node, _ in planned.nodes) \
+            if planned is not None and planned.member == action.member \
+            and self.settings.prefer_planned_nodes else ()
         if action.kind is ActionKind.UPDATE_COPY:
             return await self.planner.update(uid, cluster=action.member,
-                                             workload=snap.workload, domains=domains)
+                                             workload=snap.workload, domains=domains,
+                                             nodes=nodes)
         return await self.planner.submit(uid, cluster=action.member, workload=snap.workload,
-                                         domains=domains)
+                                         domains=domains, nodes=nodes)
 
     def _effects(self, uid: str, outcome: Outcome) -> None:
         """The action's local effects (``Outcome``), before the next snapshot."""

@@ -1,10 +1,11 @@
 """The member copy as a plan: everything a submit or an update writes, decided on plain data.
 
-Fed by the workload, its resolution (the one placing used), the member's gang mechanism and
-the decision's topology domains; feeds the member writer (``control.submit``), which only
-sends what the plan holds, and ``dispatcher explain --show-copy``, which prints it. The plan
-is the copy body (stamped, pod mutations applied, in the member's queue, kept to the chosen
-domains, its gangs joined), the gang objects to create before it
+Fed by the workload, its resolution (the one placing used), the member's gang mechanism,
+the decision's topology domains and planned nodes; feeds the member writer
+(``control.submit``), which only sends what the plan holds, and ``dispatcher explain
+--show-copy``, which prints it. The plan is the copy body (stamped, pod mutations applied,
+in the member's queue, kept to the chosen domains and preferring the planned nodes, its
+gangs joined), the gang objects to create before it
 (``control.core.gangsched``), the pods to dry-run against the member's admission
 (``control.core.dryrun``) and the namespace it goes to. A copy that may not or cannot be
 built is a ``Rejection`` instead: a pod template setting a refused scheduling field
@@ -72,6 +73,9 @@ class PlanInput:
     queueing: Queueing = field(default_factory=Queueing)
     """How the member queues batch work (its snapshot's: system resolved)."""
     domains: tuple[GangDomain, ...] = ()
+    nodes: tuple[str, ...] = ()
+    """The decision's planned nodes: the copy's GPU pods prefer them
+    (``control.core.topology``); empty: no preference."""
     mutations: PodMutations = field(default_factory=PodMutations)
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)
     dry_run: bool = True
@@ -190,13 +194,15 @@ def _queued(body: dict[str, Any], queueing: Queueing) -> dict[str, Any]:
 
 def _joined(given: PlanInput, resolution: Resolution, *, locate: Locator
             ) -> tuple[dict[str, Any], gangsched.GangPlan]:
-    """The copy, kept to the domains, with the resolution's gangs joined to the mechanism
-    (``gangsched``: its instances' creation stages split them)."""
+    """The copy, kept to the domains and preferring the planned nodes, with the
+    resolution's gangs joined to the mechanism (``gangsched``: its instances' creation
+    stages split them)."""
     workload, definition = given.workload, given.definition
     body = _queued(build_copy(workload, hub_id=given.hub_id, definition=definition,
                               mutations=given.mutations, locate=locate), given.queueing)
-    if given.domains and definition is not None:
-        body = Domains.of(given.domains, resolution).apply(body, definition, locate=locate)
+    if (given.domains or given.nodes) and definition is not None:
+        body = Domains.of(given.domains, resolution, nodes=given.nodes).apply(
+            body, definition, locate=locate)
     joined = given.mechanism != NONE and definition is not None
     units = gang_components(definition, default_name=str(
         workload["metadata"].get("name") or definition.root.name)) \

@@ -1,16 +1,31 @@
-"""Keep a copy's gangs in the topology domains placement chose: required node affinity.
+"""Steer a copy's pods: required node affinity to the chosen topology domains, preferred
+node affinity to the planned nodes.
 
-Placement (``placement.domains``) chose one domain per gang (a rack, an NVLink clique) and
-reserved GPUs there; the member's own scheduler must stay inside it. Every pod template of
-such a gang gets, in the copy, ``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``
-with the match expression ``<level's node label> In [<domain>]``.
+**Domains.** Placement (``placement.domains``) chose one domain per gang (a rack, an NVLink
+clique) and reserved GPUs there; the member's own scheduler must stay inside it. Every pod
+template of such a gang gets, in the copy,
+``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` with the match expression
+``<level's node label> In [<domain>]``. The user's own affinity is never widened: required
+node selector terms are ORed and the expressions inside one term ANDed, so the expression
+is added to *every* existing term (each alternative the user allowed is narrowed to the
+domain); a template without required terms gets one term with only this expression. An
+empty term matches no node in Kubernetes; adding an expression to it would make it match,
+so it is left empty.
 
-The user's own affinity is never widened: required node selector terms are ORed and the
-expressions inside one term ANDed, so the expression is added to *every* existing term
-(each alternative the user allowed is narrowed to the domain); a template without required
-terms gets one term with only this expression. An empty term matches no node in Kubernetes;
-adding an expression to it would make it match, so it is left empty. Preferred terms,
-pod affinity and everything else stay as written.
+**Planned nodes.** Placement also chose the nodes, and reserved their GPUs until the pods
+bind. The member's scheduler does not know that plan: the default profile spreads
+(``LeastAllocated``), so a 1-GPU pod lands on the empty node planned for another
+workload's 8-GPU pod, which then waits unschedulable while GPUs sit free in pieces on
+other nodes (measured with ``benchmarks/peers.py``). Every pod template whose pods ask
+for GPUs gets one *preferred* term per planned node, weight 100, ``matchFields
+metadata.name In [<node>]`` (the apiserver takes one value per field requirement; a
+CPU-only template, an MPI launcher, gets none): a planned node scores the most on the
+scheduler's node-affinity score (weight 2 in the default profile), which outweighs the
+spreading score, so pods take the planned nodes when they fit there and any other node
+when not. A preference never makes a
+pod unschedulable. The term is added once (an update recomputes the same one from the
+recorded plan); the user's own preferred and required terms stay as written.
+``submit.preferPlannedNodes: false`` turns it off.
 
 Which templates: a gang names its pod templates as (component, instance id) pairs
 (``Gang.templates``, from the resolution); the instance's index among the component's
@@ -23,9 +38,9 @@ jq worker for an untrusted definition).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.demand import Gang
@@ -35,32 +50,58 @@ from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
 from dispatcher.workloads.resolve import Resolution
 
-__all__ = ["REQUIRED", "Domains", "keep_in_domains", "narrowed"]
+__all__ = [
+    "PREFERRED",
+    "REQUIRED",
+    "Domains",
+    "gpu_templates",
+    "keep_in_domains",
+    "narrowed",
+    "preferring",
+    "steer",
+]
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+PLANNED_WEIGHT = 100  # the most a preferred term may weigh
+
+_T = TypeVar("_T")
 
 Pin = tuple[str, str]  # (node label, value)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Domains:
-    """A decision's domains with what the copy needs to find the gangs' templates."""
+    """A decision's domains and planned nodes, with what the copy needs to find the gangs'
+    templates."""
 
     domains: tuple[GangDomain, ...]
     gangs: tuple[Gang, ...]
     instances: Mapping[str, tuple[str, ...]]
+    nodes: tuple[str, ...] = ()
+    gpu: frozenset[tuple[str, str]] = frozenset()
+    """(component, instance id) of the templates whose pods ask for GPUs."""
 
     @classmethod
-    def of(cls, domains: Sequence[GangDomain], resolution: Resolution) -> Domains:
+    def of(cls, domains: Sequence[GangDomain], resolution: Resolution, *,
+           nodes: Sequence[str] = ()) -> Domains:
         return cls(domains=tuple(domains), gangs=resolution.demand.gangs,
                    instances={c.name: tuple(i.id for i in c.instances)
-                              for c in resolution.components})
+                              for c in resolution.components}, nodes=tuple(nodes),
+                   gpu=gpu_templates(resolution))
 
     def apply(self, obj: Mapping[str, Any], definition: Definition, *,
               locate: Locator = in_process) -> dict[str, Any]:
-        """``keep_in_domains`` with these domains."""
-        return keep_in_domains(obj, definition, domains=self.domains, gangs=self.gangs,
-                               instances=self.instances, locate=locate)
+        """``steer`` with these domains and nodes."""
+        return steer(obj, definition, domains=self.domains, nodes=self.nodes,
+                     gangs=self.gangs, instances=self.instances, gpu=self.gpu, locate=locate)
+
+
+def gpu_templates(resolution: Resolution) -> frozenset[tuple[str, str]]:
+    """(component, instance id) of every template of ``resolution`` whose pods ask for
+    GPUs."""
+    return frozenset((c.name, i.id) for c in resolution.components for i in c.instances
+                     if i.needs.gpus > 0)
 
 
 def narrowed(node_affinity: Any, pins: Sequence[Pin], *, where: str) -> dict[str, Any]:
@@ -106,6 +147,36 @@ def narrowed(node_affinity: Any, pins: Sequence[Pin], *, where: str) -> dict[str
     required["nodeSelectorTerms"] = terms
     out[REQUIRED] = required
     return out
+
+
+def preferring(node_affinity: Any, nodes: Sequence[str], *, where: str) -> dict[str, Any]:
+    """``node_affinity`` with one preferred term per node of ``nodes``, by name (module
+    docstring), unless it has that term already; the input is not modified."""
+    if node_affinity is None:
+        node_affinity = {}
+    if not isinstance(node_affinity, Mapping):
+        raise MutationError(f"{where}: nodeAffinity is not an object")
+    out = copy.deepcopy(dict(node_affinity))
+    terms = out.get(PREFERRED)
+    if terms is None:
+        terms = []
+    if not isinstance(terms, list):
+        raise MutationError(f"{where}: nodeAffinity.{PREFERRED} is not a list")
+    terms = list(terms)
+    for node in sorted(set(nodes)):
+        term = _planned_term(node)
+        if term not in terms:
+            terms.append(term)
+    out[PREFERRED] = terms
+    return out
+
+
+def _planned_term(node: str) -> dict[str, Any]:
+    """The preferred term for one planned node: ``matchFields`` on ``metadata.name`` (the
+    node's name itself, whatever its labels; the apiserver takes one value per field
+    requirement, hence one term per node)."""
+    return {"weight": PLANNED_WEIGHT, "preference": {"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [node]}]}}
 
 
 def _pins(domains: Sequence[GangDomain], gangs: Sequence[Gang],
@@ -156,12 +227,57 @@ def keep_in_domains(obj: Mapping[str, Any], definition: Definition, *,
 
     ``gangs`` and ``instances`` (component -> instance ids, in order) come from the
     workload's resolution. Raises MutationError when a template cannot be written."""
-    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    return steer(obj, definition, domains=domains, nodes=(), gangs=gangs,
+                 instances=instances, gpu=(), locate=locate)
+
+
+def steer(obj: Mapping[str, Any], definition: Definition, *,
+          domains: Sequence[GangDomain], nodes: Sequence[str], gangs: Sequence[Gang],
+          instances: Mapping[str, Sequence[str]], gpu: Collection[tuple[str, str]],
+          locate: Locator = in_process) -> dict[str, Any]:
+    """A copy of ``obj`` whose pod templates require their gangs' domains and, those of
+    ``gpu`` (``gpu_templates``), prefer ``nodes`` (the decision's planned nodes), in one
+    pass over the templates (module docstring). Raises MutationError when a template
+    cannot be written."""
     pins = _pins(domains, gangs, instances)
-    if not pins:
+    preferred = _preferred(nodes, gpu, instances)
+    targets = {key: (pins.get(key, []), preferred.get(key, ()))
+               for key in pins.keys() | preferred.keys()}
+
+    def edit(given: Any, value: tuple[list[Pin], Sequence[str]], where: str
+             ) -> dict[str, Any]:
+        wanted, planned = value
+        out = narrowed(given, wanted, where=where) if wanted else given
+        return preferring(out, planned, where=where) if planned else dict(out or {})
+
+    return _edited(obj, definition, targets, edit, locate=locate)
+
+
+def _preferred(nodes: Sequence[str], gpu: Collection[tuple[str, str]],
+               instances: Mapping[str, Sequence[str]]) -> dict[tuple[str, int], Sequence[str]]:
+    """(component, instance index) -> the nodes its template prefers: the templates whose
+    pods ask for GPUs (a CPU-only pod, an MPI launcher, is not steered onto GPU nodes)."""
+    out: dict[tuple[str, int], Sequence[str]] = {}
+    if not nodes:
+        return out
+    for component, instance in gpu:
+        ids = list(instances.get(component, ()))
+        if instance in ids:
+            out[(component, ids.index(instance))] = tuple(nodes)
+    return out
+
+
+def _edited(obj: Mapping[str, Any], definition: Definition,
+            targets: Mapping[tuple[str, int], _T],
+            edit: Callable[[Any, _T, str], dict[str, Any]], *,
+            locate: Locator) -> dict[str, Any]:
+    """A copy of ``obj`` with ``edit(node affinity, value, where)`` written over the node
+    affinity of each (component, instance index) template of ``targets``."""
+    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    if not targets:
         return out
     comps = {c.name: c for c in definition.components}
-    names = sorted({component for component, _ in pins})
+    names = sorted({component for component, _ in targets})
     plan = [(comps[name], *_where(definition, comps[name])) for name in names
             if name in comps]
     try:
@@ -172,19 +288,22 @@ def keep_in_domains(obj: Mapping[str, Any], definition: Definition, *,
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{plan[i][0].name}")
     for (comp, expr, suffix), locations in zip(plan, found, strict=True):
-        for (component, index), wanted in sorted(pins.items()):
+        for (component, index), value in sorted(targets.items(), key=lambda kv: kv[0]):
             if component != comp.name:
                 continue
             where = f"component {comp.name}: {expr.field}"
             if index >= len(locations):
                 raise MutationError(f"{where}: no pod template for instance {index}")
-            _write(out, [*locations[index], *suffix], wanted, where=where)
+            _write(out, [*locations[index], *suffix],
+                   lambda given, v=value, w=where: edit(given, v, w),  # type: ignore[misc]
+                   where=where)
     return out
 
 
-def _write(root: dict[str, Any], path: Sequence[str | int], pins: Sequence[Pin], *,
-           where: str) -> None:
-    """Narrow the node affinity at ``path`` (created when missing, like jq assign)."""
+def _write(root: dict[str, Any], path: Sequence[str | int],
+           edit: Callable[[Any], dict[str, Any]], *, where: str) -> None:
+    """Replace the node affinity at ``path`` by ``edit`` of it (created when missing,
+    like jq assign)."""
     if not path:
         raise MutationError(f"{where}: the path addresses the whole object")
     parent: Any = root
@@ -200,8 +319,8 @@ def _write(root: dict[str, Any], path: Sequence[str | int], pins: Sequence[Pin],
     if isinstance(last, int):
         if not isinstance(parent, list) or not -len(parent) <= last < len(parent):
             raise MutationError(f"{where}: index {last} is out of range")
-        parent[last] = narrowed(parent[last], pins, where=where)
+        parent[last] = edit(parent[last])
     else:
         if not isinstance(parent, dict):
             raise MutationError(f"{where}: cannot set {last!r} in {type(parent).__name__}")
-        parent[last] = narrowed(parent.get(last), pins, where=where)
+        parent[last] = edit(parent.get(last))

@@ -8,6 +8,12 @@ terms and pod affinity are kept, the input is not modified; a gang no longer in 
 resolution pins nothing; a malformed affinity is a MutationError; the Dispatch record
 keeps the domains and a requeue drops them. The real member's scheduler obeying it is in
 tests/integration/test_dispatch_real_topology.py.
+
+Planned nodes (``steer``): every GPU template gets one preferred term per planned node
+(sorted, once each: the apiserver takes one value per node field requirement), beside the
+domain's required term and the user's own preferred terms; a CPU-only template (an MPIJob
+launcher) gets none; applying it twice (an update recomputing the plan) adds nothing; a
+preferred list that is not a list is a MutationError.
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.control.core.topology import REQUIRED, keep_in_domains, narrowed
+from dispatcher.control.core.topology import (
+    PREFERRED,
+    REQUIRED,
+    gpu_templates,
+    keep_in_domains,
+    narrowed,
+    preferring,
+    steer,
+)
 from dispatcher.placement.model import GangDomain, Verdict
 from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.definitions import load_text
@@ -196,3 +210,67 @@ def test_the_first_decision_made_at_create_carries_the_domains() -> None:
                         chosen="m1", assignment=(), summary="placed", domains=(domain,))
     spec = records.first_placement(decision=decision, reservation=None, now=0.0, demand={})
     assert records.read({"spec": spec}).domains == (domain,)  # read before Submitted
+
+
+def _steer(obj: dict[str, Any], nodes: list[str], domains: list[GangDomain] | None = None
+           ) -> dict[str, Any]:
+    definition = CATALOG.find(obj["apiVersion"], obj["kind"])
+    assert definition is not None
+    resolution = resolve_with(definition, obj)
+    return steer(obj, definition, domains=domains or [], nodes=nodes,
+                 gangs=resolution.demand.gangs, gpu=gpu_templates(resolution),
+                 instances={c.name: [i.id for i in c.instances]
+                            for c in resolution.components})
+
+
+def _planned(*nodes: str) -> list[dict[str, Any]]:
+    """One term per node: the apiserver refuses a node field requirement of two values."""
+    return [{"weight": 100, "preference": {"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [node]}]}} for node in nodes]
+
+
+def test_gpu_templates_prefer_the_planned_nodes_beside_the_domain() -> None:
+    user = {"weight": 5, "preference": {"matchExpressions": [
+        {"key": "disk", "operator": "In", "values": ["ssd"]}]}}
+    obj = _jobset(("leader", _pod()), ("workers", _pod(affinity={"nodeAffinity": {
+        PREFERRED: [user]}})))
+    (gang,) = CATALOG.resolve(obj).demand.gangs
+    before = copy.deepcopy(obj)
+    out = _steer(obj, ["n2", "n1", "n2"], [GangDomain(gangs=(gang.name,), level="rack",
+                                                      node_label=RACK, value="r1")])
+    assert obj == before
+    leader, workers = (job["template"]["spec"]["template"]["spec"]
+                       for job in out["spec"]["replicatedJobs"])
+    assert leader["affinity"]["nodeAffinity"][PREFERRED] == _planned("n1", "n2")
+    assert workers["affinity"]["nodeAffinity"][PREFERRED] == [user, *_planned("n1", "n2")]
+    assert _required(leader) == _required(workers) == [{"matchExpressions": [_rack("r1")]}]
+
+
+def test_a_cpu_only_template_is_not_steered_onto_gpu_nodes() -> None:
+    launcher = {"containers": [{"name": "launcher", "image": "mpi"}]}
+    mpijob = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+              "metadata": {"name": "mpi", "namespace": "team-a", "uid": "u1"},
+              "spec": {"mpiReplicaSpecs": {
+                  "Launcher": {"replicas": 1, "template": {"spec": launcher}},
+                  "Worker": {"replicas": 2, "template": {"spec": _pod()}}}}}
+    out = _steer(mpijob, ["n1"])
+    specs = out["spec"]["mpiReplicaSpecs"]
+    assert "affinity" not in specs["Launcher"]["template"]["spec"]
+    assert specs["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"][PREFERRED] == \
+        _planned("n1")
+
+
+def test_steering_twice_adds_nothing_and_no_nodes_change_nothing() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "eval", "namespace": "team-a", "uid": "u1"},
+           "spec": {"parallelism": 2, "completions": 2,
+                    "template": {"spec": {**_pod(), "restartPolicy": "Never"}}}}
+    once = _steer(job, ["n1"])
+    assert _steer(once, ["n1"]) == once
+    assert _steer(job, []) == job
+
+
+def test_a_preferred_list_that_is_not_a_list_is_a_mutation_error() -> None:
+    with pytest.raises(MutationError, match="not a list"):
+        preferring({PREFERRED: {"weight": 1}}, ["n1"], where="w")
+    assert preferring(None, ["n1"], where="w") == {PREFERRED: _planned("n1")}
