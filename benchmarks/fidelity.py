@@ -568,9 +568,10 @@ async def local_users(members: Mapping[str, KubeClient], fleet: FleetSpec,
 
 def start_controller(state: FleetState, fleet: FleetSpec, workdir: Path,
                      port: int, gang_scheduling: str = "auto", *,
-                     mode: str = "dispatch") -> subprocess.Popen[bytes]:
+                     mode: str = "dispatch", log_level: str = "warning"
+                     ) -> subprocess.Popen[bytes]:
     config = {"hubId": HUB_ID, "mode": mode, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
-              "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
+              "server": {"address": "127.0.0.1", "port": port}, "log": {"level": log_level},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
                   {"name": m.name, "kubeconfig": state.cluster(m.name).kubeconfig,

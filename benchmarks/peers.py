@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -114,6 +115,8 @@ from dispatcher.fleet.fleetfile import FleetSpec, load_fleet
 from dispatcher.kube import watch
 from dispatcher.kube.client import KubeClient
 from dispatcher.kube.resources import NODES, PODS, ResourceRef
+from dispatcher.sim.runner import run_scenario
+from dispatcher.sim.scenario import QueueSpec, Scenario, WorkloadEntry
 from dispatcher.workloads.podspec import GPU_RESOURCE
 from dispatcher.workloads.quantity import whole_count
 
@@ -231,6 +234,37 @@ def manifest(shape: Shape, kind: str, *, queue: str | None) -> dict[str, Any]:
                                              "backoffLimit": 0, "template": template}}}]}}
 
 
+def packing_limit(fleet: FleetSpec, items: list[tuple[Shape, str]], *,
+                  policies: tuple[str, ...] = ("most-free", "best-fit")) -> dict[str, Any]:
+    """The best GPU use while work waits that a greedy offline packer reaches on the same
+    workloads in the same arrival order: ``dispatcher simulate`` (the controller's own
+    queue and placement core over the capacity model) with every workload there at once,
+    each pod running exactly its ``run_s``, binding instant, backfill unbounded and no
+    claims, sampled every second; the best of ``policies``. A live system also pays pod
+    start-up, watch latency and the kwok stages, so it ends below this."""
+    entries = tuple(WorkloadEntry(at=0.0, manifest=manifest(shape, kind, queue=None),
+                                  run_time=float(shape.run_s)) for shape, kind in items)
+    scenario = Scenario(name="peers-packing-limit", source="benchmarks/peers.py", seed=0,
+                        duration=24 * 3600.0, policies=policies, fleet=fleet,
+                        workloads=entries, sample_interval=1.0,
+                        queue=QueueSpec(backfill_limit=10**9, claim_after_s=0.0))
+    gpus = {m.name: sum(p.count * p.gpus for p in m.node_pools) for m in fleet.members}
+    total = sum(gpus.values()) or 1
+    best: dict[str, Any] = {}
+    for result in run_scenario(scenario).results:
+        busy = [sum(u * gpus.get(m, 0) for m, u in s.utilization.items()) / total
+                for s in result.samples if s.pending]
+        waits = [d.wait for d in result.decisions]
+        row = {"policy": result.policy,
+               "gpu_utilization": round(statistics.fmean(busy), 3) if busy else None,
+               "saturated_s": len(busy),
+               "p50_wait_s": round(percentile(waits, 0.5), 1) if waits else None,
+               "p99_wait_s": round(percentile(waits, 0.99), 1) if waits else None}
+        if not best or (row["gpu_utilization"] or 0) > (best["gpu_utilization"] or 0):
+            best = row
+    return {"bench": "peers-limit", "workloads": len(items), **best}
+
+
 # -- what the watches saw ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -266,6 +300,7 @@ class Observed:
     nodes: dict[tuple[str, str], Node] = field(default_factory=dict)
     samples: list[tuple[float, bool]] = field(default_factory=list)
     fittable_s: dict[str, float] = field(default_factory=dict)
+    fittable_at: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # --keep
     first_done: float | None = None
 
     def pod_event(self, member: str, pod: Mapping[str, Any], now: float, *,
@@ -325,7 +360,7 @@ class Observed:
                           else None}
         return out
 
-    def _fits_somewhere(self, shape: Shape) -> bool:
+    def _fits_somewhere(self, shape: Shape) -> str | None:
         held: dict[tuple[str, str], int] = {}
         for pod in self.pods.values():
             if pod.holds:
@@ -339,7 +374,7 @@ class Observed:
                 continue
             free = node.gpus - held.get(key, 0)
             by_member[node.member] = by_member.get(node.member, 0) + max(0, free) // shape.gpus
-        return any(slots >= shape.pods for slots in by_member.values())
+        return next((m for m, slots in by_member.items() if slots >= shape.pods), None)
 
     def sample(self, dt: float) -> None:
         total = sum(n.gpus for n in self.nodes.values()) or 1
@@ -348,8 +383,10 @@ class Observed:
         waiting = [n for n in self.created if n not in self.remote]
         self.samples.append((used / total, bool(waiting)))
         for name in waiting:
-            if self._fits_somewhere(self.shapes[name]):
+            if (member := self._fits_somewhere(self.shapes[name])) is not None:
                 self.fittable_s[name] = self.fittable_s.get(name, 0.0) + dt
+                self.fittable_at.setdefault(name, []).append(
+                    (time.strftime("%H:%M:%S", time.gmtime()), member))
 
     def all_running_at(self, name: str) -> float | None:
         return all_running_at(self.pods.values(), name, self.shapes[name].pods)
@@ -408,6 +445,9 @@ class Observed:
             "p99_running_s": s(list(running.values()), 0.99),
             "left_pending": sum(1 for t in self.fittable_s.values() if t > LIMIT_S),
             "left_pending_s": round(sum(self.fittable_s.values()), 1),
+            "left_pending_by_workload": {n: round(t, 1) for n, t in sorted(
+                self.fittable_s.items()) if t > LIMIT_S},
+            "_fittable_at": self.fittable_at,
             "unschedulable_pods": sum(1 for p in self.pods.values()
                                       if ((p.bound or end) - p.first) > LIMIT_S),
             "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
@@ -557,7 +597,7 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
     try:
         if limits is None:
             port = free_port()
-            proc = start_controller(state, fleet, root, port)
+            proc = start_controller(state, fleet, root, port, log_level=args.log_level)
             await wait_ready(port, proc)
             await asyncio.to_thread(state.cluster("hub").rest().ensure, "/api/v1/namespaces",
                                     {"apiVersion": "v1", "kind": "Namespace",
@@ -570,7 +610,8 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
             if limits.dispatcher_name is not None:  # ours chooses: the manager's and ours
                 port = free_port()
                 proc = start_controller(state, fleet, root, port,
-                                        mode="multikueue-dispatcher")
+                                        mode="multikueue-dispatcher",
+                                        log_level=args.log_level)
                 await wait_ready(port, proc)
                 controller = [*controller, proc.pid]
         result = await measure(state, fleet, items, queue=None if limits is None
@@ -580,6 +621,12 @@ async def run_system(system: str, fleet: FleetSpec, items: list[tuple[Shape, str
         if proc is not None:
             await asyncio.to_thread(stop, proc)
         await asyncio.to_thread(devfleet.down, root=root / "fleet")
+    if args.keep:
+        (root / "fittable.json").write_text(json.dumps(result["_fittable_at"]))
+        (root / "pods.json").write_text(json.dumps(
+            [{"owner": p.owner, "member": m, "pod": name, "node": p.node, "gpus": p.gpus,
+              "first": p.first, "bound": p.bound, "running": p.running, "ended": p.ended}
+             for (m, name), p in result["_seen"].pods.items()]))
     limits_out = None if limits is None else {"qps": limits.qps or 20.0,
                                               "burst": limits.burst or 30}
     return {"bench": "peers", "system": system, **result, "kueue_client": limits_out}
@@ -592,6 +639,12 @@ async def main_async(args: argparse.Namespace) -> None:
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise SystemExit(f"unknown system(s) {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
+    count = args.workloads * (4 if args.big else 1)
+    if args.limit_only:
+        items = workloads(fleet, seed=args.seed, count=count, run_s=args.run_s,
+                          jobset_share=args.jobset_share)
+        print(json.dumps({**packing_limit(fleet, items), "seed": args.seed}), flush=True)
+        return
     await asyncio.to_thread(ensure_binaries)
     if any(s.startswith("multikueue") for s in systems):
         await asyncio.to_thread(ensure_peers)
@@ -599,12 +652,15 @@ async def main_async(args: argparse.Namespace) -> None:
     if set(mixes) - {"stream", "single"}:
         raise SystemExit(f"unknown mix(es) {sorted(set(mixes) - {'stream', 'single'})}; "
                          f"known: stream, single")
-    count = args.workloads * (4 if args.big else 1)
-    with tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp:
+    with (contextlib.nullcontext(args.keep) if args.keep
+          else tempfile.TemporaryDirectory(prefix="peers-bench-")) as tmp:
         for mix in mixes:
             items = (single_pod_jobs(args.single_jobs, run_s=args.run_s) if mix == "single"
                      else workloads(fleet, seed=args.seed, count=count, run_s=args.run_s,
                                     jobset_share=args.jobset_share))
+            if mix == "stream":
+                print(json.dumps({**packing_limit(fleet, items), "mix": mix,
+                                  "seed": args.seed}), flush=True)
             rows = []
             for system in systems:
                 result = await run_system(system, fleet, items, args, Path(tmp) / mix)
@@ -639,6 +695,16 @@ def main() -> None:
                              "(--single-jobs single-pod Jobs) (default: %(default)s)")
     parser.add_argument("--single-jobs", type=int, default=200,
                         help="Jobs in the single mix (default: %(default)s)")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="work in DIR and keep it: each system's controller.log, "
+                             "fittable.json (when the benchmark saw room for each waiting "
+                             "workload, and on which member) and pods.json (each pod's "
+                             "node and times)")
+    parser.add_argument("--log-level", default="warning",
+                        help="the controller's log level (info logs every decision)")
+    parser.add_argument("--limit-only", action="store_true",
+                        help="print the stream mix's packing limit (peers-limit) and stop: "
+                             "no fleet")
     parser.add_argument("--tuned-qps", type=float, default=200.0)
     parser.add_argument("--tuned-burst", type=int, default=400)
     args = parser.parse_args()
