@@ -41,6 +41,7 @@ Measured, per system (one JSON line each; times by ``time.monotonic`` in this pr
 - ``left_pending``: workloads that waited more than 10 s in total, undispatched, while some
   member had free GPUs on nodes their pods may use (right product, tolerated taints) for
   all their pods at once (free = allocatable minus GPUs of bound, unfinished pods);
+  (``left_pending_by_workload``: those workloads and their seconds);
 - ``unschedulable_pods``: pods that stayed unbound more than 10 s on the member chosen;
 - ``gpu_utilization``: mean share of the fleet's GPUs held by Running pods while some
   workload was still waiting for dispatch (saturation);
@@ -70,6 +71,16 @@ Two mixes (``--mixes``): ``stream`` (the seeded mix above, ``--workloads`` of it
 nothing to queue on but capacity). After every system of a mix ran, one ``peers-ratio`` line
 per peer says how many times the dispatcher's figure the peer's is (writes, controller
 CPU, controller plus workers CPU, first-wave p50/p99).
+
+Before the systems of the ``stream`` mix run, one ``peers-limit`` line gives the packing
+limit of its workloads: the GPU use while work waits that a greedy offline packer reaches
+on the same workloads in the same order (``packing_limit``: ``dispatcher simulate``'s
+queue and placement core, everything there at once, exact run times, instant binding,
+unbounded backfill, the best of most-free and best-fit); ``--limit-only`` prints it alone,
+no fleet needed. ``--keep DIR`` keeps each system's work directory with its controller log
+(``--log-level info`` logs every decision), ``fittable.json`` (for each waiting workload,
+when the benchmark saw room for it and on which member) and ``pods.json`` (each pod's node
+and times): what a left-pending workload's wait is compared with.
 
 Defaults take a few minutes per system on 2 cores; ``--big`` streams four times the
 workloads (and drains longer).
@@ -255,11 +266,14 @@ def packing_limit(fleet: FleetSpec, items: list[tuple[Shape, str]], *,
         busy = [sum(u * gpus.get(m, 0) for m, u in s.utilization.items()) / total
                 for s in result.samples if s.pending]
         waits = [d.wait for d in result.decisions]
-        row = {"policy": result.policy,
-               "gpu_utilization": round(statistics.fmean(busy), 3) if busy else None,
-               "saturated_s": len(busy),
-               "p50_wait_s": round(percentile(waits, 0.5), 1) if waits else None,
-               "p99_wait_s": round(percentile(waits, 0.99), 1) if waits else None}
+        row: dict[str, Any] = {"policy": result.policy,
+                               "gpu_utilization": round(statistics.fmean(busy), 3)
+                               if busy else None,
+                               "saturated_s": len(busy),
+                               "p50_wait_s": round(percentile(waits, 0.5), 1)
+                               if waits else None,
+                               "p99_wait_s": round(percentile(waits, 0.99), 1)
+                               if waits else None}
         if not best or (row["gpu_utilization"] or 0) > (best["gpu_utilization"] or 0):
             best = row
     return {"bench": "peers-limit", "workloads": len(items), **best}

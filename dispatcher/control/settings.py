@@ -117,8 +117,8 @@ class ControlSettings:
     pod the member would not admit is a rejection with its reason."""
     prefer_planned_nodes: bool = True
     """The copy's GPU pods prefer (soft node affinity) the nodes placement planned and
-    reserved for them, so the member's spreading scheduler does not scatter them over
-    nodes planned for others (``control.core.topology``)."""
+    reserved for them, so the member's scheduler (its default scoring blind to GPUs) does
+    not scatter them over nodes planned for others (``control.core.topology``)."""
     pod_mutations: PodMutations = field(default_factory=PodMutations)
     """Pod-template changes applied to every copy (labels, scheduler, ...)."""
     pod_fields: PodFieldPolicy = field(default_factory=PodFieldPolicy)

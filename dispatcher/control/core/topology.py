@@ -13,15 +13,16 @@ empty term matches no node in Kubernetes; adding an expression to it would make 
 so it is left empty.
 
 **Planned nodes.** Placement also chose the nodes, and reserved their GPUs until the pods
-bind. The member's scheduler does not know that plan: the default profile spreads
-(``LeastAllocated``), so a 1-GPU pod lands on the empty node planned for another
-workload's 8-GPU pod, which then waits unschedulable while GPUs sit free in pieces on
-other nodes (measured with ``benchmarks/peers.py``). Every pod template whose pods ask
+bind. The member's scheduler does not know that plan, and its default profile scores
+nodes by CPU and memory only (``LeastAllocated``), blind to GPUs: which of the nodes a GPU
+pod fits on it takes is not the plan's. A small pod on the empty node planned for another
+workload's 8-GPU pod leaves that one unschedulable while GPUs sit free in pieces on other
+nodes (measured with ``benchmarks/peers.py``). Every pod template whose pods ask
 for GPUs gets one *preferred* term per planned node, weight 100, ``matchFields
 metadata.name In [<node>]`` (the apiserver takes one value per field requirement; a
 CPU-only template, an MPI launcher, gets none): a planned node scores the most on the
 scheduler's node-affinity score (weight 2 in the default profile), which outweighs the
-spreading score, so pods take the planned nodes when they fit there and any other node
+resource scores, so pods take the planned nodes when they fit there and any other node
 when not. A preference never makes a
 pod unschedulable. The term is added once (an update recomputes the same one from the
 recorded plan); the user's own preferred and required terms stay as written.
@@ -104,14 +105,19 @@ def gpu_templates(resolution: Resolution) -> frozenset[tuple[str, str]]:
                      if i.needs.gpus > 0)
 
 
+def _affinity_copy(node_affinity: Any, *, where: str) -> dict[str, Any]:
+    """A deep copy of a ``v1.NodeAffinity`` dict (None: an empty one)."""
+    if node_affinity is None:
+        return {}
+    if not isinstance(node_affinity, Mapping):
+        raise MutationError(f"{where}: nodeAffinity is not an object")
+    return copy.deepcopy(dict(node_affinity))
+
+
 def narrowed(node_affinity: Any, pins: Sequence[Pin], *, where: str) -> dict[str, Any]:
     """``node_affinity`` (a ``v1.NodeAffinity`` dict or None) with every pin required in
     every required term (module docstring); the input is not modified."""
-    if node_affinity is None:
-        node_affinity = {}
-    if not isinstance(node_affinity, Mapping):
-        raise MutationError(f"{where}: nodeAffinity is not an object")
-    out = copy.deepcopy(dict(node_affinity))
+    out = _affinity_copy(node_affinity, where=where)
     required = out.get(REQUIRED)
     if required is None:
         required = {}
@@ -152,11 +158,7 @@ def narrowed(node_affinity: Any, pins: Sequence[Pin], *, where: str) -> dict[str
 def preferring(node_affinity: Any, nodes: Sequence[str], *, where: str) -> dict[str, Any]:
     """``node_affinity`` with one preferred term per node of ``nodes``, by name (module
     docstring), unless it has that term already; the input is not modified."""
-    if node_affinity is None:
-        node_affinity = {}
-    if not isinstance(node_affinity, Mapping):
-        raise MutationError(f"{where}: nodeAffinity is not an object")
-    out = copy.deepcopy(dict(node_affinity))
+    out = _affinity_copy(node_affinity, where=where)
     terms = out.get(PREFERRED)
     if terms is None:
         terms = []
