@@ -23,6 +23,7 @@ from dispatcher.control.catalog import LiveCatalog
 from dispatcher.control.core.copies import Rejection
 from dispatcher.control.core.copyplan import CopyPlan, PlanInput, namespace_of, plan
 from dispatcher.control.core.gangsched import mechanism_of
+from dispatcher.control.core.topology import carries_planned
 from dispatcher.control.fleetview import FleetView
 from dispatcher.control.resolutions import Resolutions
 from dispatcher.control.settings import ControlSettings
@@ -71,6 +72,8 @@ class CopyPlanner:
         found = self.copies.get(cluster, uid)
         if found is None:
             return None
+        if nodes and not carries_planned(found.obj.get("spec"), nodes):
+            nodes = ()  # made without the terms: its templates stay as they are
         return await self._plan(uid, cluster=cluster, workload=workload, domains=domains,
                                 nodes=nodes, snapshot=self.fleet.snapshot(cluster),
                                 mechanism=mechanism_of(found.obj), dry_run=False)

@@ -181,6 +181,29 @@ def _planned_term(node: str) -> dict[str, Any]:
         {"key": "metadata.name", "operator": "In", "values": [node]}]}}
 
 
+def carries_planned(obj: Any, nodes: Sequence[str]) -> bool:
+    """Whether ``obj`` (a copy as the member holds it) has a planned-node term for every
+    node of ``nodes`` somewhere. An update recomputes the terms only for a copy made with
+    them: a copy made before (an upgrade) keeps its templates, which a Job's immutable pod
+    template requires."""
+    wanted = [_planned_term(node) for node in set(nodes)]
+    found: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            terms = value.get(PREFERRED)
+            if isinstance(terms, list):
+                found.extend(terms)
+            for child in value.values():
+                walk(child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(child)
+
+    walk(obj)
+    return bool(wanted) and all(term in found for term in wanted)
+
+
 def _pins(domains: Sequence[GangDomain], gangs: Sequence[Gang],
           instances: Mapping[str, Sequence[str]]) -> dict[tuple[str, int], list[Pin]]:
     """(component, instance index) -> the pins its template must carry. A gang no longer

@@ -13,7 +13,9 @@ Planned nodes (``steer``): every GPU template gets one preferred term per planne
 (sorted, once each: the apiserver takes one value per node field requirement), beside the
 domain's required term and the user's own preferred terms; a CPU-only template (an MPIJob
 launcher) gets none; applying it twice (an update recomputing the plan) adds nothing; a
-preferred list that is not a list is a MutationError.
+preferred list that is not a list is a MutationError; an update recomputes the terms
+only on a copy that carries them (``carries_planned``: a Job made before them keeps its
+immutable template).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import yaml
 from dispatcher.control.core.topology import (
     PREFERRED,
     REQUIRED,
+    carries_planned,
     gpu_templates,
     keep_in_domains,
     narrowed,
@@ -274,3 +277,15 @@ def test_a_preferred_list_that_is_not_a_list_is_a_mutation_error() -> None:
     with pytest.raises(MutationError, match="not a list"):
         preferring({PREFERRED: {"weight": 1}}, ["n1"], where="w")
     assert preferring(None, ["n1"], where="w") == {PREFERRED: _planned("n1")}
+
+
+def test_only_a_copy_made_with_the_terms_carries_them() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "eval", "namespace": "team-a", "uid": "u1"},
+           "spec": {"parallelism": 2, "completions": 2,
+                    "template": {"spec": {**_pod(), "restartPolicy": "Never"}}}}
+    made = _steer(job, ["n1", "n2"])
+    assert carries_planned(made["spec"], ["n2", "n1"])
+    assert not carries_planned(made["spec"], ["n1", "n3"])
+    assert not carries_planned(job["spec"], ["n1"])
+    assert not carries_planned(made["spec"], [])
