@@ -39,9 +39,9 @@ jq worker for an untrusted definition).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.demand import Gang
@@ -55,6 +55,7 @@ __all__ = [
     "PREFERRED",
     "REQUIRED",
     "Domains",
+    "carries_planned",
     "gpu_templates",
     "keep_in_domains",
     "narrowed",
@@ -66,9 +67,8 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 PLANNED_WEIGHT = 100  # the most a preferred term may weigh
 
-_T = TypeVar("_T")
-
 Pin = tuple[str, str]  # (node label, value)
+Target = tuple[list[Pin], Sequence[str]]  # a template's pins, and the nodes it prefers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,9 +93,10 @@ class Domains:
 
     def apply(self, obj: Mapping[str, Any], definition: Definition, *,
               locate: Locator = in_process) -> dict[str, Any]:
-        """``steer`` with these domains and nodes."""
-        return steer(obj, definition, domains=self.domains, nodes=self.nodes,
-                     gangs=self.gangs, instances=self.instances, gpu=self.gpu, locate=locate)
+        """``steer`` with these domains and nodes, written into ``obj`` itself (the copy
+        plan's own body, built for this copy: no second copy of it)."""
+        targets = _targets(self.domains, self.nodes, self.gangs, self.instances, self.gpu)
+        return _edited(obj, definition, targets, locate=locate, in_place=True)
 
 
 def gpu_templates(resolution: Resolution) -> frozenset[tuple[str, str]]:
@@ -264,18 +265,25 @@ def steer(obj: Mapping[str, Any], definition: Definition, *,
     ``gpu`` (``gpu_templates``), prefer ``nodes`` (the decision's planned nodes), in one
     pass over the templates (module docstring). Raises MutationError when a template
     cannot be written."""
+    return _edited(obj, definition, _targets(domains, nodes, gangs, instances, gpu),
+                   locate=locate, in_place=False)
+
+
+def _targets(domains: Sequence[GangDomain], nodes: Sequence[str], gangs: Sequence[Gang],
+             instances: Mapping[str, Sequence[str]], gpu: Collection[tuple[str, str]]
+             ) -> dict[tuple[str, int], Target]:
+    """(component, instance index) -> its template's pins and preferred nodes."""
     pins = _pins(domains, gangs, instances)
     preferred = _preferred(nodes, gpu, instances)
-    targets = {key: (pins.get(key, []), preferred.get(key, ()))
-               for key in pins.keys() | preferred.keys()}
+    return {key: (pins.get(key, []), preferred.get(key, ()))
+            for key in pins.keys() | preferred.keys()}
 
-    def edit(given: Any, value: tuple[list[Pin], Sequence[str]], where: str
-             ) -> dict[str, Any]:
-        wanted, planned = value
-        out = narrowed(given, wanted, where=where) if wanted else given
-        return preferring(out, planned, where=where) if planned else dict(out or {})
 
-    return _edited(obj, definition, targets, edit, locate=locate)
+def _steered(node_affinity: Any, target: Target, *, where: str) -> dict[str, Any]:
+    """``node_affinity`` narrowed to the target's pins and preferring its nodes."""
+    pins, nodes = target
+    out = narrowed(node_affinity, pins, where=where) if pins else node_affinity
+    return preferring(out, nodes, where=where) if nodes else out
 
 
 def _preferred(nodes: Sequence[str], gpu: Collection[tuple[str, str]],
@@ -293,12 +301,12 @@ def _preferred(nodes: Sequence[str], gpu: Collection[tuple[str, str]],
 
 
 def _edited(obj: Mapping[str, Any], definition: Definition,
-            targets: Mapping[tuple[str, int], _T],
-            edit: Callable[[Any, _T, str], dict[str, Any]], *,
-            locate: Locator) -> dict[str, Any]:
-    """A copy of ``obj`` with ``edit(node affinity, value, where)`` written over the node
-    affinity of each (component, instance index) template of ``targets``."""
-    out: dict[str, Any] = copy.deepcopy(dict(obj))
+            targets: Mapping[tuple[str, int], Target], *, locate: Locator,
+            in_place: bool) -> dict[str, Any]:
+    """``obj`` (a copy of it unless ``in_place``) with the node affinity of each
+    (component, instance index) template of ``targets`` steered (``_steered``)."""
+    out: dict[str, Any] = obj if in_place and isinstance(obj, dict) \
+        else copy.deepcopy(dict(obj))
     if not targets:
         return out
     comps = {c.name: c for c in definition.components}
@@ -313,22 +321,19 @@ def _edited(obj: Mapping[str, Any], definition: Definition,
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{plan[i][0].name}")
     for (comp, expr, suffix), locations in zip(plan, found, strict=True):
-        for (component, index), value in sorted(targets.items(), key=lambda kv: kv[0]):
+        for (component, index), target in sorted(targets.items(), key=lambda kv: kv[0]):
             if component != comp.name:
                 continue
             where = f"component {comp.name}: {expr.field}"
             if index >= len(locations):
                 raise MutationError(f"{where}: no pod template for instance {index}")
-            _write(out, [*locations[index], *suffix],
-                   lambda given, v=value, w=where: edit(given, v, w),  # type: ignore[misc]
-                   where=where)
+            _write(out, [*locations[index], *suffix], target, where=where)
     return out
 
 
-def _write(root: dict[str, Any], path: Sequence[str | int],
-           edit: Callable[[Any], dict[str, Any]], *, where: str) -> None:
-    """Replace the node affinity at ``path`` by ``edit`` of it (created when missing,
-    like jq assign)."""
+def _write(root: dict[str, Any], path: Sequence[str | int], target: Target, *,
+           where: str) -> None:
+    """Steer the node affinity at ``path`` (created when missing, like jq assign)."""
     if not path:
         raise MutationError(f"{where}: the path addresses the whole object")
     parent: Any = root
@@ -344,8 +349,8 @@ def _write(root: dict[str, Any], path: Sequence[str | int],
     if isinstance(last, int):
         if not isinstance(parent, list) or not -len(parent) <= last < len(parent):
             raise MutationError(f"{where}: index {last} is out of range")
-        parent[last] = edit(parent[last])
+        parent[last] = _steered(parent[last], target, where=where)
     else:
         if not isinstance(parent, dict):
             raise MutationError(f"{where}: cannot set {last!r} in {type(parent).__name__}")
-        parent[last] = edit(parent.get(last))
+        parent[last] = _steered(parent.get(last), target, where=where)
