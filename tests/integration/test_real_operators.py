@@ -116,11 +116,12 @@ async def test_jobset_operator_runs_a_gpu_jobset_to_completion(
         return current if generic_status(current) == "running" else None
 
     seen = await eventually(running, what="JobSet generic status running", within=WITHIN_S)
-    # Running = as the operator counts it: both Jobs under way (active, ready or already
-    # done), none failed; which pods are on nodes is the reservation's business.
+    # Running = as the operator counts it: a Job under way (active, ready or already done),
+    # none failed. The Job controller reports each Job on its own, so the JobSet may first
+    # show one of the two (CI saw active 1, ready 0); both are awaited below.
     workers = seen["status"]["replicatedJobsStatus"][0]
     under_way = max(workers.get("active", 0), workers.get("ready", 0))
-    assert under_way + workers.get("succeeded", 0) == 2, seen["status"]
+    assert 1 <= under_way + workers.get("succeeded", 0) <= 2, seen["status"]
     assert workers.get("failed", 0) == 0, seen["status"]
 
     async def ready() -> dict[str, Any] | None:
