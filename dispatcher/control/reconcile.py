@@ -431,10 +431,10 @@ class Reconciler:
             self.queue.placed(entry)
         elif step is QueueStep.WAIT:
             self.queue.add(entry)
-            claim = placement.claim
-            if claim is not None and self.queue.claimed_by(entry.uid) != claim \
-                    and self.queue.claim(entry, claim):
-                log.info("queue.claimed", uid=entry.uid, member=claim,
+            claim, wide = placement.claim, placement.claim_wide
+            if claim is not None and (self.queue.claimed_by(entry.uid), self.queue.claims_widely(
+                    entry.uid)) != (claim, wide) and self.queue.claim(entry, claim, wide=wide):
+                log.info("queue.claimed", uid=entry.uid, member=claim, wide=wide,
                          reason=decision.summary)
         elif step is QueueStep.PARK:
             self.queue.park(entry, decision.summary)

@@ -130,7 +130,8 @@ class ControlSettings:
     it blocks them (other namespaces are never blocked by it)."""
     claim_after_s: float = 300.0
     """A workload waiting this long claims a member: nothing behind it, of any namespace,
-    is placed there until it fits (``queue.claimAfter``; 0: never)."""
+    is placed there until it fits (``queue.claimAfter``; 0: never, and a workload at its
+    backfill limit then holds its whole namespace instead of one member for it)."""
     priority: PriorityPolicy = field(default_factory=PriorityPolicy)
     """How ``dispatcher.io/priority`` is honoured (``queue.priority``)."""
     reservation_ttl_s: float = 300.0

@@ -111,7 +111,7 @@ class _Run:
     # many waiting workloads have each.
     shapes: dict[tuple[Demand, tuple[tuple[str, str], ...]], int] = field(default_factory=dict)
     shape_count: dict[int, int] = field(default_factory=dict)
-    gated: set[str] = field(default_factory=set)  # uids that held their namespace's gate
+    gated: set[str] = field(default_factory=set)  # uids that held their namespace back
     # shape -> epoch of its last "fits nowhere now"; only a completion since can change it.
     failed: dict[int, int] = field(default_factory=dict)
     epoch: int = 0
@@ -267,7 +267,12 @@ class _Run:
                 self.gated.add(placement.blocker.uid)
             else:
                 if placement.claim is not None:
-                    self.queue.claim(item.entry, placement.claim)
+                    self.queue.claim(item.entry, placement.claim, wide=placement.claim_wide)
+                    if not placement.claim_wide:  # its backfill limit: holds its namespace
+                        self.gated.add(item.entry.uid)
+                    else:  # it may have taken a narrow claim: what that barred may fit
+                        self.epoch += 1
+                        self.freed_at[placement.claim] = self.epoch
                 failed.add(item.shape)
                 self.failed[item.shape] = self.epoch
 

@@ -24,8 +24,10 @@ I/O or a clock, in this order:
 5. with no member now: could one ever run it (the bare fleet)? Else it is parked;
 6. waiting, and for ``claim_after_s`` already: it claims a member (``Placement.claim``):
    the one, of those its nodes could ever hold it on and nobody else claims, with the
-   most GPUs free now (the nearest to fitting). Its own claim is kept while it waits
-   (the shell drops claims on members that left the fleet).
+   most GPUs free now (the nearest to fitting); bypassed ``backfill_limit`` times, it
+   claims one against its own namespace only, instead of gating that namespace
+   everywhere (``control.core.queue``). Its own claim is kept while it waits (the shell
+   drops claims on members that left the fleet).
 
 Steps 1 (priority, hold, resolution) are ``place``'s; the sim's workloads are resolved and
 carry their scenario's priority. The request is built from the annotations here only
@@ -84,6 +86,10 @@ class QueueView(Protocol):
     def gate(self, entry: Entry) -> Entry | None: ...
 
     def bypasses(self, uid: str) -> int: ...
+
+    def saturated(self, uid: str) -> bool: ...
+
+    def claims_widely(self, uid: str) -> bool: ...
 
     def claims(self) -> Mapping[str, Entry]: ...
 
@@ -208,6 +214,7 @@ class Placement:
     bare: Decision | None = None  # parked unplaceable: the bare fleet's decision (reasons)
     blocker: Entry | None = None  # held by its namespace's gate: the one it may not pass
     claim: str | None = None  # waiting long: the member it claims (``PendingQueue.claim``)
+    claim_wide: bool = False  # the claim bars every namespace, not only its own
 
 
 def request_of(ask: Ask, *, default_policy: str, choice_only: bool = False,
@@ -368,23 +375,31 @@ def _held_for(members: Sequence[MemberSnapshot], claimed: Mapping[str, Entry], *
 
 def _claiming(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
               request: PlacementRequest, waiting: Placement) -> Placement:
-    """``waiting`` with the member it claims (step 6), or as it is."""
+    """``waiting`` with the member it claims (step 6), or as it is: against every
+    namespace once it waited ``claim_after_s``, against its own once its backfill limit
+    is reached (``control.core.queue``)."""
     entry, queue = ask.entry, setting.queue
+    if setting.claim_after_s <= 0:
+        return waiting
     held = queue.claimed_by(entry.uid)
     waited = setting.now - entry.created
-    if held is None and (setting.claim_after_s <= 0 or waited < setting.claim_after_s):
+    wide = waited >= setting.claim_after_s
+    if held is None and not wide and not queue.saturated(entry.uid):
         return waiting
     if held is None:  # kept while it waits (a member removed: ``PendingQueue.keep_claims``)
-        taken = queue.claims()
+        taken = [m for m, c in queue.claims().items() if not wide or queue.claims_widely(c.uid)]
         free = {m.name: m.capacity.free for m in members
                 if m.name not in taken and m.name not in ask.excluded}
         holders = setting.bare.could_hold([m for m in members if m.name in free], request)
         held = max(holders, key=lambda name: free[name], default=None)
     if held is None:
         return waiting
+    wide = wide or queue.claims_widely(entry.uid)
+    whom = "nothing behind it" if wide else f"nothing behind it in {entry.namespace}"
     summary = (f"{waiting.decision.summary}; waiting {waited:.0f}s: {held} is held for it "
-               f"(nothing behind it is placed there until it fits)")
-    return replace(waiting, claim=held, decision=replace(waiting.decision, summary=summary))
+               f"({whom} is placed there until it fits)")
+    return replace(waiting, claim=held, claim_wide=wide,
+                   decision=replace(waiting.decision, summary=summary))
 
 
 def place(inp: PlacementInput) -> Placement:

@@ -29,6 +29,17 @@ backfill goes on. One claim per member, kept by its claimant. The price is the G
 free on the claimed member while it drains, the bound is the gang's wait: ``claimAfter``
 plus the longest run of what holds that member.
 
+**A saturated workload holds one member of its namespace, not all of them.** Once its
+backfill limit is reached, a workload claims a member the same way, but *within its
+namespace* only (``wide=False``): its own namespace stays off that member, other
+namespaces are untouched (as by the gate), and its namespace goes on everywhere else. The
+gate held the namespace off every member, idling their GPUs without bringing its start
+closer on the one it needs; so a claimant gates nothing, and the gate holds only behind a
+saturated workload that could claim no member (every member it could use is claimed by
+another, or claims are off: ``claimAfter`` 0). Waiting ``claimAfter`` widens the claim; a
+wide claim takes a member from a narrow one (never the reverse), so one tenant's saturated
+workloads cannot leave another tenant's starving gang no member to claim.
+
 **Parked workloads hold nothing.** A workload no member could ever run as the fleet is now
 (``Unplaceable``), or whose request is invalid (``InvalidAnnotation``, unresolvable), is
 parked: it is never in the gate, is not counted as bypassed, and is retried when the fleet
@@ -82,6 +93,7 @@ class PendingQueue:
         self._parked: dict[str, tuple[Entry, str]] = {}
         self._claims: dict[str, str] = {}  # member -> the waiting uid that claims it
         self._claimed: dict[str, str] = {}  # uid -> the member it claims
+        self._wide: set[str] = set()  # claimants that bar every namespace, not only theirs
 
     def __len__(self) -> int:
         """Pending workloads: waiting plus parked."""
@@ -121,6 +133,7 @@ class PendingQueue:
         member = self._claimed.pop(uid, None)
         if member is not None:
             del self._claims[member]
+            self._wide.discard(uid)
         if uid in self._entries:
             self._drop(uid)
             del self._entries[uid]
@@ -176,31 +189,51 @@ class PendingQueue:
     def bypasses(self, uid: str) -> int:
         return self._bypassed.get(uid, 0)
 
+    def saturated(self, uid: str) -> bool:
+        """Whether ``uid`` was bypassed ``backfill_limit`` times (it would gate)."""
+        return self._bypassed.get(uid, 0) >= self.backfill_limit
+
     def gate(self, entry: Entry) -> Entry | None:
         """The waiting workload of ``entry``'s namespace that ``entry`` may not pass (its
-        backfill limit reached), or None. Other namespaces never gate it."""
+        backfill limit reached and no member claimed), or None. Other namespaces never
+        gate it."""
         saturated = self._saturated.get(entry.namespace)
         if not saturated:  # the common case, asked before every placement
             return None
         mine, found, first = entry.order, None, None
         for uid in saturated:
+            if uid in self._claimed:  # its claim protects it (module docstring)
+                continue
             ahead = self._entries[uid]
             order = ahead.order
             if uid != entry.uid and order < mine and (first is None or order < first):
                 found, first = ahead, order
         return found
 
-    def claim(self, entry: Entry, member: str) -> bool:
-        """``entry`` (waiting) claims ``member``; False when the member is claimed by
-        another or ``entry`` is not waiting. A claim is kept until its claimant leaves."""
-        if entry.uid not in self._entries or self._claims.get(member, entry.uid) != entry.uid:
+    def claim(self, entry: Entry, member: str, *, wide: bool = True) -> bool:
+        """``entry`` (waiting) claims ``member``, against every namespace (``wide``) or its
+        own only; False when ``entry`` is not waiting or another holds the member (a wide
+        claim takes it from a narrow one: a tenant's saturated workloads must not keep
+        another tenant's gang from every member). A claim is kept until its claimant
+        leaves or gives way, and once wide stays wide."""
+        holder = self._claims.get(member, entry.uid)
+        if entry.uid not in self._entries or (
+                holder != entry.uid and (not wide or holder in self._wide)):
             return False
+        if holder != entry.uid:  # gives way: it gates its namespace again, or claims anew
+            del self._claimed[holder]
         old = self._claimed.get(entry.uid)
         if old is not None and old != member:
             del self._claims[old]
         self._claims[member] = entry.uid
         self._claimed[entry.uid] = member
+        if wide:
+            self._wide.add(entry.uid)
         return True
+
+    def claims_widely(self, uid: str) -> bool:
+        """Whether ``uid``'s claim bars every namespace (it waited ``claimAfter``)."""
+        return uid in self._wide
 
     def claimed_by(self, uid: str) -> str | None:
         """The member ``uid`` claims, if any."""
@@ -214,16 +247,20 @@ class PendingQueue:
         """Drop the claims on members not in ``members`` (they left the fleet): their
         claimants claim again at their next try."""
         for member in [m for m in self._claims if m not in members]:
-            del self._claimed[self._claims.pop(member)]
+            uid = self._claims.pop(member)
+            del self._claimed[uid]
+            self._wide.discard(uid)
 
     def claims_against(self, entry: Entry) -> dict[str, Entry]:
         """The members ``entry`` may not be placed on: claimed by a waiting workload ahead
-        of it (higher priority, or the same and older), whatever its namespace."""
+        of it (higher priority, or the same and older), of any namespace when the claim
+        is wide, else of ``entry``'s own."""
         if not self._claims:  # the common case, asked before every placement
             return {}
-        mine = entry.order
+        mine, wide = entry.order, self._wide
         return {member: claimant for member, uid in self._claims.items()
-                if uid != entry.uid and (claimant := self._entries[uid]).order < mine}
+                if uid != entry.uid and (claimant := self._entries[uid]).order < mine
+                and (uid in wide or claimant.namespace == entry.namespace)}
 
     def placed(self, entry: Entry) -> None:
         """``entry`` was placed: it leaves the queue; every waiting one of its namespace

@@ -90,6 +90,29 @@ def test_the_gate_rescues_a_starving_gang() -> None:
     assert starts["big"] <= 0.5 + 5 + 3.5 + 1
 
 
+def test_a_saturated_gang_holds_one_member_and_its_namespace_runs_on_the_others() -> None:
+    """One namespace streams 1-GPU jobs over two members while its 2 x 8 gang waits. With
+    claims off, the gate (backfill limit 5) holds the namespace off both members until the
+    gang starts; with them, the gang claims one member within its namespace: it starts
+    within the same bound (that member drains once what runs there ends; the gate's
+    either member, a fraction sooner), and the stream keeps the other member busy."""
+    spec = fleet({"a": [(2, 8)], "b": [(2, 8)]})
+    smalls = [workload(f"s{i}", at=float(i), run=20, need=demand((1, 1))) for i in range(200)]
+    big = workload("big", at=10.5, run=10, need=demand((2, 8)))  # both members part-used
+    gated = run(spec, [*smalls, big], duration=250,
+                queue=QueueSpec(backfill_limit=5, claim_after_s=0))
+    claimed = run(spec, [*smalls, big], duration=250,
+                  queue=QueueSpec(backfill_limit=5, claim_after_s=300))
+    start = {d.uid: d.start for d in claimed.decisions}["big"]
+    bound = 10.5 + 5 + 20 + 1  # five bypasses, then the longest run there
+    assert {d.uid: d.start for d in gated.decisions}["big"] <= start <= bound
+    during = [d for d in claimed.decisions if d.uid != "big" and 16 < d.start < start]
+    held_off = [d for d in gated.decisions if d.uid != "big" and 16 < d.start < start]
+    assert held_off == [] and len(during) >= 10  # the other member kept taking the stream
+    assert {d.member for d in during} == {"b"}  # and the claimed one drained for the gang
+    assert claimed.gated == gated.gated == 1
+
+
 def test_a_claim_rescues_a_gang_starved_by_another_namespaces_stream() -> None:
     """As above, but the small jobs are another namespace's: no gate holds them back, and
     without claims the gang waits for the stream to end. With ``claimAfter`` 20 s it claims

@@ -179,3 +179,33 @@ def test_nothing_behind_a_claimant_is_placed_on_its_member_and_what_is_ahead_is(
     older = _claiming(job("older", gpus=1, parallelism=1), fleet=fleet, queue=queue,
                       waited=1000)  # ahead of the claimant
     assert older.queue is QueueStep.PLACED and older.decision.chosen == "y"
+
+
+def test_a_saturated_workload_claims_a_member_for_its_namespace_and_gates_nothing() -> None:
+    """Bypassed backfillLimit times long before claimAfter, the gang claims the member
+    nearest to fitting it against its own namespace: its namespace's small jobs go on on
+    the other member, never on the claimed one; other namespaces use both."""
+    fleet = [_member("x", 7, 8), _member("y", 2, 4)]
+    queue = PendingQueue(backfill_limit=1)
+    gang = job("gang", gpus=8, parallelism=2)
+    first = _claiming(gang, fleet=fleet, queue=queue, waited=10)
+    assert first.queue is QueueStep.WAIT and first.claim is None  # not bypassed yet
+    queue.add(first.entry)
+    queue.placed(Entry(uid="uid-s0", priority=0, created=NOW, namespace="team-a"))
+    late = _claiming(gang, fleet=fleet, queue=queue, waited=10)
+    assert late.claim == "y" and not late.claim_wide
+    assert "nothing behind it in team-a is placed there" in late.decision.summary
+    assert queue.claim(late.entry, "y", wide=False)
+    small = _claiming(job("small", gpus=1, parallelism=1), fleet=fleet, queue=queue, waited=1)
+    assert small.queue is QueueStep.PLACED and small.decision.chosen == "x"  # not gated
+    assert "held for team-a/gang" in small.decision.verdict("y").reason
+    theirs = _claiming(job("theirs", namespace="team-b", gpus=4, parallelism=1),
+                       fleet=fleet, queue=queue, waited=1)
+    assert theirs.decision.chosen == "y"  # another namespace: the claim is not theirs
+    rival = _claiming(job("rival", namespace="team-b", gpus=8, parallelism=2), fleet=fleet,
+                      queue=queue, waited=400)  # waited claimAfter: may take a narrow claim
+    assert rival.claim == "y" and rival.claim_wide
+    wide = _claiming(gang, fleet=fleet, queue=queue, waited=400)
+    assert wide.claim == "y" and wide.claim_wide
+    assert _claiming(gang, fleet=fleet, queue=queue, waited=10,
+                     claim_after=0).claim is None  # claims off: the gate, as before

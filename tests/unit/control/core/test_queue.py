@@ -167,3 +167,42 @@ def test_a_claim_on_a_member_that_left_the_fleet_is_dropped() -> None:
     assert q.claim(gang, "gone")
     q.keep_claims(["m1", "m2"])
     assert q.claims() == {} and q.claimed_by("gang") is None
+
+
+def test_a_saturated_claimant_gates_nothing_and_holds_its_member_for_its_namespace_only(
+        ) -> None:
+    """Bypassed to its limit, a workload gates its namespace until it claims a member;
+    a claim within its namespace bars only that namespace from only that member; waiting
+    claimAfter widens it to every namespace (and it stays wide)."""
+    q = PendingQueue(backfill_limit=1)
+    big = entry("big", created=1, ns="a")
+    q.add(big)
+    q.placed(entry("s0", created=2, ns="a"))
+    mine, theirs = entry("s1", created=3, ns="a"), entry("t1", created=3, ns="b")
+    assert q.saturated("big") and q.gate(mine) == big
+    assert q.claim(big, "m1", wide=False) and not q.claims_widely("big")
+    assert q.gate(mine) is None  # its claim protects it: no gate
+    assert q.claims_against(mine) == {"m1": big} and q.claims_against(theirs) == {}
+    assert q.claim(big, "m1") and q.claims_widely("big")
+    assert q.claims_against(theirs) == {"m1": big}
+    assert q.claim(big, "m1", wide=False) and q.claims_widely("big")  # never narrows
+    q.keep_claims(["m2"])
+    assert q.claimed_by("big") is None and not q.claims_widely("big")
+    assert q.gate(mine) == big  # no claim any more: the gate holds again
+
+
+def test_a_wide_claim_takes_a_member_from_a_narrow_one_never_the_reverse() -> None:
+    """Tenant a's saturated workload holds m1 against its own namespace; tenant b's gang,
+    waiting claimAfter, takes m1 (else a's saturated workloads, one per member, would
+    leave b's gang none): a's then gates its namespace again until it claims anew."""
+    q = PendingQueue(backfill_limit=0)
+    mine, gang = entry("mine", created=1, ns="a"), entry("gang", created=2, ns="b")
+    for e in (mine, gang):
+        q.add(e)
+    assert q.claim(mine, "m1", wide=False)
+    assert not q.claim(entry("other", created=3, ns="a"), "m1", wide=False)  # not waiting
+    q.add(entry("other", created=3, ns="a"))
+    assert not q.claim(entry("other", created=3, ns="a"), "m1", wide=False)  # narrow: no
+    assert q.claim(gang, "m1") and q.claims() == {"m1": gang}
+    assert q.claimed_by("mine") is None and q.gate(entry("late", created=9, ns="a")) == mine
+    assert not q.claim(mine, "m1", wide=False) and not q.claim(mine, "m1")  # wide is kept
