@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dispatcher.fleet.capacity import ClusterCapacity
 from dispatcher.placement.fit import GPU_TOLERATION, PodGroup, eligible
 
-__all__ = ["IN_FLIGHT", "explain_misfit"]
+__all__ = ["IN_FLIGHT", "NO_ROOM_NOW", "explain_misfit"]
+
+NO_ROOM_NOW = "fits 0 times"
+"""The words every misfit reason for too few free GPUs ends with (before ``IN_FLIGHT``):
+a member that would take the workload once GPUs free, whichever way the numbers fall
+short (a block too small, room for too few pods, not all shapes at once). A shortage of
+nodes, products, tolerated taints or health never says it. ``control.core.pending`` reads
+all such reasons as one meaning."""
 
 IN_FLIGHT = " ({} GPUs reserved for dispatches in flight)"
 """The clause a misfit reason ends with while GPUs are reserved on the member: a number
@@ -59,15 +66,15 @@ def explain_misfit(capacity: ClusterCapacity, groups: Sequence[PodGroup]) -> str
             where = f" on the nodes these pods may use{' (' + noun + ')' if noun else ''}"
         if largest < group.gpus:
             return (f"{free} GPUs free{where}, largest free block on one node is {largest}, "
-                    f"a pod needs {group.gpus}: fits 0 times{suffix}")
+                    f"a pod needs {group.gpus}: {NO_ROOM_NOW}{suffix}")
         if room < group.count:
             return (f"{free} GPUs free{where}, room for {room} of {group.count} pods of "
-                    f"{group.gpus} GPUs ({', '.join(group.gangs)}): fits 0 times{suffix}")
+                    f"{group.gpus} GPUs ({', '.join(group.gangs)}): {NO_ROOM_NOW}{suffix}")
     gpus = sum(g.gpus * g.count for g in groups)
     pods = sum(g.count for g in groups)
     return (f"{capacity.free} GPUs free, largest free block on one node is "
             f"{capacity.largest_free_block}; each pod shape fits alone but not all {pods} pods "
-            f"({gpus} GPUs) at once: fits 0 times{suffix}")
+            f"({gpus} GPUs) at once: {NO_ROOM_NOW}{suffix}")
 
 
 def _nodes(count: int, noun: str) -> str:

@@ -22,7 +22,11 @@ What a reason means (``meaning_key``):
 - ``NoFeasibleMember``: the demand (pods, GPUs, gangs) and, per member, whether it was
   feasible and its reason with every number taken out and the reserved-in-flight clause
   dropped: which members say what (too few free GPUs, no node with the product, taints,
-  cordoned, ...), not how many GPUs they have free;
+  cordoned, ...), not how many GPUs they have free. Every way of having too few free GPUs
+  (a block too small, room for too few pods: ``placement.misfit.NO_ROOM_NOW``) is one
+  meaning, *no room now*: on a saturated fleet a waiting workload's reason flips between
+  them with every pod that starts or ends (on the 80-workload ``benchmarks/peers.py
+  --big`` stream, 640 meaning changes, an Event and a status patch each, against 151);
 - ``Queued``: that its namespace's gate holds it (which workload it waits behind and how
   often that one was bypassed are numbers of the moment too);
 - every other reason (the parked ones: its template, its annotations, what the bare fleet
@@ -44,7 +48,7 @@ from typing import Any
 from dispatcher.control.core.names import PendingReason, Phase
 from dispatcher.control.core.placing import Placement
 from dispatcher.control.core.record import DispatchRecord
-from dispatcher.placement.misfit import IN_FLIGHT
+from dispatcher.placement.misfit import IN_FLIGHT, NO_ROOM_NOW
 
 __all__ = ["DEFAULT_REFRESH_S", "Judgement", "PendingWrite", "generation_of", "judge",
            "meaning_key", "why_class"]
@@ -53,7 +57,7 @@ DEFAULT_REFRESH_S = 30.0
 """``queue.pendingRefresh``: numbers of an unchanged pending reason are rewritten at most
 this often (seconds)."""
 
-_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
+_NUMBER = re.compile(r"\b\d+(?:\.\d+)?(?=s?\b)")  # "312s" too: a claimant's wait
 _before, _after = IN_FLIGHT.split("{}")
 _IN_FLIGHT = re.compile(re.escape(_before) + r"\d+" + re.escape(_after))
 
@@ -79,7 +83,10 @@ class Judgement:
 
 def why_class(reason: str) -> str:
     """A member's misfit reason without its numbers: every number is ``#`` and the
-    reserved-in-flight clause is dropped (names such as ``H100`` or ``80GB`` stay)."""
+    reserved-in-flight clause is dropped (names such as ``H100`` or ``80GB`` stay); any
+    shortage of free GPUs is ``no room now``."""
+    if NO_ROOM_NOW in reason:
+        return "no room now"
     return _NUMBER.sub("#", _IN_FLIGHT.sub("", reason))
 
 

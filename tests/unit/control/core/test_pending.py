@@ -74,10 +74,14 @@ def parked(reason: PendingReason, message: str) -> Placement:
 
 def test_the_why_class_drops_numbers_and_gpus_in_flight_but_keeps_names() -> None:
     assert why_class("12 GPUs free, room for 1 of 2 pods of 8 GPUs (pods job): fits 0 times"
-                     " (3 GPUs reserved for dispatches in flight)") \
-        == "# GPUs free, room for # of # pods of # GPUs (pods job): fits # times"
+                     " (3 GPUs reserved for dispatches in flight)") == "no room now"
     assert why_class("no nodes with product NVIDIA-H100-80GB-HBM3") \
         == "no nodes with product NVIDIA-H100-80GB-HBM3"
+    assert why_class("held for team-b/gang, waiting 312s: nothing behind it is placed here "
+                     "until it fits") == ("held for team-b/gang, waiting #s: nothing behind "
+                                          "it is placed here until it fits")
+    assert why_class("2 nodes are all NotReady or cordoned") == \
+        "# nodes are all NotReady or cordoned"
 
 
 def test_free_gpus_changing_is_not_a_new_meaning() -> None:
@@ -93,10 +97,26 @@ def test_gpus_reserved_in_flight_are_numbers_too() -> None:
     assert meaning_key(first) == meaning_key(later)
 
 
-def test_another_why_class_on_a_member_is_a_new_meaning() -> None:
+def test_another_way_of_having_too_few_free_gpus_is_not_a_new_meaning() -> None:
+    """Room for too few pods, then no block large enough: both "no room now" (the reason
+    flips with every pod that starts or ends on a saturated fleet)."""
     room, block = waiting(used_a0=4), waiting(used_a0=4, used_a1=4)
     assert "room for" in room.decision.summary and "largest free block" in block.decision.summary
-    assert meaning_key(room) != meaning_key(block)
+    assert meaning_key(room) == meaning_key(block)
+
+
+def cordoned(placement: Placement) -> Placement:
+    """``placement`` with its first member's nodes cordoned."""
+    first, *rest = placement.decision.verdicts
+    reason = "2 nodes are all NotReady or cordoned"
+    return replace(placement, decision=replace(
+        placement.decision, verdicts=(replace(first, reason=reason), *rest),
+        summary=placement.decision.summary.replace(first.reason, reason)))
+
+
+def test_another_kind_of_reason_on_a_member_is_a_new_meaning() -> None:
+    room = waiting(used_a0=4)
+    assert meaning_key(room) != meaning_key(cordoned(room))
 
 
 def test_another_member_set_is_a_new_meaning() -> None:
@@ -147,8 +167,10 @@ JUDGED: list[tuple[str, DispatchRecord | None, Placement, float, PendingWrite]] 
      waiting(), 30.0, PendingWrite.CHANGED),
     ("the message written", written(waiting(), at=NOW - 1000), waiting(), 30.0,
      PendingWrite.NONE),
-    ("another why-class", written(waiting(), at=NOW - 1), waiting(used_a1=4), 30.0,
+    ("another why-class", written(waiting(), at=NOW - 1), cordoned(waiting()), 30.0,
      PendingWrite.CHANGED),
+    ("another way of no room, written 1 s ago", written(waiting(), at=NOW - 1),
+     waiting(used_a1=4), 30.0, PendingWrite.WAIT),
     ("numbers only, written 10 s ago", written(waiting(), at=NOW - 10), waiting(used_a0=2),
      30.0, PendingWrite.WAIT),
     ("numbers only, written 30 s ago", written(waiting(), at=NOW - 30), waiting(used_a0=2),
