@@ -31,6 +31,8 @@ dispatch costs: that count without the case's one-time setup, reported apart —
 namespace (one per member it uses), and ``dry_runs``, the pod admission dry-runs (stored
 nowhere, no watch event; one per pod shape, member and namespace).
 
+``DISPATCH_BENCH_PYTHON=/other/checkout/.venv/bin/python`` runs the controller from that
+interpreter (another version's code, same fleet and measurement: alternate runs to compare).
 ``DISPATCH_BENCH_PROFILE=OUT`` profiles the controller (cProfile, wall clock);
 ``DISPATCH_BENCH_PROFILE_CLOCK=cpu`` times it by the CPU clock, ``=window`` too but only
 over the first case's dispatch window (``benchmarks/cpuprofile.py``).
@@ -115,7 +117,9 @@ def start_controller(state: FleetState, workdir: Path, port: int,
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
     profile = os.environ.get("DISPATCH_BENCH_PROFILE")  # a path: profile the controller
-    python = [sys.executable]
+    # another checkout's interpreter (its venv, its code) runs the controller: A/B runs of
+    # two versions on the same machine and fleet
+    python = [os.environ.get("DISPATCH_BENCH_PYTHON") or sys.executable]
     if profile and os.environ.get("DISPATCH_BENCH_PROFILE_CLOCK") in ("cpu", "window"):
         python += [str(Path(__file__).with_name("cpuprofile.py")), profile]  # CPU, not wall
     elif profile:
