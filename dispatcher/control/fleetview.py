@@ -36,7 +36,8 @@ class FleetView(Protocol):
     """The fleet as the control loop sees it. All reads are synchronous and cheap."""
 
     pulse: Pulse
-    """Bumped whenever capacity, health or the member set changed."""
+    """Bumped whenever capacity, health or the member set changed (and by the shell when a
+    waiting workload reaches its backfill limit or claims a member: a queue round)."""
 
     members_pulse: Pulse
     """Bumped when a member is added or removed."""

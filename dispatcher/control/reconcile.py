@@ -428,7 +428,10 @@ class Reconciler:
                 reservations.add(placement.reservation)
         step = placement.queue
         if step is QueueStep.PLACED:
-            self.queue.placed(entry)
+            if self.queue.placed(entry):
+                # one ahead reached its backfill limit: a round now, so it claims a member
+                # at once (else its namespace is gated until the fleet next changes)
+                self.fleet.pulse.bump()
         elif step is QueueStep.WAIT:
             self.queue.add(entry)
             claim, wide = placement.claim, placement.claim_wide
@@ -436,6 +439,7 @@ class Reconciler:
                     entry.uid)) != (claim, wide) and self.queue.claim(entry, claim, wide=wide):
                 log.info("queue.claimed", uid=entry.uid, member=claim, wide=wide,
                          reason=decision.summary)
+                self.fleet.pulse.bump()  # what its gate held may go elsewhere now
         elif step is QueueStep.PARK:
             self.queue.park(entry, decision.summary)
         else:

@@ -27,6 +27,8 @@ What a reason means (``meaning_key``):
   meaning, *no room now*: on a saturated fleet a waiting workload's reason flips between
   them with every pod that starts or ends (on the 80-workload ``benchmarks/peers.py
   --big`` stream, 640 meaning changes, an Event and a status patch each, against 151);
+- ``NoFeasibleMember`` with a claim: the member held for it and against whom (narrow or
+  wide), so the Dispatch says at once that a member is held for it;
 - ``Queued``: that its namespace's gate holds it (which workload it waits behind and how
   often that one was bypassed are numbers of the moment too);
 - every other reason (the parked ones: its template, its annotations, what the bare fleet
@@ -97,6 +99,8 @@ def meaning_key(placement: Placement, *, generation: int = 0) -> str:
     parts = [str(reason or ""), str(generation)]
     if reason is PendingReason.NO_FEASIBLE_MEMBER:
         parts.append(f"{decision.pods}/{decision.gpus}/{decision.gangs}")
+        if placement.claim is not None:  # a member held for it: news, not a number
+            parts.append(f"claim\x1f{placement.claim}\x1f{placement.claim_wide}")
         parts += sorted(f"{v.member}\x1f{v.feasible}\x1f{why_class(v.reason)}"
                         for v in decision.verdicts)
     elif reason is not PendingReason.QUEUED:

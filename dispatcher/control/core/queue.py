@@ -262,10 +262,16 @@ class PendingQueue:
                 if uid != entry.uid and (claimant := self._entries[uid]).order < mine
                 and (uid in wide or claimant.namespace == entry.namespace)}
 
-    def placed(self, entry: Entry) -> None:
+    def placed(self, entry: Entry) -> list[Entry]:
         """``entry`` was placed: it leaves the queue; every waiting one of its namespace
-        ahead of it was bypassed once more."""
+        ahead of it was bypassed once more. Returns those that reached the backfill limit
+        with it (they should be tried again soon: they claim a member or gate)."""
         self.remove(entry.uid)
+        reached: list[Entry] = []
         for ahead in list(self._by_namespace.get(entry.namespace, {}).values()):
             if ahead.order < entry.order:
-                self._set_bypassed(ahead, self._bypassed.get(ahead.uid, 0) + 1)
+                count = self._bypassed.get(ahead.uid, 0) + 1
+                self._set_bypassed(ahead, count)
+                if count == self.backfill_limit:
+                    reached.append(ahead)
+        return reached

@@ -119,6 +119,14 @@ def test_another_kind_of_reason_on_a_member_is_a_new_meaning() -> None:
     assert meaning_key(room) != meaning_key(cordoned(room))
 
 
+def test_a_member_held_for_it_is_a_new_meaning() -> None:
+    placement = waiting(used_a0=4)
+    narrow = replace(placement, claim="a")
+    assert meaning_key(placement) != meaning_key(narrow) != meaning_key(
+        replace(narrow, claim_wide=True))
+    assert meaning_key(narrow) == meaning_key(replace(waiting(used_a0=2), claim="a"))
+
+
 def test_another_member_set_is_a_new_meaning() -> None:
     both = waiting(used_a0=4)
     only_a = replace(both, decision=replace(both.decision,

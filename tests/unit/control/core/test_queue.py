@@ -206,3 +206,13 @@ def test_a_wide_claim_takes_a_member_from_a_narrow_one_never_the_reverse() -> No
     assert q.claim(gang, "m1") and q.claims() == {"m1": gang}
     assert q.claimed_by("mine") is None and q.gate(entry("late", created=9, ns="a")) == mine
     assert not q.claim(mine, "m1", wide=False) and not q.claim(mine, "m1")  # wide is kept
+
+
+def test_placed_returns_the_workloads_that_reached_the_limit_with_it() -> None:
+    q = PendingQueue(backfill_limit=2)
+    big, other = entry("big", created=1), entry("other", created=1, ns="b")
+    q.add(big)
+    q.add(other)
+    assert q.placed(entry("s0", created=2)) == []
+    assert q.placed(entry("s1", created=3)) == [big]  # the second bypass: the limit
+    assert q.placed(entry("s2", created=4)) == []  # reached once, reported once
