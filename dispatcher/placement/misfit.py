@@ -15,11 +15,11 @@ from dispatcher.placement.fit import GPU_TOLERATION, PodGroup, eligible
 __all__ = ["IN_FLIGHT", "NO_ROOM_NOW", "explain_misfit"]
 
 NO_ROOM_NOW = "fits 0 times"
-"""The words every misfit reason for too few free GPUs ends with (before ``IN_FLIGHT``):
-a member that would take the workload once GPUs free, whichever way the numbers fall
-short (a block too small, room for too few pods, not all shapes at once). A shortage of
-nodes, products, tolerated taints or health never says it. ``control.core.pending`` reads
-all such reasons as one meaning."""
+"""The words every misfit reason about free GPUs ends with (before ``IN_FLIGHT``), whichever
+way the numbers fall short (a block too small, room for too few pods, not all shapes at
+once; also a block smaller than a pod on nodes that could never hold it: those numbers do
+not move). A shortage of nodes, products, tolerated taints or health never says it.
+``control.core.pending`` reads all such reasons as one meaning."""
 
 IN_FLIGHT = " ({} GPUs reserved for dispatches in flight)"
 """The clause a misfit reason ends with while GPUs are reserved on the member: a number

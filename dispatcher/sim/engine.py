@@ -126,6 +126,7 @@ class _Run:
     asking: _Waiting | None = None  # the workload ``place_ask`` is asked about now
     pass_setting: Setting | None = None  # what it reads in this pass (no cycle through it)
     claim_after_s: float = 0.0
+    again: bool = False  # the queue's claims or gates changed: pass once more (as a round)
 
     def account(self) -> None:
         """Integrate GPU-seconds per member up to ``now``."""
@@ -158,7 +159,9 @@ class _Run:
     def start(self, item: _Waiting, placement: Placement, events: _Events, seq: int) -> None:
         workload, picked = item.workload, choice(placement.decision)
         self.unclaim(item.entry.uid)
-        self.queue.placed(item.entry)
+        for reached in self.queue.placed(item.entry):  # at its backfill limit: it claims
+            self.failed.pop(self.waiting[reached.uid].shape, None)  # or gates, at once
+            self.again = True
         self.leave(item)
         self.account()
         self.ledger.hold(uid=workload.uid, member=picked.member, pods=picked.pods)
@@ -239,13 +242,38 @@ class _Run:
         return self.pass_setting
 
     def dispatch_pass(self, events: _Events, next_seq: Callable[[], int]) -> None:
+        """Passes over the queue until its claims and gates settle: the controller starts
+        a round when a workload reaches its backfill limit or claims a member."""
+        self.one_pass(events, next_seq)
+        while self.again:
+            self.again = False
+            self.one_pass(events, next_seq)
+
+    def claim(self, item: _Waiting, placement: Placement) -> None:
+        """Apply ``placement``'s claim as the controller does (``PendingQueue.claim``)."""
+        member, entry, queue = placement.claim, item.entry, self.queue
+        assert member is not None
+        holder = queue.claims().get(member)
+        before = (queue.claimed_by(entry.uid), queue.claims_widely(entry.uid))
+        if queue.claim(entry, member, wide=placement.claim_wide) \
+                and before != (member, placement.claim_wide):
+            self.again = True  # what its namespace's gate held may go elsewhere now
+            if holder is not None and holder.uid != entry.uid:  # a narrow claim gave way:
+                self.epoch += 1  # what it barred may fit there now
+                self.freed_at[member] = self.epoch
+        if not queue.claims_widely(entry.uid):  # its backfill limit: holds its namespace
+            self.gated.add(entry.uid)
+
+    def one_pass(self, events: _Events, next_seq: Callable[[], int]) -> None:
         """Walk the queue in order, applying each ``place_ask`` answer.
 
         Capacity only shrinks during a pass, so a shape that did not fit is not asked again
         in it, and the pass ends once every waiting shape failed (exact, not a look-ahead
         bound: the controller tries every waiting workload each round too). A full fleet
         does not end it: a workload no member could ever run is parked then too, as the
-        controller parks it on arrival."""
+        controller parks it on arrival. A failure where a claim kept the workload off a
+        member is not remembered for its shape: the same shape of another namespace, or
+        ahead of the claimant, may fit there."""
         failed: set[int] = set()
         setting, latest = self.setting(), self.latest_free
         for entry in self.queue.in_order():
@@ -267,14 +295,10 @@ class _Run:
                 self.gated.add(placement.blocker.uid)
             else:
                 if placement.claim is not None:
-                    self.queue.claim(item.entry, placement.claim, wide=placement.claim_wide)
-                    if not placement.claim_wide:  # its backfill limit: holds its namespace
-                        self.gated.add(item.entry.uid)
-                    else:  # it may have taken a narrow claim: what that barred may fit
-                        self.epoch += 1
-                        self.freed_at[placement.claim] = self.epoch
-                failed.add(item.shape)
-                self.failed[item.shape] = self.epoch
+                    self.claim(item, placement)
+                if not self.queue.claims_against(item.entry):
+                    failed.add(item.shape)
+                    self.failed[item.shape] = self.epoch
 
 
 def simulate(*, fleet: FleetSpec, workloads: Sequence[SimWorkload], backend: Backend,

@@ -365,12 +365,25 @@ def _nothing_now(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
 
 
 def _held_for(members: Sequence[MemberSnapshot], claimed: Mapping[str, Entry], *,
-              now: float) -> list[MemberSnapshot]:
+              queue: QueueView, now: float) -> list[MemberSnapshot]:
     """The members as a workload behind their claimants sees them: not ready, with why."""
-    return [replace(m, ready=False, not_ready_reason=(
-        f"held for {claimed[m.name].name}, waiting {now - claimed[m.name].created:.0f}s: "
-        f"nothing behind it is placed here until it fits"))
+    def why(claimant: Entry) -> str:
+        whom = "nothing behind it" if queue.claims_widely(claimant.uid) \
+            else f"nothing behind it in {claimant.namespace}"
+        return (f"held for {claimant.name}, waiting {now - claimant.created:.0f}s: {whom} "
+                f"is placed here until it fits")
+    return [replace(m, ready=False, not_ready_reason=why(claimed[m.name]))
             if m.name in claimed else m for m in members]
+
+
+def _nearest(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
+             request: PlacementRequest, *, taken: set[str]) -> str | None:
+    """Of the members not ``taken`` nor excluded whose nodes could ever hold the request,
+    the one with the most GPUs free now (the nearest to fitting)."""
+    free = {m.name: m.capacity.free for m in members
+            if m.name not in taken and m.name not in ask.excluded}
+    holders = setting.bare.could_hold([m for m in members if m.name in free], request)
+    return max(holders, key=lambda name: free[name], default=None)
 
 
 def _claiming(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
@@ -384,14 +397,16 @@ def _claiming(ask: Ask, setting: Setting, members: Sequence[MemberSnapshot],
     held = queue.claimed_by(entry.uid)
     waited = setting.now - entry.created
     wide = waited >= setting.claim_after_s
-    if held is None and not wide and not queue.saturated(entry.uid):
+    if held is None and not wide and not (queue.backfill_limit > 0  # 0: strict order, gated
+                                          and queue.saturated(entry.uid)):
         return waiting
     if held is None:  # kept while it waits (a member removed: ``PendingQueue.keep_claims``)
-        taken = [m for m, c in queue.claims().items() if not wide or queue.claims_widely(c.uid)]
-        free = {m.name: m.capacity.free for m in members
-                if m.name not in taken and m.name not in ask.excluded}
-        holders = setting.bare.could_hold([m for m in members if m.name in free], request)
-        held = max(holders, key=lambda name: free[name], default=None)
+        claims = queue.claims()
+        held = _nearest(ask, setting, members, request, taken=set(claims))
+        if held is None and wide:  # none free of claims: a narrow one behind it gives way
+            held = _nearest(ask, setting, members, request, taken={
+                m for m, c in claims.items()
+                if queue.claims_widely(c.uid) or c.order < entry.order})
     if held is None:
         return waiting
     wide = wide or queue.claims_widely(entry.uid)
@@ -434,9 +449,9 @@ def place_ask(ask: Ask, setting: Setting) -> Placement:
     members = setting.members()
     claimed = setting.queue.claims_against(entry)
     try:
-        decision = engine.decide(restrict(_held_for(members, claimed, now=setting.now)
-                                          if claimed else members,
-                                          excluded=ask.excluded), request)
+        seen = _held_for(members, claimed, queue=setting.queue, now=setting.now) \
+            if claimed else members
+        decision = engine.decide(restrict(seen, excluded=ask.excluded), request)
     except PlacementError as exc:  # the pinned member does not exist
         return _parked(entry, PendingReason.UNPLACEABLE, f"{parking.UNPLACEABLE}{exc}",
                        policy=policy)

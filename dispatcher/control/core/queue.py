@@ -36,9 +36,12 @@ namespaces are untouched (as by the gate), and its namespace goes on everywhere 
 gate held the namespace off every member, idling their GPUs without bringing its start
 closer on the one it needs; so a claimant gates nothing, and the gate holds only behind a
 saturated workload that could claim no member (every member it could use is claimed by
-another, or claims are off: ``claimAfter`` 0). Waiting ``claimAfter`` widens the claim; a
-wide claim takes a member from a narrow one (never the reverse), so one tenant's saturated
-workloads cannot leave another tenant's starving gang no member to claim.
+another, or claims are off: ``claimAfter`` 0) or when ``backfill_limit`` is 0 (strict order
+within the namespace, as configured). Narrow and wide claims share the one claim per member:
+a saturated workload that finds every member it could use claimed (by anyone) gates its own
+namespace as before. Waiting ``claimAfter`` widens the claim; a wide claim takes a member
+from a narrow one behind it only when no member is free of claims (never the reverse), so
+one tenant's saturated workloads cannot leave another tenant's starving gang no member.
 
 **Parked workloads hold nothing.** A workload no member could ever run as the fleet is now
 (``Unplaceable``), or whose request is invalid (``InvalidAnnotation``, unresolvable), is
@@ -213,12 +216,14 @@ class PendingQueue:
     def claim(self, entry: Entry, member: str, *, wide: bool = True) -> bool:
         """``entry`` (waiting) claims ``member``, against every namespace (``wide``) or its
         own only; False when ``entry`` is not waiting or another holds the member (a wide
-        claim takes it from a narrow one: a tenant's saturated workloads must not keep
-        another tenant's gang from every member). A claim is kept until its claimant
-        leaves or gives way, and once wide stays wide."""
+        claim takes it from a narrow one behind it in the order: a tenant's saturated
+        workloads must not keep another tenant's gang from every member; placing asks for
+        a member nobody claims first). A claim is kept until its claimant leaves or gives
+        way, and once wide stays wide."""
         holder = self._claims.get(member, entry.uid)
-        if entry.uid not in self._entries or (
-                holder != entry.uid and (not wide or holder in self._wide)):
+        if entry.uid not in self._entries or (holder != entry.uid and (
+                not wide or holder in self._wide
+                or self._entries[holder].order < entry.order)):  # only one behind gives way
             return False
         if holder != entry.uid:  # gives way: it gates its namespace again, or claims anew
             del self._claimed[holder]

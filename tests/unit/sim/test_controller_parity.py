@@ -9,7 +9,10 @@ loop. Nothing completes, so capacity only shrinks and a workload that waits once
 the end on both paths. The stream mixes gangs of several sizes, two namespaces, priorities,
 a small backfill limit (so the namespace gate holds some), pins, selectors, a best-fit
 override, and annotations the controller parks (unknown policy, bad selector, a pin to a
-member that does not exist) next to workloads too big for any member.
+member that does not exist) next to workloads too big for any member. Claims are off on
+both paths (``claimAfter`` 0: the gate holds at the backfill limit): a claim acts through
+the rounds it starts, which this arrival-only walk of the controller's path does not model
+(``tests/unit/sim/test_engine.py`` and ``tests/integration/test_control_claims.py`` do).
 """
 
 from __future__ import annotations
@@ -130,7 +133,8 @@ def through_simulate(spec: FleetSpec, objects: list[dict[str, Any]]
         for at, obj in enumerate(objects)]
     result = simulate(fleet=spec, workloads=workloads, backend=CoreBackend(spec),
                       policy="most-free", duration=float(len(objects) + 10),
-                      queue=QueueSpec(backfill_limit=BACKFILL), sample_interval=5.0,
+                      queue=QueueSpec(backfill_limit=BACKFILL, claim_after_s=0.0),
+                      sample_interval=5.0,
                       check_every=1)
     outcomes: dict[str, Outcome] = {w.uid: ("waits", "") for w in workloads}
     nodes: dict[str, dict[str, int]] = {}

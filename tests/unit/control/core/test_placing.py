@@ -203,8 +203,13 @@ def test_a_saturated_workload_claims_a_member_for_its_namespace_and_gates_nothin
                        fleet=fleet, queue=queue, waited=1)
     assert theirs.decision.chosen == "y"  # another namespace: the claim is not theirs
     rival = _claiming(job("rival", namespace="team-b", gpus=8, parallelism=2), fleet=fleet,
-                      queue=queue, waited=400)  # waited claimAfter: may take a narrow claim
-    assert rival.claim == "y" and rival.claim_wide
+                      queue=queue, waited=400)  # waited claimAfter: a member nobody claims
+    assert rival.claim == "x" and rival.claim_wide
+    queue.add(rival.entry)
+    assert queue.claim(rival.entry, "x")
+    late = _claiming(job("late", namespace="team-b", gpus=8, parallelism=2), fleet=fleet,
+                     queue=queue, waited=390)  # none free of claims: the narrow one behind it
+    assert late.claim == "y" and late.claim_wide
     wide = _claiming(gang, fleet=fleet, queue=queue, waited=400)
     assert wide.claim == "y" and wide.claim_wide
     assert _claiming(gang, fleet=fleet, queue=queue, waited=10,

@@ -196,10 +196,12 @@ def test_a_wide_claim_takes_a_member_from_a_narrow_one_never_the_reverse() -> No
     waiting claimAfter, takes m1 (else a's saturated workloads, one per member, would
     leave b's gang none): a's then gates its namespace again until it claims anew."""
     q = PendingQueue(backfill_limit=0)
-    mine, gang = entry("mine", created=1, ns="a"), entry("gang", created=2, ns="b")
-    for e in (mine, gang):
+    mine, gang = entry("mine", created=1, ns="a"), entry("gang", created=0, ns="b")
+    young = entry("young", created=5, ns="b")
+    for e in (mine, gang, young):
         q.add(e)
     assert q.claim(mine, "m1", wide=False)
+    assert not q.claim(young, "m1")  # behind the narrow claimant: it does not give way
     assert not q.claim(entry("other", created=3, ns="a"), "m1", wide=False)  # not waiting
     q.add(entry("other", created=3, ns="a"))
     assert not q.claim(entry("other", created=3, ns="a"), "m1", wide=False)  # narrow: no
