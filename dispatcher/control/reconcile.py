@@ -435,8 +435,7 @@ class Reconciler:
         elif step is QueueStep.WAIT:
             self.queue.add(entry)
             claim, wide = placement.claim, placement.claim_wide
-            if claim is not None and (self.queue.claimed_by(entry.uid), self.queue.claims_widely(
-                    entry.uid)) != (claim, wide) and self.queue.claim(entry, claim, wide=wide):
+            if claim is not None and self.queue.take_claim(entry, claim, wide=wide):
                 log.info("queue.claimed", uid=entry.uid, member=claim, wide=wide,
                          reason=decision.summary)
                 self.fleet.pulse.bump()  # what its gate held may go elsewhere now

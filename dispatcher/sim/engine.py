@@ -254,9 +254,7 @@ class _Run:
         member, entry, queue = placement.claim, item.entry, self.queue
         assert member is not None
         holder = queue.claims().get(member)
-        before = (queue.claimed_by(entry.uid), queue.claims_widely(entry.uid))
-        if queue.claim(entry, member, wide=placement.claim_wide) \
-                and before != (member, placement.claim_wide):
+        if queue.take_claim(entry, member, wide=placement.claim_wide):
             self.again = True  # what its namespace's gate held may go elsewhere now
             if holder is not None and holder.uid != entry.uid:  # a narrow claim gave way:
                 self.epoch += 1  # what it barred may fit there now

@@ -236,6 +236,13 @@ class PendingQueue:
             self._wide.add(entry.uid)
         return True
 
+    def take_claim(self, entry: Entry, member: str, *, wide: bool) -> bool:
+        """``claim``, and whether it changed anything (a claim new, moved, widened or taken
+        from another): what the shells log and start a round for."""
+        before = (self._claimed.get(entry.uid), entry.uid in self._wide)
+        return self.claim(entry, member, wide=wide) \
+            and before != (self._claimed.get(entry.uid), entry.uid in self._wide)
+
     def claims_widely(self, uid: str) -> bool:
         """Whether ``uid``'s claim bars every namespace (it waited ``claimAfter``)."""
         return uid in self._wide
