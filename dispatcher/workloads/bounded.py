@@ -46,7 +46,7 @@ from dispatcher.workloads.fairshare import FairTurns
 from dispatcher.workloads.jqpool import BoundHit, Pool, Results, Unavailable
 from dispatcher.workloads.jqrun import DEFAULT_LIMITS, JqFailure, Limits, ObjectInput
 from dispatcher.workloads.model import Definition
-from dispatcher.workloads.paths import Location, Locator, in_process
+from dispatcher.workloads.paths import Location, Locator, in_process, object_text
 from dispatcher.workloads.quarantine import (
     DEFAULT_RULE,
     Hit,
@@ -241,7 +241,8 @@ class Evaluator:
         if self.is_trusted(definition):
             return in_process
 
-        def locate(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
+        def locate(expressions: Sequence[str], obj: Any) -> list[list[Location] | str]:
+            text = object_text(obj)
             programs = [f"path({expression}\n)" for expression in expressions]
             who = Subject.of(subject) if subject is not None else Subject.of_text(text)
             results = self._bounded(definition, programs, text, subject=who)

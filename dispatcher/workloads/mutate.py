@@ -22,7 +22,6 @@ from typing import Any
 from dispatcher.workloads.demand import Toleration
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.instances import SPEC_FIELDS, builds_containers
-from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
 from dispatcher.workloads.pathshape import path_shape_problem
@@ -86,13 +85,9 @@ def mutate_pods(obj: Mapping[str, Any], definition: Definition, *,
     out: dict[str, Any] = obj if in_place and isinstance(obj, dict) else plain_copy(dict(obj))
     if not wanted:
         return out
-    try:
-        text = canonical_text(obj)
-    except ValueError as error:
-        raise MutationError(f"cannot read the object: {error}") from None
     plan = [(comp, key, value, *_where(definition, comp, key=key))
             for comp in targets for key, value in wanted.items()]
-    found = expr_locations([expr for *_, expr, _ in plan], text, locate=locate, verb="written",
+    found = expr_locations([expr for *_, expr, _ in plan], obj, locate=locate, verb="written",
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{plan[i][0].name}")
     for (comp, key, value, expr, suffix), each in zip(plan, found, strict=True):
@@ -129,7 +124,7 @@ def _component_where(definition: str, component: str, _index: int) -> str:
     return f"definition {definition}: component {component}"
 
 
-def _built(obj: Mapping[str, Any], text: str, definition: Definition,
+def _built(obj: Mapping[str, Any], definition: Definition,
            built: Sequence[tuple[str, Mapping[str, Any]]], *, locate: Locator
            ) -> list[PodTemplate]:
     """The pods of components whose containers list is built: the object its path-shaped
@@ -143,7 +138,7 @@ def _built(obj: Mapping[str, Any], text: str, definition: Definition,
             continue
         frags = [(expr, SPEC_FIELDS[key]) for key, expr in comp.spec.fragments
                  if key in SPEC_FIELDS and not path_shape_problem(expr.text)]
-        found = expr_locations([expr for expr, _ in frags], text, locate=locate,
+        found = expr_locations([expr for expr, _ in frags], obj, locate=locate,
                                verb="written", where=functools.partial(
                                    _component_where, definition.name, comp.name))
         bases = {tuple(at[:-len(suffix)]) for (_, suffix), each in zip(frags, found,
@@ -167,14 +162,10 @@ def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
     fragments name). A fragmented component without ``containersPath`` describes no pod
     spec and is left out; one whose containers list is built takes it from ``built``
     (``Resolution.built``, per instance)."""
-    try:
-        text = canonical_text(obj)
-    except ValueError as error:
-        raise MutationError(f"cannot read the object: {error}") from None
     out: list[PodTemplate] = []
     comps = [(c, path) for c in _targets(definition, None)
              if (path := _whole_spec_path(c)) is not None]
-    found = expr_locations([path for _, path in comps], text, locate=locate,
+    found = expr_locations([path for _, path in comps], obj, locate=locate,
                            verb="written",
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{comps[i][0].name}")
@@ -193,7 +184,7 @@ def pod_templates(obj: Mapping[str, Any], definition: Definition, *,
                 meta, pod = {}, found
             if isinstance(meta, Mapping) and isinstance(pod, Mapping):
                 out.append(PodTemplate(component=comp.name, metadata=meta, spec=pod))
-    return out + _built(obj, text, definition, built, locate=locate) if built else out
+    return out + _built(obj, definition, built, locate=locate) if built else out
 
 
 def _targets(definition: Definition, names: Iterable[str] | None) -> list[Component]:

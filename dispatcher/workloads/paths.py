@@ -1,7 +1,9 @@
 """Locations in a workload object named by jq path expressions, and removing them.
 
 A definition names places in an object with jq; ``path(EXPR)`` turns an expression into
-the concrete key/index lists it addresses. ``mutate`` writes through such locations;
+the concrete key/index lists it addresses (a plain path such as
+``.spec.replicatedJobs[].template`` is walked, ``pathwalk``: no libjq, no JSON text).
+``mutate`` writes through such locations;
 ``strip_server_set`` removes the ones a definition declares as set by the hub's apiserver
 (``copyDefinition.serverSetPaths``), so a member copy carries only what the user wrote and
 the member's apiserver fills in its own.
@@ -9,6 +11,7 @@ the member's apiserver fills in its own.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
@@ -18,16 +21,17 @@ import jq
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
+from dispatcher.workloads.pathwalk import JqPathError, Unsure, chain, walk
 
 __all__ = ["Location", "Locator", "expr_locations", "in_process", "locations",
-           "strip_server_set", "value_at"]
+           "object_text", "strip_server_set", "value_at"]
 
 Location = list[str | int]
-# Many expressions' locations in one object (JSON text): per expression its locations, or
-# jq's message when it is not a path expression for this object. ``in_process`` runs jq
-# here (the trusted catalog); ``bounded.Evaluator.locator`` runs an untrusted definition's
-# expressions in its bounded workers, since a path expression can be as costly as any.
-Locator = Callable[[Sequence[str], str], list[list[Location] | str]]
+# Many expressions' locations in one object: per expression its locations, or jq's message
+# when it is not a path expression for this object. ``in_process`` runs here (the trusted
+# catalog); ``bounded.Evaluator.locator`` runs an untrusted definition's expressions in its
+# bounded workers, since a path expression can be as costly as any.
+Locator = Callable[[Sequence[str], Any], list[list[Location] | str]]
 
 
 @lru_cache(maxsize=2048)
@@ -42,10 +46,29 @@ def locations(expr_text: str, obj_text: str) -> list[Location]:
     return found
 
 
-def in_process(expressions: Sequence[str], text: str) -> list[list[Location] | str]:
-    """The ``Locator`` of trusted definitions: jq ``path()`` in this process."""
+def object_text(obj: Any) -> str:
+    """The JSON text jq reads ``obj`` as (``canonical_text``); MutationError when it is not
+    JSON data or is over the limits."""
+    try:
+        return canonical_text(obj)
+    except ValueError as error:
+        raise MutationError(f"cannot read the object: {error}") from None
+
+
+def in_process(expressions: Sequence[str], obj: Any) -> list[list[Location] | str]:
+    """The ``Locator`` of trusted definitions, in this process: a plain path walked
+    (``pathwalk``), any other expression (or a plain one jq refuses on this object: its
+    message is libjq's) by libjq ``path()`` on the object's text, made once and only then."""
     out: list[list[Location] | str] = []
+    text: str | None = None
     for expression in expressions:
+        steps = chain(expression)
+        if steps is not None:
+            with contextlib.suppress(JqPathError, Unsure):
+                out.append(walk(steps, obj))
+                continue
+        if text is None:
+            text = object_text(obj)
         try:
             out.append(locations(expression, text))
         except ValueError as error:
@@ -72,12 +95,8 @@ def strip_server_set(obj: dict[str, Any], definition: Definition, *,
     """
     if not definition.server_set:
         return
-    try:
-        text = canonical_text(obj)
-    except ValueError as error:
-        raise MutationError(f"cannot read the object: {error}") from None
     found: list[Location] = []
-    for each in expr_locations(definition.server_set, text, locate=locate,
+    for each in expr_locations(definition.server_set, obj, locate=locate,
                                where=lambda _: f"definition {definition.name}",
                                verb="removed"):
         found.extend(each)
@@ -85,12 +104,12 @@ def strip_server_set(obj: dict[str, Any], definition: Definition, *,
         _remove(obj, location)
 
 
-def expr_locations(exprs: Sequence[Expr], text: str, *, locate: Locator,
+def expr_locations(exprs: Sequence[Expr], obj: Any, *, locate: Locator,
                    where: Callable[[int], str], verb: str) -> list[list[Location]]:
-    """The locations of a definition's expressions, in one ``locate`` call; a MutationError
-    names ``where(i)`` (the definition, the component) and what could not be done
-    (``verb``) when jq refuses the i-th."""
-    found = locate([e.text for e in exprs], text) if exprs else []
+    """The locations of a definition's expressions in ``obj``, in one ``locate`` call; a
+    MutationError names ``where(i)`` (the definition, the component) and what could not be
+    done (``verb``) when jq refuses the i-th."""
+    found = locate([e.text for e in exprs], obj) if exprs else []
     out: list[list[Location]] = []
     for index, (expr, each) in enumerate(zip(exprs, found, strict=True)):
         if isinstance(each, str):

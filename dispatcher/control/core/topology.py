@@ -46,7 +46,6 @@ from typing import Any
 from dispatcher.placement.model import GangDomain
 from dispatcher.workloads.demand import Gang
 from dispatcher.workloads.errors import MutationError
-from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Component, Definition, Expr
 from dispatcher.workloads.paths import Locator, expr_locations, in_process, value_at
 from dispatcher.workloads.resolve import Resolution
@@ -313,11 +312,7 @@ def _edited(obj: Mapping[str, Any], definition: Definition,
     names = sorted({component for component, _ in targets})
     plan = [(comps[name], *_where(definition, comps[name])) for name in names
             if name in comps]
-    try:
-        text = canonical_text(out)
-    except ValueError as error:
-        raise MutationError(f"cannot read the object: {error}") from None
-    found = expr_locations([expr for _, expr, _ in plan], text, locate=locate, verb="written",
+    found = expr_locations([expr for _, expr, _ in plan], out, locate=locate, verb="written",
                            where=lambda i: f"definition {definition.name}: component "
                                            f"{plan[i][0].name}")
     for (comp, expr, suffix), locations in zip(plan, found, strict=True):

@@ -9,13 +9,18 @@ fails). Expressions outside the chain form still get libjq's answer.
 from __future__ import annotations
 
 import datetime
+import random
 from typing import Any
 
 import pytest
 
+from dispatcher.workloads.catalog import Catalog
 from dispatcher.workloads.jqrun import canonical_text
-from dispatcher.workloads.location import _chain, json_location, render
-from dispatcher.workloads.paths import locations
+from dispatcher.workloads.location import json_location, render
+from dispatcher.workloads.model import Definition
+from dispatcher.workloads.paths import in_process, locations
+from dispatcher.workloads.pathwalk import chain
+from tests.unit.workloads.test_jqlite import _mutated, _samples, _upstream
 
 OBJECTS: list[Any] = [
     {"spec": {"template": {"spec": {"containers": [{"name": "a"}, {"image": "b"}]}},
@@ -64,13 +69,13 @@ def test_walked_location_is_libjqs_path(expression: str) -> None:
 
 
 def test_chains_are_recognised() -> None:
-    assert _chain(".spec.jobs[].template") == ("spec", "jobs", None, "template")
-    assert _chain('.metadata.labels["a/b"]') == ("metadata", "labels", "a/b")
-    assert _chain('.["a"][2]') == ("a", 2)
-    assert _chain(".") == ()
+    assert chain(".spec.jobs[].template") == ("spec", "jobs", None, "template")
+    assert chain('.metadata.labels["a/b"]') == ("metadata", "labels", "a/b")
+    assert chain('.["a"][2]') == ("a", 2)
+    assert chain(".") == ()
     for other in (".a // 1", ".a[-1]", ".a?", ".a | .b", "[.a]", ".a[0:1]", "$x.a",
                   ".a # comment"):
-        assert _chain(other) is None, other
+        assert chain(other) is None, other
 
 
 def test_no_text_no_location() -> None:
@@ -90,3 +95,50 @@ def test_text_is_only_made_when_libjq_runs() -> None:
     assert made == []
     assert json_location(".a.b[0] // 1", text, 0, root={"a": {"b": [1]}}) == "a.b[0]"
     assert made == [1]
+
+
+def _libjq_answer(expression: str, text: str) -> list[Any] | str:
+    """What ``paths.in_process`` answered before walking: libjq's locations or message."""
+    try:
+        return locations(expression, text)
+    except ValueError as error:
+        return " ".join(str(error).split())
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_in_process_locator_is_libjqs_path(expression: str) -> None:
+    """The trusted definitions' Locator walks plain paths; its answer (locations, or jq's
+    message where jq refuses) is libjq's on the canonical text, walked or not."""
+    for obj in OBJECTS:
+        assert in_process([expression], obj) == [_libjq_answer(expression, canonical_text(obj))], \
+            (expression, obj)
+
+
+def _catalog_paths(definition: Definition) -> list[str]:
+    """Every path expression the copy builder locates: pod specs, fragments, server-set."""
+    out = [e.text for e in definition.server_set]
+    for comp in definition.components:
+        if comp.spec is None:
+            continue
+        if comp.spec.path is not None:
+            out.append(comp.spec.path.text)
+        out += [expr.text for _, expr in comp.spec.fragments]
+    return out
+
+
+@pytest.mark.parametrize("which", ["builtin", "upstream"])
+def test_in_process_locator_agrees_with_libjq_on_every_catalog_path(which: str) -> None:
+    catalog = Catalog.builtin() if which == "builtin" else _upstream()
+    rng = random.Random(20261207)
+    samples = _samples()
+    walked = 0
+    for definition in catalog.definitions:
+        expressions = _catalog_paths(definition)
+        mine = [s for s in samples if (s.get("apiVersion"), s.get("kind")) ==
+                (definition.api_version, definition.kind)]
+        for obj in [o for s in mine for o in (s, _mutated(s, rng), _mutated(s, rng))]:
+            text = canonical_text(obj)
+            assert in_process(expressions, obj) == [_libjq_answer(e, text)
+                                                    for e in expressions], definition.name
+            walked += sum(1 for e in expressions if chain(e) is not None)
+    assert walked > 100  # the walk, not only libjq, was compared
