@@ -173,13 +173,15 @@ def scheduler_argv(binary: Path, home: Path, *, kubeconfig: str, port: int,
     ]
 
 
-def kwok_argv(binary: Path, *, kubeconfig: str, stages: Path, port: int) -> list[str]:
-    """kwok managing the Nodes annotated ``KWOK_NODE_ANNOTATION``, with ``stages``."""
+def kwok_argv(binary: Path, *, kubeconfig: str, stages: Path, port: int,
+              lease_seconds: int = 40) -> list[str]:
+    """kwok managing the Nodes annotated ``KWOK_NODE_ANNOTATION``, with ``stages``; each
+    node's Lease lasts ``lease_seconds`` (40: a kubelet's default)."""
     key, value = KWOK_NODE_ANNOTATION
     return [
         str(binary), f"--kubeconfig={kubeconfig}", f"--config={stages}",
         f"--manage-nodes-with-annotation-selector={key}={value}",
-        f"--server-address=127.0.0.1:{port}", "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{port}", f"--node-lease-duration-seconds={lease_seconds}",
         "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
     ]
 

@@ -72,6 +72,10 @@ __all__ = ["DEDICATED", "DEDICATED_CONTROLLERS", "JOB_SECONDS", "KCM_CONTROLLERS
            "free_port", "is_alive", "probe", "render_stages", "stop_process"]
 
 START_TIMEOUT_S = 120.0
+START_WAVE = 8
+"""Apiservers started at once: each writes its bootstrap objects to the shared etcd when it
+starts, and 51 of them starting together on 2 cores timed etcd's requests out (an
+apiserver's start-up hook then exits it); the fleet starts in waves of this many."""
 
 DEDICATED_CONTROLLERS = (
     "namespace-controller",  # a deleted namespace is emptied, then finalized
@@ -208,12 +212,15 @@ class ControlPlanes:
         """Every apiserver, then (once they are ready) each profile's components and a real
         cluster's operators, until all answer; ``clusters`` is filled as they start, so the
         caller can stop what started when this fails."""
-        for name, profile in profiles.items():
-            clusters.append(self._start_apiserver(name=name, etcd_url=etcd_url, ca=ca,
-                                                  sa_key=sa_key, ca_path=ca_path,
-                                                  profile=profile, kubernetes=kube[name]))
-        for cluster in clusters:
-            wait_ready(cluster, timeout=timeout)
+        names = list(profiles)
+        for start in range(0, len(names), START_WAVE):
+            wave = [self._start_apiserver(name=name, etcd_url=etcd_url, ca=ca, sa_key=sa_key,
+                                          ca_path=ca_path, profile=profiles[name],
+                                          kubernetes=kube[name])
+                    for name in names[start:start + START_WAVE]]
+            clusters.extend(wave)
+            for cluster in wave:
+                wait_ready(cluster, timeout=timeout)
         for index, cluster in enumerate(clusters):
             if cluster.real:
                 clusters[index] = replace(cluster, components=self._start_components(
