@@ -107,12 +107,16 @@ async def until(condition: Any, *, seconds: float) -> None:
 
 
 def start_controller(state: FleetState, workdir: Path, port: int,
-                     members: tuple[str, ...] = MEMBERS) -> subprocess.Popen[bytes]:
-    config = {"hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
+                     members: tuple[str, ...] = MEMBERS, *,
+                     extra: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
+    """``dispatcher run`` on the fleet (``extra``: more top-level config keys)."""
+    config: dict[str, Any] = {
+              "hubId": HUB_ID, "hub": {"kubeconfig": state.cluster("hub").kubeconfig},
               "server": {"address": "127.0.0.1", "port": port}, "log": {"level": "warning"},
               "submit": {"createNamespaces": True},
               "fleet": {"watchMemberClusters": False, "staticMembers": [
-                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in members]}}
+                  {"name": n, "kubeconfig": state.cluster(n).kubeconfig} for n in members]},
+              **(extra or {})}
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / "controller.log").open("wb")
