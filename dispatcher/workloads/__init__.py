@@ -26,7 +26,8 @@ Modules, in data-flow order:
   ``statustrace`` (recorded status frames of one object, for ``inspect --status-trace``);
   ``kueueworkload`` (a hub Kueue Workload read for MultiKueue nomination, its pod sets as
   a ``Demand``)
-- writing: ``paths`` (locations named by jq paths, removing them) and ``mutate`` (pod fields
+- writing: ``paths`` (locations named by jq paths, removing them; a plain path is walked
+  on the value by ``pathwalk``, which ``location`` uses too) and ``mutate`` (pod fields
   written back through a definition's paths), on ``plaincopy`` (a JSON value copied without
   copy.deepcopy)
 
