@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,22 +191,18 @@ async def populate(state: FleetState, names: tuple[str, ...], *, pods: int, node
     limit = asyncio.Semaphore(64)
     started = time.perf_counter()
 
-    async def one_member(name: str) -> None:
-        client = await client_for(state, name)
-        try:
-            await client.request("POST", NAMESPACES.collection(), body={
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANTS}})
+    async def work(name: str, client: KubeClient) -> None:
+        await client.request("POST", NAMESPACES.collection(), body={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANTS}})
 
-            async def create(i: int) -> None:
-                async with limit:
-                    await client.request("POST", PODS.collection(TENANTS),
-                                         body=slot_pod(name, i, nodes=nodes))
+        async def create(i: int) -> None:
+            async with limit:
+                await client.request("POST", PODS.collection(TENANTS),
+                                     body=slot_pod(name, i, nodes=nodes))
 
-            await asyncio.gather(*(create(i) for i in range(pods)))
-        finally:
-            await client.close()
+        await asyncio.gather(*(create(i) for i in range(pods)))
 
-    await asyncio.gather(*(one_member(n) for n in names))
+    await each_member(state, names, work)
     return time.perf_counter() - started
 
 
@@ -224,7 +221,8 @@ async def start_kubelets(root: Path, state: FleetState, names: tuple[str, ...]) 
             webhooks=[])])
 
 
-async def each_member(state: FleetState, names: tuple[str, ...], work: Any) -> None:
+async def each_member(state: FleetState, names: tuple[str, ...],
+                      work: Callable[[str, KubeClient], Awaitable[None]]) -> None:
     """``await work(name, client)`` for every member at once, each with its own client."""
     async def one(name: str) -> None:
         client = await client_for(state, name)
@@ -313,14 +311,20 @@ class Churn:
         limit = asyncio.Semaphore(32)
         pending: set[asyncio.Task[None]] = set()
         turn = 0
-        while True:
-            await self.running.wait()
-            member = self.names[turn % len(self.names)]
-            turn += 1
-            task = asyncio.create_task(self._replace(member, rng.randrange(self.pods), limit))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-            await asyncio.sleep(1.0 / self.rate)
+        try:
+            while True:
+                await self.running.wait()
+                member = self.names[turn % len(self.names)]
+                turn += 1
+                task = asyncio.create_task(self._replace(member, rng.randrange(self.pods),
+                                                         limit))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                await asyncio.sleep(1.0 / self.rate)
+        finally:  # stopped: the replacements in flight go too (before their clients close)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _replace(self, member: str, slot: int, limit: asyncio.Semaphore) -> None:
         client = self._clients[member]

@@ -21,12 +21,11 @@ import jq
 from dispatcher.workloads.errors import MutationError
 from dispatcher.workloads.jqrun import canonical_text
 from dispatcher.workloads.model import Definition, Expr
-from dispatcher.workloads.pathwalk import JqPathError, Unsure, chain, walk
+from dispatcher.workloads.pathwalk import JqPathError, Location, Unsure, chain, walk
 
 __all__ = ["Location", "Locator", "expr_locations", "in_process", "locations",
            "object_text", "strip_server_set", "value_at"]
 
-Location = list[str | int]
 # Many expressions' locations in one object: per expression its locations, or jq's message
 # when it is not a path expression for this object. ``in_process`` runs here (the trusted
 # catalog); ``bounded.Evaluator.locator`` runs an untrusted definition's expressions in its

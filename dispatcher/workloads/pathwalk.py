@@ -21,12 +21,13 @@ from typing import Any
 
 from dispatcher.workloads.jqtokens import Unsupported, tokens
 
-__all__ = ["JqPathError", "Unsure", "chain", "walk"]
+__all__ = ["JqPathError", "Location", "Unsure", "chain", "walk"]
 
 _EACH = None  # the ``[]`` step; a str is a key, an int an index
 _SCALARS = (str, bool, int, float, datetime.date)  # datetime.datetime is a date
 Step = str | int | None
 Location = list[str | int]
+"""A concrete location: keys and indexes from the root (what libjq's ``path()`` yields)."""
 
 
 class Unsure(Exception):
