@@ -475,6 +475,17 @@ async def main_async(args: argparse.Namespace) -> None:
         print(json.dumps(await asyncio.to_thread(model_memory, args.sim_members)), flush=True)
 
 
+def positive(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, nargs="+", default=[10, 20],
@@ -493,7 +504,7 @@ def main() -> None:
     parser.add_argument("--churn", type=float, default=20.0,
                         help="tenant pods replaced a second across the fleet with "
                              "--kubelets (0: no churn; default: %(default)s)")
-    parser.add_argument("--churn-window", type=float, default=60.0,
+    parser.add_argument("--churn-window", type=positive, default=60.0,
                         help="seconds of the churn window (default: %(default)s)")
     parser.add_argument("--sim-members", type=int, default=100,
                         help="simulated members for the capacity model line (0: none)")
